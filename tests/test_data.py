@@ -1,0 +1,145 @@
+"""The data layer: embedded sources, local folders in `datasets` formats, transforms, the sample stream."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitx.data import DeadLeaves, Preprocess, Shapes, StreamSampler, open_source
+from vitx.data.loader import EvalSet, TrainSet
+from vitx.errors import CorruptImageError, VitxError
+
+
+def test_embedded_sources_are_deterministic_at_any_size():
+    for cls in (DeadLeaves, Shapes):
+        a = np.asarray(cls(size=48, seed=3).load(7)[0])
+        b = np.asarray(cls(size=48, seed=3).load(7)[0])
+        c = np.asarray(cls(size=48, seed=3).load(8)[0])
+        d = np.asarray(cls(size=48, seed=4).load(7)[0])
+        assert a.shape == (48, 48, 3) and np.array_equal(a, b)
+        assert not np.array_equal(a, c) and not np.array_equal(a, d)
+    assert DeadLeaves(size=96).load(0)[0].size == (96, 96)
+
+
+def test_dead_leaves_statistics_are_natural_like():
+    """Natural images have a power spectrum falling roughly as 1/f^2 (slope about -2 in log-log)."""
+    imgs = [np.asarray(DeadLeaves(size=128).load(i)[0].convert("L"), dtype=np.float64) for i in range(16)]
+    power = np.mean([np.abs(np.fft.fftshift(np.fft.fft2(x - x.mean()))) ** 2 for x in imgs], axis=0)
+    yy, xx = np.indices(power.shape)
+    radius = np.hypot(yy - 64, xx - 64).astype(int)
+    radial = np.bincount(radius.ravel(), power.ravel()) / np.bincount(radius.ravel())
+    f = np.arange(4, 48)
+    slope = np.polyfit(np.log(f), np.log(radial[f]), 1)[0]
+    assert -3.2 < slope < -1.4, slope
+    colours = np.asarray(DeadLeaves(size=64).load(0)[0]).reshape(-1, 3)
+    assert len(np.unique(colours, axis=0)) > 20  # colour-rich
+
+
+def test_shapes_are_balanced_and_labelled():
+    src = Shapes(size=32, length=100)
+    labels = [src.load(i)[1] for i in range(100)]
+    assert np.bincount(labels).tolist() == [10] * 10
+    assert src.num_classes == 10 and src.class_names[0] == "circle"
+
+
+def test_train_val_splits_differ():
+    a = open_source("embedded:shapes", "train", image_size=32).load(0)[0]
+    b = open_source("embedded:shapes", "validation", image_size=32).load(0)[0]
+    assert not np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_digits_real_images():
+    pytest.importorskip("sklearn")
+    train = open_source("embedded:digits", "train", image_size=32)
+    val = open_source("embedded:digits", "validation", image_size=32)
+    assert len(train) + len(val) == 1797 and train.num_classes == 10
+    img, label = train.load(0)
+    assert img.size == (32, 32) and 0 <= label < 10
+
+
+def test_transforms_are_seeded_per_sample():
+    pre = Preprocess(image_size=24)
+    img = Shapes(size=40).load(0)[0]
+    a = pre.train(img, np.random.default_rng([0, 5]))
+    b = pre.train(img, np.random.default_rng([0, 5]))
+    c = pre.train(img, np.random.default_rng([0, 6]))
+    assert a.shape == (3, 24, 24) and torch.equal(a, b) and not torch.equal(a, c)
+    e = pre.eval(img)
+    assert e.shape == (3, 24, 24) and -1.0 <= e.min() and e.max() <= 1.0  # mean/std 0.5 → [-1, 1]
+
+
+def test_stream_is_the_same_for_any_process_count():
+    one = StreamSampler(50, 8, rank=0, world=1, seed=1)
+    two = [StreamSampler(50, 8, rank=r, world=2, seed=1) for r in range(2)]
+    it1, it2 = iter(one), [iter(s) for s in two]
+    for _ in range(20):  # crosses epoch boundaries
+        assert next(it1) == next(it2[0]) + next(it2[1])
+    resumed = iter(StreamSampler(50, 8, rank=0, world=1, seed=1, start_micro_step=20))
+    assert next(resumed) == next(it1)
+    idx = [i for batch in [next(iter(StreamSampler(48, 48, 0, 1, 2)))] for i, _ in batch]
+    assert sorted(idx) == list(range(48))  # one epoch visits every sample once
+
+
+def _write_image_folder(root: Path, corrupt: bool = False) -> Path:
+    for label, colour in (("red", (220, 20, 20)), ("blue", (20, 20, 220))):
+        (root / label).mkdir(parents=True)
+        for i in range(4):
+            Image.new("RGB", (20, 20), colour).save(root / label / f"{i}.png")
+    if corrupt:
+        (root / "red" / "broken.png").write_bytes(b"\x89PNG not really")
+    return root
+
+
+def test_image_folder(tmp_path):
+    src = open_source(str(_write_image_folder(tmp_path / "imgs")), "train")
+    assert len(src) == 8 and src.num_classes == 2 and sorted(src.class_names) == ["blue", "red"]
+    img, label = src.load(0)
+    assert img.size == (20, 20) and src.class_names[label] in ("blue", "red")
+    assert open_source(str(tmp_path / "imgs"), "validation") is None
+
+
+def test_corrupt_image_is_named_or_skipped(tmp_path):
+    src = open_source(str(_write_image_folder(tmp_path / "imgs", corrupt=True)), "train")
+    bad = next(i for i in range(len(src)) if "broken" in str(src.ds[i]["image"]["path"]))
+    with pytest.raises(CorruptImageError, match=r"cannot decode image .*broken\.png"):
+        src.load(bad)
+    strict = TrainSet(src, Preprocess(16), seed=0)
+    with pytest.raises(CorruptImageError):
+        strict[(bad, 0)]
+    lenient = TrainSet(src, Preprocess(16), seed=0, skip_corrupt=True)
+    sample = lenient[(bad, 0)]
+    assert sample["skipped"] == 1 and sample["image"].shape == (3, 16, 16)
+    assert EvalSet(src, Preprocess(16), limit=100, skip_corrupt=True)[bad]["skipped"] == 1
+
+
+def test_save_to_disk_folder_in_hub_format(tmp_path):
+    """The layout online users get from `load_dataset(...).save_to_disk(...)`: ClassLabel + Image features."""
+    import datasets
+
+    feats = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["a", "b", "c"])})
+    rows = {"image": [Image.new("RGB", (12, 12), (i * 40, 0, 0)) for i in range(6)], "label": [0, 1, 2, 0, 1, 2]}
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows, features=feats),
+                               "test": datasets.Dataset.from_dict(rows, features=feats)})
+    dd.save_to_disk(str(tmp_path / "ds"))
+    src = open_source(str(tmp_path / "ds"), "train")
+    assert len(src) == 6 and src.class_names == ["a", "b", "c"]
+    img, label = src.load(4)
+    assert img.size == (12, 12) and label == 1
+    assert len(open_source(str(tmp_path / "ds"), "validation")) == 6  # falls back to the test split
+
+
+@pytest.mark.parametrize("spec,match", [
+    ("/no/such/dir", "data path /no/such/dir does not exist"),
+    ("embedded:clouds", "unknown embedded dataset 'clouds'"),
+    ("embedded:shapes(classes=40)", "2 to 10 classes"),
+    ("hf:nobody/nothing", "cannot load 'nobody/nothing' from the Hugging Face hub"),
+])
+def test_bad_data_specs(spec, match):
+    with pytest.raises(VitxError, match=match):
+        open_source(spec, "train")
+
+
+def test_empty_folder(tmp_path):
+    with pytest.raises(VitxError, match="no class folders"):
+        open_source(str(tmp_path), "train")

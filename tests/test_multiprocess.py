@@ -1,0 +1,36 @@
+"""Acceptance: `accelerate launch` with 2 CPU processes gives the 1-process loss curve at the same global batch."""
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import ROOT, as_flags
+
+
+@pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate CLI not on PATH")
+def test_two_processes_match_one(tmp_path):
+    opts = dict(model="vit-nano/4", data="embedded:shapes", batch_size=16, steps=8, warmup_steps=2, save_every=8,
+                log_every=1, eval_samples=64, workers=0, log_with="none")
+    one = subprocess.run([sys.executable, "-m", "vitx", "pretrain", *as_flags({**opts, "output_dir": str(tmp_path / "one")})],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-2000:]
+    # On machines without a GPU, accelerate's --cpu flag hands multi-process runs to mpirun; torchrun (which
+    # --multi_gpu selects) starts them directly, and vitx picks the gloo backend when there is no GPU.
+    two = subprocess.run(["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                          "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517",
+                          "-m", "vitx", "pretrain", *as_flags({**opts, "output_dir": str(tmp_path / "two")})],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "2 process(es)" in two.stderr
+
+    def curve(name):
+        return [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+
+    a, b = curve("one"), curve("two")
+    assert [m["step"] for m in a] == [m["step"] for m in b] == list(range(1, 9))
+    for x, y in zip(a, b):
+        assert y["loss"] == pytest.approx(x["loss"], rel=1e-4, abs=1e-5), (x, y)
+        assert y["top1"] == pytest.approx(x["top1"], abs=1e-6)
+    assert b[-1]["val_loss"] == pytest.approx(a[-1]["val_loss"], rel=1e-4)

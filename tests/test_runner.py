@@ -1,0 +1,160 @@
+"""The runner: learning, checkpoints timm can load, exact resume after kill -9, atomic saves."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from safetensors.torch import load_file
+
+import vitx
+from vitx.errors import VitxError
+from vitx.runner import build, pretrain, resolve_config
+from vitx.runner.loop import Trainer
+from vitx.runner.optim import lr_factor
+
+from .conftest import ROOT, as_flags, tiny
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_learning_curve_beats_chance(tmp_path):
+    """Supervised pre-training of vit-nano/4 on embedded digits: validation top-1 far above 10% chance."""
+    pytest.importorskip("sklearn")
+    opts = tiny(tmp_path, data="embedded:digits", image_size=16, steps=200, batch_size=64, warmup_steps=20,
+                lr=2e-3, save_every=200, log_every=20, eval_samples=360, crop_scale=0.8, workers=1)
+    last = pretrain(opts)
+    curve = [m["loss"] for m in _metrics(tmp_path / "run")]
+    assert curve[-1] < curve[0] - 0.5, curve
+    assert last["val_top1"] > 0.4, last  # chance is 0.1
+
+
+def test_checkpoint_layout_and_timm_loads_it(tmp_path):
+    pretrain(tiny(tmp_path))
+    run = tmp_path / "run"
+    config = json.loads((run / "config.json").read_text())
+    assert config["step"] == 6 and config["backbone"]["name"] == "vit-nano/4"
+    assert config["preprocess"]["image_size"] == 32 and config["data"]["num_classes"] == 10
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000003", "step_00000006"]
+    weights = load_file(str(run / "model.safetensors"))
+    assert "pos_embed" in weights and "blocks.0.attn.qkv.weight" in weights  # timm key names
+    heads = load_file(str(run / "heads.safetensors"))
+    assert set(heads) == {"head.pre_logits.fc.weight", "head.pre_logits.fc.bias", "head.fc.weight", "head.fc.bias"}
+
+    # timm alone rebuilds the backbone from config.json and loads the weights strictly
+    record = config["backbone"]
+    timm_model = timm.create_model(record["timm_arch"], **record["timm_kwargs"])
+    timm_model.load_state_dict(weights, strict=True)
+    ours = vitx.load_backbone(run)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(timm_model.eval()(x), ours.eval()(x))
+
+
+def test_existing_run_is_never_overwritten(tmp_path):
+    pretrain(tiny(tmp_path))
+    before = (tmp_path / "run" / "model.safetensors").read_bytes()
+    with pytest.raises(VitxError, match="already holds a run"):
+        resolve_config(tiny(tmp_path), resume=False)
+    with pytest.raises(VitxError, match="cannot resume with different settings: --lr"):
+        resolve_config(tiny(tmp_path, lr=0.5), resume=True)
+    assert (tmp_path / "run" / "model.safetensors").read_bytes() == before
+
+
+def test_kill_during_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
+    """A crash in the middle of writing checkpoint 6 leaves checkpoint 3 complete and resumable."""
+    import vitx.runner.loop as loop
+
+    real = loop.save_weights
+    calls = {"n": 0}
+
+    def dying_save(tensors, path, metadata=None):
+        calls["n"] += 1
+        if calls["n"] == 3:  # second checkpoint: model.safetensors
+            path.write_bytes(b"half a file")
+            raise KeyboardInterrupt
+        return real(tensors, path, metadata)
+
+    monkeypatch.setattr(loop, "save_weights", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(tiny(tmp_path))
+    run = tmp_path / "run"
+    done = sorted(p.name for p in (run / "checkpoints").iterdir() if not p.name.startswith("."))
+    assert done == ["step_00000003"]
+    assert json.loads((run / "config.json").read_text())["step"] == 3
+    vitx.load_backbone(run)  # the top-level files are the intact step-3 ones
+    monkeypatch.setattr(loop, "save_weights", real)
+    last = pretrain(tiny(tmp_path), resume=True)
+    assert last["step"] == 6
+    assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]  # partial one cleaned
+
+
+def test_kill_9_then_resume_gives_identical_weights(tmp_path):
+    """Acceptance: a run killed with SIGKILL and resumed ends with the same weights, bit for bit."""
+    opts = dict(model="vit-nano/4", data="embedded:shapes", batch_size=16, steps=40, warmup_steps=4,
+                save_every=8, log_every=1, eval_samples=0, workers=1, log_with="none")
+    full = tmp_path / "full"
+    pretrain({**opts, "output_dir": str(full)})
+
+    broken = tmp_path / "broken"
+    cmd = [sys.executable, "-m", "vitx", "pretrain", *as_flags({**opts, "output_dir": str(broken)})]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while not (broken / "checkpoints" / "step_00000016").exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.time() < deadline
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    steps_logged = [m["step"] for m in _metrics(broken)]
+    assert max(steps_logged) < 40  # it really was killed mid-run
+
+    resumed = subprocess.run(cmd + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming" in resumed.stderr
+    a, b = load_file(str(full / "model.safetensors")), load_file(str(broken / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    ha, hb = load_file(str(full / "heads.safetensors")), load_file(str(broken / "heads.safetensors"))
+    assert all(torch.equal(ha[k], hb[k]) for k in ha)
+    assert [m["step"] for m in _metrics(broken)] == list(range(1, 41))  # no duplicated steps in the log
+    assert [m["loss"] for m in _metrics(broken)] == [m["loss"] for m in _metrics(full)]
+
+
+def test_grad_accumulation_matches_full_batch(tmp_path):
+    """Accumulating 4 micro-batches of 4 is the same optimisation as one batch of 16 (within float error)."""
+    a = pretrain(tiny(tmp_path / "a", eval_samples=0, save_every=100))
+    b = pretrain(tiny(tmp_path / "b", eval_samples=0, save_every=100, grad_accum=4))
+    wa, wb = load_file(str(tmp_path / "a/run/model.safetensors")), load_file(str(tmp_path / "b/run/model.safetensors"))
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
+    assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
+
+
+def test_schedule_shapes():
+    assert lr_factor(0, 100, 10, "cosine") == pytest.approx(0.1)
+    assert lr_factor(9, 100, 10, "cosine") == pytest.approx(1.0)
+    assert lr_factor(55, 100, 10, "cosine") == pytest.approx(0.5)
+    assert lr_factor(55, 100, 10, "linear") == pytest.approx(0.5)
+    assert lr_factor(100, 100, 10, "linear") == 0.0
+
+
+def test_bf16_and_sgd_run(tmp_path):
+    last = pretrain(tiny(tmp_path, precision="bf16", optimizer="sgd", lr=0.01, eval_samples=0))
+    assert last["step"] == 6 and torch.isfinite(torch.tensor(last["loss"]))
+
+
+def test_optimizer_excludes_norms_and_position_embeddings_from_decay(tmp_path):
+    setup = build(resolve_config(tiny(tmp_path), resume=False)[0])
+    groups = setup.optimizer.param_groups
+    no_decay = {id(p) for p in groups[1]["params"]}
+    backbone = setup.objective.backbone
+    assert groups[0]["weight_decay"] == 0.1 and groups[1]["weight_decay"] == 0.0
+    assert id(backbone.pos_embed) in no_decay and id(backbone.cls_token) in no_decay
+    assert id(backbone.norm.weight) in no_decay and id(backbone.blocks[0].attn.qkv.weight) not in no_decay
+    assert Trainer(setup).micro == 16

@@ -1,0 +1,57 @@
+"""Backbones: the paper's ViTs, the R50 hybrid, any timm ViT (`timm:<name>`), and user registrations.
+
+Contract (timm's VisionTransformer): `forward_features(x) -> (B, N + prefix, D)` tokens,
+`forward_head(tokens, pre_logits=True) -> (B, D)`, attributes `patch_embed`, `pos_embed`, `cls_token`,
+`num_prefix_tokens`, `embed_dim`, and `set_grad_checkpointing()`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ..registry import BACKBONES
+from . import vit, hybrid  # noqa: F401,I001  (registers the built-in names, paper ViTs first)
+from .spec import BackboneSpec, check_image_size
+from .timm_any import PREFIX as TIMM_PREFIX
+from .timm_any import create_timm_backbone
+
+__all__ = ["BackboneSpec", "create_backbone", "backbone_record", "count_parameters", "check_image_size"]
+
+
+def create_backbone(name: str, **overrides: Any) -> nn.Module:
+    """Build a registered backbone (or `timm:<arch>`) with `overrides` such as `img_size`, `patch_size`.
+
+    The result carries `vitx_record`: what config.json needs to build it again, in vitx and in timm.
+    """
+    grad_ckpt = bool(overrides.pop("grad_checkpointing", False))
+    if name.startswith(TIMM_PREFIX):
+        arch = name[len(TIMM_PREFIX):]
+        model = create_timm_backbone(arch, **overrides)
+        timm_args = {k: v for k, v in overrides.items() if k != "pretrained"}
+        timm_args.setdefault("num_classes", 0)
+    else:
+        entry = BACKBONES.get(name)
+        if isinstance(entry.obj, BackboneSpec):
+            model = entry.obj.build(**overrides)
+            arch, timm_args = entry.obj.timm_arch, entry.obj.timm_kwargs(**overrides)
+        else:  # a user factory
+            model, arch, timm_args = entry.obj(**overrides), None, None
+    if grad_ckpt:
+        model.set_grad_checkpointing(True)
+    model.vitx_record = {"name": name, "overrides": dict(overrides), "timm_arch": arch, "timm_kwargs": timm_args}
+    return model
+
+
+def backbone_record(model: nn.Module) -> dict[str, Any]:
+    """How to rebuild `model`: its registry name and overrides, and its timm architecture and arguments."""
+    return dict(model.vitx_record)
+
+
+def count_parameters(name: str, **overrides: Any) -> int:
+    """Parameter count without allocating weights (built on the meta device)."""
+    with torch.device("meta"):
+        model = create_backbone(name, weight_init="skip", **overrides) if not name.startswith(TIMM_PREFIX) \
+            else create_backbone(name, **overrides)
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,75 @@
+"""Checkpoint files: safetensors weights and config.json, written atomically, read without unpickling.
+
+A run directory holds `config.json` (everything needed to rebuild the model and its preprocessing),
+`model.safetensors` (the backbone, timm key names: `timm.create_model(config["backbone"]["timm_arch"],
+**config["backbone"]["timm_kwargs"])` loads it strictly) and `heads.safetensors` (the objective's heads).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from .errors import VitxError
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a kill leaves the old file or the new one, never half."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def save_weights(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp),
+              metadata={"format": "pt", **(metadata or {})})
+    os.replace(tmp, path)
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """Load a safetensors file; a missing or damaged file is a user error, not a traceback."""
+    if not path.exists():
+        raise VitxError(f"no weights at {path}")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise VitxError(f"{path} is not a readable safetensors file ({exc})") from None
+
+
+def read_config(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / "config.json"
+    if not path.exists():
+        raise VitxError(f"{run_dir} is not a vitx checkpoint (no config.json)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise VitxError(f"{path} is not valid JSON ({exc})") from None
+
+
+def load_backbone(run_dir: str | Path) -> nn.Module:
+    """Rebuild the backbone saved in a vitx run or checkpoint directory and load its weights (strictly)."""
+    from .backbones import create_backbone
+
+    run_dir = Path(run_dir)
+    config = read_config(run_dir)
+    try:
+        record = config["backbone"]
+        model = create_backbone(record["name"], **record["overrides"])
+    except KeyError as exc:
+        raise VitxError(f"{run_dir}/config.json lacks {exc}; not a vitx checkpoint") from None
+    state = read_weights(run_dir / "model.safetensors")
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise VitxError(f"{run_dir}/model.safetensors does not match {record['name']} "
+                        f"(missing {len(missing)}, unexpected {len(unexpected)} keys)")
+    return model

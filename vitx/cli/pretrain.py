@@ -1,0 +1,44 @@
+"""`vitx pretrain`: pre-train a backbone with an objective through Accelerate."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from ..runner import pretrain as run_pretrain
+from ..runner.config import PretrainConfig
+
+D = PretrainConfig()  # defaults shown in --help
+
+
+def pretrain(
+    objective: Optional[str] = typer.Option(None, help=f"Objective, with options: 'supervised(label_smoothing=0.1)'. [default: {D.objective}]"),
+    model: Optional[str] = typer.Option(None, help=f"Backbone name (see `vitx models`) or timm:<name>. [default: {D.model}]"),
+    data: Optional[str] = typer.Option(None, help=f"embedded:leaves|shapes|digits, a folder, or hf:owner/name. [default: {D.data}]"),
+    image_size: Optional[int] = typer.Option(None, help="Input resolution; a multiple of the patch size. [default: the model's]"),
+    batch_size: Optional[int] = typer.Option(None, help=f"Global batch per optimiser step. [default: {D.batch_size}]"),
+    steps: Optional[int] = typer.Option(None, help=f"Optimiser steps. [default: {D.steps}]"),
+    lr: Optional[float] = typer.Option(None, help=f"Peak learning rate. [default: {D.lr}]"),
+    warmup_steps: Optional[int] = typer.Option(None, help=f"Linear warm-up steps. [default: {D.warmup_steps}]"),
+    schedule: Optional[str] = typer.Option(None, help=f"Decay after warm-up: cosine or linear. [default: {D.schedule}]"),
+    optimizer: Optional[str] = typer.Option(None, help=f"adamw, adam or sgd (momentum 0.9). [default: {D.optimizer}]"),
+    weight_decay: Optional[float] = typer.Option(None, help=f"[default: {D.weight_decay}]"),
+    grad_clip: Optional[float] = typer.Option(None, help=f"Global gradient-norm clip; 0 disables. [default: {D.grad_clip}]"),
+    precision: Optional[str] = typer.Option(None, help=f"Mixed precision: no, bf16 or fp16 (GPU). [default: {D.precision}]"),
+    grad_accum: Optional[int] = typer.Option(None, help=f"Gradient accumulation steps. [default: {D.grad_accum}]"),
+    output_dir: Optional[str] = typer.Option(None, help=f"Run directory. [default: {D.output_dir}]"),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --output-dir from its last checkpoint."),
+    seed: Optional[int] = typer.Option(None, help=f"[default: {D.seed}]"),
+    save_every: Optional[int] = typer.Option(None, help=f"Checkpoint every N steps (and at the end). [default: {D.save_every}]"),
+    keep_checkpoints: Optional[int] = typer.Option(None, help=f"How many checkpoints to keep. [default: {D.keep_checkpoints}]"),
+    log_every: Optional[int] = typer.Option(None, help=f"Log metrics every N steps. [default: {D.log_every}]"),
+    eval_samples: Optional[int] = typer.Option(None, help=f"Validation images evaluated at each checkpoint; 0 disables. [default: {D.eval_samples}]"),
+    workers: Optional[int] = typer.Option(None, help="DataLoader worker processes. [default: cores - 1, at most 4]"),
+    skip_corrupt: Optional[bool] = typer.Option(None, "--skip-corrupt/--no-skip-corrupt", help="Skip (and count) undecodable images instead of stopping."),
+    grad_checkpointing: Optional[bool] = typer.Option(None, "--grad-checkpointing/--no-grad-checkpointing", help="Trade compute for memory."),
+    crop_scale: Optional[float] = typer.Option(None, help=f"Smallest random-crop area fraction. [default: {D.crop_scale}]"),
+    log_with: Optional[str] = typer.Option(None, help="Accelerate tracker: auto (tensorboard if installed), none, wandb, ..."),
+) -> None:
+    """Pre-train a ViT. Defaults: a 2-minute CPU demo (vit-nano/4, supervised, embedded shapes at 32px)."""
+    given = {k: v for k, v in locals().items() if k != "resume" and v is not None}
+    run_pretrain(given, resume=resume)

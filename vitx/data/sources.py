@@ -1,0 +1,172 @@
+"""Where images come from. Every source becomes an `ImageSource`: `len()`, `load(i) -> (PIL image, label)`,
+`num_classes` (None when unlabeled) and `class_names`.
+
+`--data` accepts:
+  embedded:NAME(opts)   procedural data generated on the fly (leaves, shapes, digits); see `procedural.py`
+  /path/to/folder       a `datasets` `save_to_disk` folder, or an image folder laid out `class/xxx.jpg`
+  hf:OWNER/NAME         a Hugging Face hub dataset (needs internet; `OWNER/NAME` alone works when no such path exists)
+Files and hub datasets are read through Hugging Face `datasets`; images are decoded here so that a corrupt file is
+reported by name.
+"""
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+from PIL import Image
+
+from ..errors import CorruptImageError, VitxError
+from ..spec import parse_spec
+from .procedural import EMBEDDED
+
+SPLIT_ALIASES = {"train": ("train",), "validation": ("validation", "valid", "val", "test"), "test": ("test",)}
+
+
+class ImageSource(Protocol):
+    num_classes: int | None
+    class_names: list[str] | None
+
+    def __len__(self) -> int: ...
+
+    def load(self, index: int) -> tuple[Image.Image, Any]: ...
+
+
+class HFImageSource:
+    """A `datasets.Dataset` with an image column and (optionally) a class-label column."""
+
+    def __init__(self, ds: Any, origin: str) -> None:
+        from datasets import ClassLabel, Image as HFImage, Sequence
+
+        self.origin = origin
+        image_key = next((k for k, f in ds.features.items() if isinstance(f, HFImage)), None)
+        if image_key is None:
+            image_key = next((k for k in ("image", "img", "jpg", "png", "webp") if k in ds.features), None)
+        if image_key is None:
+            raise VitxError(f"{origin} has no image column (columns: {', '.join(ds.features)})")
+        if isinstance(ds.features[image_key], HFImage):
+            ds = ds.cast_column(image_key, HFImage(decode=False))  # decode ourselves: name corrupt files
+        self.image_key = image_key
+        self.label_key = next((k for k in ("label", "labels", "cls", "fine_label") if k in ds.features), None)
+        self.num_classes: int | None = None
+        self.class_names: list[str] | None = None
+        self.multilabel = False
+        if self.label_key is not None:
+            feat = ds.features[self.label_key]
+            if isinstance(feat, ClassLabel):
+                self.num_classes, self.class_names = feat.num_classes, list(feat.names)
+            elif isinstance(feat, Sequence) and isinstance(feat.feature, ClassLabel):
+                self.num_classes, self.class_names = feat.feature.num_classes, list(feat.feature.names)
+                self.multilabel = True
+            else:
+                self.num_classes = int(max(ds[self.label_key])) + 1
+        self.ds = ds
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def load(self, index: int) -> tuple[Image.Image, Any]:
+        row = self.ds[int(index)]
+        value = row[self.image_key]
+        name = f"#{index} of {self.origin}"
+        try:
+            if isinstance(value, Image.Image):
+                img = value
+            elif isinstance(value, dict):
+                name = value.get("path") or name
+                raw = value.get("bytes")
+                img = Image.open(io.BytesIO(raw)) if raw is not None else Image.open(value["path"])
+            elif isinstance(value, (bytes, bytearray)):
+                img = Image.open(io.BytesIO(value))
+            else:
+                raise TypeError(f"unsupported image value {type(value).__name__}")
+            img = img.convert("RGB")  # forces the full decode
+        except Exception as exc:
+            raise CorruptImageError(f"cannot decode image {name}: {exc}") from None
+        label = row[self.label_key] if self.label_key is not None else None
+        if self.multilabel:
+            hot = [0] * int(self.num_classes)
+            for k in label:
+                hot[k] = 1
+            label = hot
+        return img, label
+
+
+def _pick_split(dd: Any, split: str, origin: str) -> Any:
+    for name in SPLIT_ALIASES[split]:
+        if name in dd:
+            return dd[name]
+    if split == "train":
+        raise VitxError(f"{origin} has no '{split}' split (splits: {', '.join(dd)})")
+    return None
+
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.startswith(("/", "./", "../", "~")) or os.path.exists(spec) or "\\" in spec
+
+
+def open_source(spec: str, split: str = "train", image_size: int = 32, seed: int = 0) -> ImageSource | None:
+    """Resolve a `--data` spec to a source for `split`; None when an optional split (validation) is absent."""
+    if spec.startswith("embedded:"):
+        name, options = parse_spec(spec[len("embedded:"):])
+        if name not in EMBEDDED:
+            raise VitxError(f"unknown embedded dataset '{name}'; choose from {', '.join(EMBEDDED)}")
+        options.setdefault("size", image_size)
+        if name != "digits":
+            options.setdefault("seed", seed)
+            if split != "train":
+                options["length"] = options.pop("eval_length", 2_000)
+            else:
+                options.pop("eval_length", None)
+        try:
+            return EMBEDDED[name](split=split, **options)
+        except TypeError as exc:
+            raise VitxError(f"bad options for embedded:{name}: {exc}") from None
+    if _looks_like_path(spec):
+        return _open_local(Path(spec).expanduser(), split)
+    return _open_hub(spec[3:] if spec.startswith("hf:") else spec, split)
+
+
+def _open_local(path: Path, split: str) -> ImageSource | None:
+    if not path.exists():
+        raise VitxError(f"data path {path} does not exist")
+    if not path.is_dir():
+        raise VitxError(f"data path {path} is not a folder (expected a save_to_disk folder or class/image folders)")
+    import datasets
+
+    if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+        try:
+            loaded = datasets.load_from_disk(str(path))
+        except Exception as exc:
+            raise VitxError(f"cannot read dataset folder {path}: {exc}") from None
+        if isinstance(loaded, datasets.DatasetDict):
+            loaded = _pick_split(loaded, split, str(path))
+            if loaded is None:
+                return None
+        elif split != "train":
+            return None
+        return HFImageSource(loaded, str(path))
+    if not any(p.is_dir() for p in path.iterdir()):
+        raise VitxError(f"{path} has no class folders (expected {path}/<class>/<image>) and is not a save_to_disk folder")
+    if split != "train" and not any((path / name).is_dir() for name in SPLIT_ALIASES[split]):
+        return None
+    try:
+        dd = datasets.load_dataset("imagefolder", data_dir=str(path))
+    except Exception as exc:
+        raise VitxError(f"cannot read image folder {path}: {str(exc).splitlines()[0]}") from None
+    chosen = _pick_split(dd, split, str(path))
+    return None if chosen is None else HFImageSource(chosen, str(path))
+
+
+def _open_hub(repo: str, split: str) -> ImageSource | None:
+    import datasets
+
+    try:
+        dd = datasets.load_dataset(repo)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise VitxError(f"cannot load '{repo}' from the Hugging Face hub ({first[:200]}); offline, save a copy with "
+                        "datasets' save_to_disk and pass --data /path/to/it") from None
+    chosen = _pick_split(dd, split, repo)
+    return None if chosen is None else HFImageSource(chosen, repo)

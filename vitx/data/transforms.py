@@ -1,0 +1,74 @@
+"""Train and eval preprocessing, driven by an explicit random generator.
+
+Randomness comes from a generator seeded by (run seed, stream position) for every sample, so the same sample
+gets the same augmentation whichever process or worker loads it: runs are reproducible across process counts
+and resume exactly.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from PIL import Image
+
+INTERPOLATION = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "nearest": Image.NEAREST}
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """Everything needed to turn an image into the model's input; stored in config.json.
+
+    mean/std 0.5 maps pixels to [-1, 1] as in the paper's code. `crop_scale` is the lower bound of the random
+    resized crop's area (the Inception setting is 0.08; 0.35 keeps objects whole on small procedural images).
+    """
+
+    image_size: int
+    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    interpolation: str = "bicubic"
+    crop_scale: float = 0.35
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    hflip: bool = True
+    eval_crop_pct: float = 1.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def train(self, img: Image.Image, rng: np.random.Generator) -> torch.Tensor:
+        """Random resized crop + horizontal flip + normalise. Returns (3, S, S)."""
+        box = self._random_box(img.size, rng)
+        out = img.resize((self.image_size, self.image_size), INTERPOLATION[self.interpolation], box=box)
+        if self.hflip and rng.random() < 0.5:
+            out = out.transpose(Image.FLIP_LEFT_RIGHT)
+        return self._normalise(out)
+
+    def eval(self, img: Image.Image) -> torch.Tensor:
+        """Resize the short side to size / crop_pct, centre-crop to size, normalise. Returns (3, S, S)."""
+        w, h = img.size
+        side = min(w, h) * self.eval_crop_pct
+        box = ((w - side) / 2, (h - side) / 2, (w + side) / 2, (h + side) / 2)
+        out = img.resize((self.image_size, self.image_size), INTERPOLATION[self.interpolation], box=box)
+        return self._normalise(out)
+
+    def _random_box(self, size: tuple[int, int], rng: np.random.Generator) -> tuple[float, float, float, float]:
+        """Inception-style crop: area in [crop_scale, 1], log-uniform aspect ratio; centre crop after 10 misses."""
+        w, h = size
+        area = w * h
+        log_lo, log_hi = math.log(self.crop_ratio[0]), math.log(self.crop_ratio[1])
+        for _ in range(10):
+            target = area * rng.uniform(self.crop_scale, 1.0)
+            ratio = math.exp(rng.uniform(log_lo, log_hi))
+            cw, ch = math.sqrt(target * ratio), math.sqrt(target / ratio)
+            if cw <= w and ch <= h:
+                x0, y0 = rng.uniform(0, w - cw), rng.uniform(0, h - ch)
+                return (x0, y0, x0 + cw, y0 + ch)
+        side = min(w, h)
+        return ((w - side) / 2, (h - side) / 2, (w + side) / 2, (h + side) / 2)
+
+    def _normalise(self, img: Image.Image) -> torch.Tensor:
+        x = torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1).float().div_(255.0)  # (3, S, S)
+        mean = torch.tensor(self.mean).view(3, 1, 1)
+        std = torch.tensor(self.std).view(3, 1, 1)
+        return (x - mean) / std

@@ -1,0 +1,29 @@
+"""Errors a user can cause. The CLI prints these as one line and exits non-zero; anything else is a bug."""
+from __future__ import annotations
+
+
+class VitxError(Exception):
+    """A problem with the user's input (names, paths, sizes, files) rather than a bug in vitx."""
+
+    def user_message(self) -> str:
+        """One line for the terminal.
+
+        Errors raised inside DataLoader workers come back wrapped with the worker's traceback in their
+        message; keep only the original one-line message.
+        """
+        text = str(self)
+        if "Original Traceback" in text:
+            last = [line for line in text.strip().splitlines() if line.strip()][-1]
+            text = last.split(": ", 1)[1] if ": " in last else last
+        return text.strip().splitlines()[0] if text.strip() else type(self).__name__
+
+
+class UnknownNameError(VitxError, KeyError):
+    """A registry lookup for a name that is not registered."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class CorruptImageError(VitxError):
+    """An image file that cannot be decoded."""

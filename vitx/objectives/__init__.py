@@ -1,0 +1,26 @@
+"""Pre-training objectives, registered by name; `create_objective` builds one around a backbone."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch.nn as nn
+
+from ..errors import VitxError
+from ..registry import OBJECTIVES
+from . import supervised  # noqa: F401  (registers "supervised")
+from .base import Objective
+
+__all__ = ["Objective", "create_objective"]
+
+
+def create_objective(name: str, backbone: nn.Module, num_classes: int | None, **options: Any) -> Objective:
+    """Build objective `name` on `backbone`; `num_classes` comes from the data (None when unlabeled)."""
+    cls = OBJECTIVES.get(name).obj
+    if getattr(cls, "needs_labels", False):
+        if not num_classes:
+            raise VitxError(f"objective '{name}' needs labelled data; this dataset has no labels")
+        options.setdefault("num_classes", num_classes)
+    try:
+        return cls(backbone, **options)
+    except TypeError as exc:
+        raise VitxError(f"bad options for objective '{name}': {exc}") from None

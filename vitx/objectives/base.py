@@ -1,0 +1,41 @@
+"""The objective contract: everything the runner needs to train with an objective, and nothing more.
+
+An objective is an `nn.Module` built from a backbone and its options. It owns its heads, says whether it
+needs labels, turns a batch into a loss and named metrics, and may hook step events. The runner never looks
+inside it.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.nn as nn
+
+
+class Objective(nn.Module):
+    """Base class. Subclasses set `needs_labels` and implement `forward`.
+
+    `forward(batch)` takes `{"image": (B, 3, H, W) float, "label": (B,) or (B, K)}` and returns a dict of scalar
+    tensors: `"loss"` (minimised) and any metrics (averaged over the logging interval and processes).
+    Weights under `backbone.` are the transferable backbone; everything else is the objective's heads.
+    """
+
+    needs_labels: ClassVar[bool] = False
+
+    def __init__(self, backbone: nn.Module, **options: Any) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.options = dict(options)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def on_after_backward(self) -> None:
+        """Called once per optimiser step, after gradients are complete and before clipping."""
+
+    def on_step_end(self, step: int) -> None:
+        """Called after each optimiser step (EMA teachers, schedules of the objective's own)."""
+
+    def head_state_dict(self) -> dict[str, torch.Tensor]:
+        """The objective's own weights (not the backbone's), saved beside the backbone in checkpoints."""
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("backbone.")}

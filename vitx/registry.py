@@ -1,0 +1,94 @@
+"""One small registry for every pluggable kind: backbones, objectives, adapters and tasks.
+
+Each kind is a `Registry`; components register by name and are looked up by name, with close
+matches suggested on a typo. Nothing here knows what a backbone or an objective is.
+"""
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from .errors import UnknownNameError
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A registered component: the object (usually a factory), a one-line description and its origin."""
+
+    name: str
+    obj: Any
+    description: str = ""
+    source: str = "built-in"
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Registry:
+    """Name → component for one kind of plugin."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, Entry] = {}
+
+    def register(
+        self,
+        name: str,
+        obj: Any = None,
+        *,
+        description: str = "",
+        source: str = "built-in",
+        overwrite: bool = False,
+        **info: Any,
+    ) -> Any:
+        """Register `obj` under `name`; without `obj`, return a decorator that does so."""
+
+        def add(target: Any) -> Any:
+            if name in self._entries and not overwrite:
+                warnings.warn(f"{self.kind} '{name}' was already registered; replacing it", stacklevel=3)
+            doc = description or (target.__doc__ or "").strip().splitlines()[0:1]
+            text = doc if isinstance(doc, str) else (doc[0] if doc else "")
+            self._entries[name] = Entry(name, target, text, source, dict(info))
+            return target
+
+        return add if obj is None else add(obj)
+
+    def get(self, name: str) -> Entry:
+        """The entry for `name`, or an error naming the closest registered names."""
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise UnknownNameError(self.unknown_message(name)) from None
+
+    def unknown_message(self, name: str) -> str:
+        close = difflib.get_close_matches(name, list(self._entries), n=4, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(self._entries))}"
+        return f"unknown {self.kind} '{name}'{hint}"
+
+    def names(self, pattern: str = "*") -> list[str]:
+        """Registered names matching an fnmatch `pattern`, in registration order."""
+        return [n for n in self._entries if fnmatch.fnmatchcase(n, pattern)]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(list(self._entries.values()))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+BACKBONES = Registry("backbone")
+OBJECTIVES = Registry("objective")
+
+
+def register_backbone(name: str, **kw: Any) -> Callable[[Any], Any]:
+    """Decorator: register a backbone factory `fn(**overrides) -> nn.Module`."""
+    return BACKBONES.register(name, **kw)
+
+
+def register_objective(name: str, **kw: Any) -> Callable[[Any], Any]:
+    """Decorator: register an objective class `cls(backbone, **options)`."""
+    return OBJECTIVES.register(name, **kw)

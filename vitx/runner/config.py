@@ -1,0 +1,92 @@
+"""Run configuration as data: one dataclass, saved in config.json, compared on --resume."""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from ..errors import VitxError
+
+CHOICES = {
+    "optimizer": ("adamw", "adam", "sgd"),
+    "schedule": ("cosine", "linear"),
+    "precision": ("no", "bf16", "fp16"),
+}
+
+
+def default_workers() -> int:
+    """One loader worker per spare core, at most 4: the main process needs the rest for compute."""
+    return max(1, min(4, (os.cpu_count() or 2) - 1))
+
+
+@dataclass
+class PretrainConfig:
+    """Defaults run the embedded CPU demo in a few minutes; the paper's B/16 recipe is in recipes/."""
+
+    objective: str = "supervised"
+    model: str = "vit-nano/4"
+    data: str = "embedded:shapes"
+    image_size: int | None = None  # None: the backbone's default (32 for the CPU variants, 224 for the paper's)
+    batch_size: int = 128  # global: per optimiser step, over all processes and accumulation steps
+    steps: int = 600
+    lr: float = 1e-3
+    warmup_steps: int = 50
+    schedule: str = "cosine"
+    optimizer: str = "adamw"
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    precision: str = "no"
+    grad_accum: int = 1
+    output_dir: str = "runs/pretrain"
+    seed: int = 0
+    save_every: int = 200
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    eval_samples: int = 1024
+    workers: int = -1  # -1: default_workers()
+    skip_corrupt: bool = False
+    grad_checkpointing: bool = False
+    crop_scale: float = 0.35
+    log_with: str = "auto"  # auto: tensorboard when installed; none; or any Accelerate tracker name
+
+    def validate(self) -> "PretrainConfig":
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise VitxError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}, "
+                                f"got '{getattr(self, name)}'")
+        positive = ("batch_size", "steps", "grad_accum", "save_every", "log_every", "keep_checkpoints")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise VitxError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.image_size is not None and self.image_size <= 0:
+            raise VitxError(f"--image-size must be positive, got {self.image_size}")
+        if self.lr <= 0:
+            raise VitxError(f"--lr must be positive, got {self.lr}")
+        if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
+            raise VitxError("--warmup-steps, --weight-decay and --grad-clip must not be negative")
+        if not 0 < self.crop_scale <= 1:
+            raise VitxError(f"--crop-scale must be in (0, 1], got {self.crop_scale}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PretrainConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# Options that may differ between a run and its resumption without changing the result.
+RESUME_FREE = {"output_dir", "workers", "log_with", "log_every", "save_every", "keep_checkpoints", "eval_samples"}
+
+
+def merge_for_resume(saved: PretrainConfig, explicit: dict[str, Any]) -> PretrainConfig:
+    """The saved run's config, with the explicitly given options that may change; others must match."""
+    clash = [f"--{k.replace('_', '-')} {v!r} (run has {getattr(saved, k)!r})"
+             for k, v in explicit.items() if k not in RESUME_FREE and getattr(saved, k) != v]
+    if clash:
+        raise VitxError("cannot resume with different settings: " + "; ".join(clash))
+    merged = saved.to_dict()
+    merged.update({k: v for k, v in explicit.items() if k in RESUME_FREE})
+    return PretrainConfig.from_dict(merged)

@@ -1,0 +1,317 @@
+"""The runner: one Accelerate training loop that drives any objective through the `Objective` contract.
+
+It owns devices, precision, accumulation, clipping, schedules, logging, evaluation and checkpoints; it knows
+nothing about what the objective computes.
+"""
+from __future__ import annotations
+
+import importlib.util
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+from accelerate.utils import ProjectConfiguration, set_seed
+from rich.console import Console
+
+from .. import __version__
+from ..backbones import backbone_record, create_backbone
+from ..checkpoint import read_config, save_weights
+from ..data import Preprocess, eval_loader, open_source, train_loader
+from ..errors import VitxError
+from ..objectives import Objective, create_objective
+from ..spec import parse_spec
+from .config import PretrainConfig, default_workers, merge_for_resume
+from .optim import build_optimizer, build_schedule
+from .reporting import MetricsLog, progress_bar
+from .rundir import RunDir
+
+
+@dataclass
+class Setup:
+    """Everything built for a run before its first step (shared by the CLI, the tests and the benchmark)."""
+
+    cfg: PretrainConfig
+    accelerator: Accelerator
+    model: torch.nn.Module  # the prepared (possibly DDP-wrapped) objective
+    objective: Objective  # the same objective, unwrapped
+    optimizer: Any
+    scheduler: Any
+    preprocess: Preprocess
+    run: RunDir
+    start_step: int
+    data_info: dict[str, Any]
+    train_source: Any
+    val_source: Any
+
+
+def resolve_config(explicit: dict[str, Any], resume: bool) -> tuple[PretrainConfig, Path | None]:
+    """The config to run and the checkpoint to resume from (None: start fresh)."""
+    cfg = PretrainConfig(**explicit).validate()
+    run = RunDir(cfg.output_dir)
+    latest = run.latest()
+    if latest is None:
+        return cfg, None
+    if not resume:
+        raise VitxError(f"{cfg.output_dir} already holds a run (last checkpoint {latest.name}); "
+                        "pass --resume to continue it, or choose another --output-dir")
+    saved = PretrainConfig.from_dict(read_config(latest)["run"])
+    return merge_for_resume(saved, explicit).validate(), latest
+
+
+def _trackers(name: str) -> list[str] | None:
+    if name == "none":
+        return None
+    if name == "auto":
+        have_tb = any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX"))
+        return ["tensorboard"] if have_tb else None
+    return [name]
+
+
+def _reset_single_process_state() -> None:
+    """Accelerate keeps process-wide singletons; a second run in the same (non-distributed) process, as in
+    tests, notebooks and sweeps, must not inherit the first run's precision or accumulation settings."""
+    if not torch.distributed.is_initialized():
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+
+
+def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
+    """Create the accelerator, data sources, backbone, objective, optimiser and schedule; load a checkpoint."""
+    if cfg.precision == "fp16" and not torch.cuda.is_available():
+        raise VitxError("fp16 mixed precision needs a GPU; on CPU use --precision bf16 or no")
+    _reset_single_process_state()
+    accelerator = Accelerator(
+        cpu=not torch.cuda.is_available(),
+        mixed_precision=cfg.precision,
+        gradient_accumulation_steps=cfg.grad_accum,
+        step_scheduler_with_optimizer=False,
+        log_with=_trackers(cfg.log_with),
+        project_config=ProjectConfiguration(project_dir=cfg.output_dir, logging_dir=f"{cfg.output_dir}/logs"),
+    )
+    world = accelerator.num_processes
+    if cfg.batch_size % (world * cfg.grad_accum):
+        raise VitxError(f"--batch-size {cfg.batch_size} must divide evenly over {world} process(es) × "
+                        f"{cfg.grad_accum} accumulation step(s)")
+    set_seed(cfg.seed)
+
+    model_name, model_opts = parse_spec(cfg.model)
+    if cfg.image_size is not None:
+        model_opts["img_size"] = cfg.image_size
+    if cfg.grad_checkpointing:
+        model_opts["grad_checkpointing"] = True
+    backbone = create_backbone(model_name, **model_opts)
+    image_size = int(backbone.patch_embed.img_size[0])
+    preprocess = Preprocess(image_size=image_size, crop_scale=cfg.crop_scale)
+
+    train_source = open_source(cfg.data, "train", image_size=image_size, seed=cfg.seed)
+    if len(train_source) == 0:
+        raise VitxError(f"{cfg.data} has no training images")
+    val_source = open_source(cfg.data, "validation", image_size=image_size, seed=cfg.seed) \
+        if cfg.eval_samples > 0 else None
+    data_info = {"spec": cfg.data, "num_classes": train_source.num_classes,
+                 "class_names": train_source.class_names, "train_size": len(train_source)}
+
+    obj_name, obj_opts = parse_spec(cfg.objective)
+    objective = create_objective(obj_name, backbone, train_source.num_classes, **obj_opts)
+    optimizer = build_optimizer(objective, cfg.optimizer, cfg.lr, cfg.weight_decay)
+    scheduler = build_schedule(optimizer, cfg.steps, cfg.warmup_steps, cfg.schedule)
+    model, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
+
+    start = 0
+    if resume_from is not None:
+        accelerator.load_state(str(resume_from / "accelerate"))
+        start = RunDir.step_of(resume_from)
+    return Setup(cfg, accelerator, model, objective, optimizer, scheduler, preprocess, RunDir(cfg.output_dir),
+                 start, data_info, train_source, val_source)
+
+
+def _config_record(s: Setup, step: int) -> dict[str, Any]:
+    obj_name, obj_opts = parse_spec(s.cfg.objective)
+    return {
+        "vitx_version": __version__,
+        "step": step,
+        "backbone": backbone_record(s.objective.backbone),
+        "preprocess": s.preprocess.to_dict(),
+        "objective": {"name": obj_name, "options": obj_opts},
+        "data": s.data_info,
+        "run": s.cfg.to_dict(),
+    }
+
+
+class Trainer:
+    """Runs the steps of a `Setup`: `step()` for one optimiser step, `fit()` for the whole run."""
+
+    def __init__(self, setup: Setup, console: Console | None = None) -> None:
+        self.s = setup
+        self.console = console or Console(stderr=True)
+        cfg, acc = setup.cfg, setup.accelerator
+        self.micro = cfg.batch_size // (acc.num_processes * cfg.grad_accum)  # per process, per micro-step
+        self.workers = default_workers() if cfg.workers < 0 else cfg.workers
+        self.step_count = setup.start_step
+        self._batches: Iterator[dict[str, Any]] | None = None
+        self._sums: dict[str, torch.Tensor] = {}
+        self._n = 0
+        self.skipped = torch.zeros((), dtype=torch.long)
+
+    # ---- one optimiser step ------------------------------------------------------------------------------
+    def batches(self) -> Iterator[dict[str, Any]]:
+        if self._batches is None:
+            cfg, acc = self.s.cfg, self.s.accelerator
+            loader = train_loader(self.s.train_source, self.s.preprocess,
+                                  global_micro_batch=self.micro * acc.num_processes, rank=acc.process_index,
+                                  world=acc.num_processes, seed=cfg.seed,
+                                  start_micro_step=self.step_count * cfg.grad_accum, workers=self.workers,
+                                  skip_corrupt=cfg.skip_corrupt)
+            self._batches = iter(loader)
+        return self._batches
+
+    def step(self, micro_batches: list[dict[str, Any]] | None = None) -> None:
+        """One optimiser step over `grad_accum` micro-batches (drawn from the stream when not given)."""
+        s, acc = self.s, self.s.accelerator
+        batches = micro_batches or [next(self.batches()) for _ in range(s.cfg.grad_accum)]
+        for batch in batches:
+            self.skipped += batch["skipped"].sum()
+            batch = {"image": batch["image"].to(acc.device, non_blocking=True),
+                     "label": batch["label"].to(acc.device, non_blocking=True)}
+            with acc.accumulate(s.model):
+                out = s.model(batch)
+                acc.backward(out["loss"])
+                if acc.sync_gradients:
+                    s.objective.on_after_backward()
+                    if s.cfg.grad_clip > 0:
+                        out["grad_norm"] = acc.clip_grad_norm_(s.model.parameters(), s.cfg.grad_clip)
+                    out["lr"] = torch.tensor(s.optimizer.param_groups[0]["lr"])
+                s.optimizer.step()
+                if acc.sync_gradients:
+                    s.scheduler.step()
+                s.optimizer.zero_grad(set_to_none=True)
+            for k, v in out.items():
+                v = v.detach().float().reshape(()).to(acc.device)
+                self._sums[k] = self._sums[k] + v if k in self._sums else v
+            self._n += 1
+        self.step_count += 1
+        s.objective.on_step_end(self.step_count)
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Means since the last call, averaged over processes. grad_norm and lr are per step, not per micro-step."""
+        acc, accum = self.s.accelerator, self.s.cfg.grad_accum
+        keys = sorted(self._sums)
+        if not keys:
+            return {}
+        totals = torch.stack([self._sums[k] for k in keys])
+        counts = torch.tensor([self._n / (accum if k in ("grad_norm", "lr") else 1) for k in keys],
+                              device=totals.device)
+        means = acc.reduce(totals / counts, reduction="mean")
+        self._sums, self._n = {}, 0
+        return {k: float(v) for k, v in zip(keys, means.tolist())}
+
+    # ---- evaluation and checkpoints ----------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        s, acc = self.s, self.s.accelerator
+        if s.val_source is None:
+            return {}
+        loader = eval_loader(s.val_source, s.preprocess, batch=self.micro, rank=acc.process_index,
+                             world=acc.num_processes, limit=s.cfg.eval_samples, workers=self.workers,
+                             skip_corrupt=s.cfg.skip_corrupt)
+        s.model.eval()
+        sums: dict[str, torch.Tensor] = {}
+        count = torch.zeros((), device=acc.device)
+        for batch in loader:
+            n = batch["image"].shape[0]
+            with acc.autocast():
+                out = s.model({"image": batch["image"].to(acc.device), "label": batch["label"].to(acc.device)})
+            for k, v in out.items():
+                sums[k] = sums.get(k, 0) + v.detach().float() * n
+            count += n
+        s.model.train()
+        if not sums:
+            return {}
+        keys = sorted(sums)
+        totals = acc.reduce(torch.stack([sums[k] for k in keys] + [count]), reduction="sum")
+        return {f"val_{k}": float(v / totals[-1]) for k, v in zip(keys, totals[:-1])}
+
+    def save(self) -> Path | None:
+        """Write a checkpoint for the current step (all processes take part; the main process publishes)."""
+        s, acc = self.s, self.s.accelerator
+        acc.wait_for_everyone()
+        staged = s.run.staging(self.step_count) if acc.is_main_process else None
+        acc.wait_for_everyone()
+        target = s.run.checkpoints / f".step_{self.step_count:08d}.partial"
+        acc.save_state(str(target / "accelerate"), safe_serialization=True)
+        state = acc.get_state_dict(s.model)  # full weights, gathered when sharded
+        final = None
+        if acc.is_main_process:
+            back = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
+            heads = {k: v for k, v in state.items() if not k.startswith("backbone.")}
+            meta = {"vitx_step": str(self.step_count)}
+            save_weights(back, staged / "model.safetensors", meta)
+            if heads:
+                save_weights(heads, staged / "heads.safetensors", meta)
+            final = s.run.publish(staged, self.step_count, _config_record(s, self.step_count), s.cfg.keep_checkpoints)
+        acc.wait_for_everyone()
+        return final
+
+    # ---- the whole run -----------------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        s, cfg, acc = self.s, self.s.cfg, self.s.accelerator
+        main = acc.is_main_process
+        if main:
+            s.run.path.mkdir(parents=True, exist_ok=True)
+            s.run.clean_partial()
+        resumed = self.step_count > 0
+        log = MetricsLog(s.run.path / "metrics.jsonl", self.step_count if resumed else None) if main else None
+        if acc.log_with:
+            acc.init_trackers("vitx", config={k: v for k, v in cfg.to_dict().items() if v is not None})
+        last: dict[str, float] = {}
+        tick, done_at_tick = time.perf_counter(), self.step_count
+        with progress_bar(self.console, main) as bar:
+            task = bar.add_task("resume" if resumed else "pretrain", total=cfg.steps, completed=self.step_count,
+                                loss="-", lr="-", speed="-")
+            while self.step_count < cfg.steps:
+                self.step()
+                step = self.step_count
+                if step % cfg.log_every == 0 or step == cfg.steps:
+                    metrics = self.pop_metrics()
+                    now = time.perf_counter()
+                    metrics["images_per_s"] = (step - done_at_tick) * cfg.batch_size / max(now - tick, 1e-9)
+                    tick, done_at_tick = now, step
+                    if cfg.skip_corrupt:
+                        metrics["skipped_images"] = float(acc.reduce(self.skipped.to(acc.device), "sum"))
+                    if step % cfg.save_every == 0 or step == cfg.steps:
+                        metrics.update(self.evaluate())
+                    last = {"step": step, **metrics}
+                    if log:
+                        log.write(last)
+                    acc.log(metrics, step=step)
+                    bar.update(task, loss=f"{metrics['loss']:.4f}", lr=f"{metrics.get('lr', 0):.2e}",
+                               speed=f"{metrics['images_per_s']:.1f}")
+                elif step % cfg.save_every == 0:
+                    last.update(self.evaluate())
+                if step % cfg.save_every == 0 or step == cfg.steps:
+                    self.save()
+                bar.update(task, completed=step)
+        if log:
+            log.close()
+        acc.end_training()
+        return last
+
+
+def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | None = None) -> dict[str, Any]:
+    """Run (or resume) a pre-training from explicitly given options; returns the last logged metrics."""
+    cfg, resume_from = resolve_config(explicit, resume)
+    setup = build(cfg, resume_from)
+    console = console or Console(stderr=True)
+    if setup.accelerator.is_main_process:
+        n_params = sum(p.numel() for p in setup.objective.backbone.parameters())
+        what = f"resuming {cfg.output_dir} at step {setup.start_step}" if resume_from else f"run {cfg.output_dir}"
+        console.print(f"vitx {__version__}: {what} | {cfg.objective} on {cfg.model} ({n_params / 1e6:.2f}M) "
+                      f"| {cfg.data} ({len(setup.train_source)} images, {setup.preprocess.image_size}px) "
+                      f"| {setup.accelerator.num_processes} process(es) on {setup.accelerator.device}", soft_wrap=True)
+        if resume and resume_from is None:
+            console.print(f"nothing to resume in {cfg.output_dir}; starting a new run", soft_wrap=True)
+    return Trainer(setup, console).fit()

@@ -1,0 +1,72 @@
+"""The run directory: numbered checkpoints that appear only when complete, and the latest one on top.
+
+    run/config.json  model.safetensors  heads.safetensors  metrics.jsonl
+    run/checkpoints/step_00000100/{config.json, model.safetensors, heads.safetensors, trainer_state.json,
+                                  accelerate/ (optimizer, scheduler, RNG: Accelerate's own state)}
+
+A checkpoint is written under a hidden temporary name and renamed into place when everything is on disk,
+so a kill during a save leaves the previous checkpoints intact; leftovers are removed on the next start.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint import atomic_write_text
+
+PREFIX = "step_"
+
+
+class RunDir:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.checkpoints = self.path / "checkpoints"
+
+    def latest(self) -> Path | None:
+        """The newest complete checkpoint, or None."""
+        if not self.checkpoints.is_dir():
+            return None
+        done = [p for p in self.checkpoints.iterdir()
+                if p.name.startswith(PREFIX) and (p / "trainer_state.json").exists()]
+        return max(done, key=lambda p: int(p.name[len(PREFIX):]), default=None)
+
+    def clean_partial(self) -> None:
+        """Remove checkpoints that a killed save left half-written."""
+        if self.checkpoints.is_dir():
+            for p in self.checkpoints.iterdir():
+                if p.name.startswith("."):
+                    shutil.rmtree(p, ignore_errors=True)
+
+    def staging(self, step: int) -> Path:
+        tmp = self.checkpoints / f".{PREFIX}{step:08d}.partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        return tmp
+
+    def publish(self, staged: Path, step: int, config: dict[str, Any], keep: int) -> Path:
+        """Make a staged checkpoint visible, point the run's top-level files at it, prune old ones."""
+        atomic_write_text(staged / "config.json", json.dumps(config, indent=2))
+        atomic_write_text(staged / "trainer_state.json", json.dumps({"step": step}))
+        final = self.checkpoints / f"{PREFIX}{step:08d}"
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staged, final)
+        for name in ("model.safetensors", "heads.safetensors", "config.json"):
+            src = final / name
+            if src.exists():
+                link = self.path / f".{name}.link"
+                link.unlink(missing_ok=True)
+                os.link(src, link)  # no copy: the top-level file shares the checkpoint's data
+                os.replace(link, self.path / name)
+        steps = sorted((p for p in self.checkpoints.iterdir() if p.name.startswith(PREFIX)),
+                       key=lambda p: int(p.name[len(PREFIX):]))
+        for old in steps[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    @staticmethod
+    def step_of(checkpoint: Path) -> int:
+        return int(json.loads((checkpoint / "trainer_state.json").read_text())["step"])

@@ -1,0 +1,33 @@
+"""Parse component specs such as `mpp(corrupt_rate=0.4)` or `embedded:shapes(classes=10)`.
+
+Values are Python literals read with `ast.literal_eval`; nothing is ever evaluated as code.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from .errors import VitxError
+
+
+def parse_spec(text: str) -> tuple[str, dict[str, Any]]:
+    """Split `name(k=v, ...)` into the name and a dict of literal keyword options."""
+    text = text.strip()
+    if "(" not in text:
+        return text, {}
+    if not text.endswith(")"):
+        raise VitxError(f"cannot parse '{text}': expected name(key=value, ...)")
+    name, args = text[: text.index("(")].strip(), text[text.index("(") :]
+    try:
+        call = ast.parse(f"f{args}", mode="eval").body
+    except SyntaxError:
+        raise VitxError(f"cannot parse options in '{text}': expected name(key=value, ...)") from None
+    if not isinstance(call, ast.Call) or call.args:
+        raise VitxError(f"options in '{text}' must be key=value pairs")
+    options: dict[str, Any] = {}
+    for kw in call.keywords:
+        try:
+            options[kw.arg] = ast.literal_eval(kw.value)
+        except ValueError:
+            raise VitxError(f"option '{kw.arg}' in '{text}' must be a literal (number, string, bool, tuple)") from None
+    return name, options
