@@ -1,4 +1,4 @@
-"""Shared helpers: tiny runs (vit-nano/4 at 32px) and running the real `vitx` command in a subprocess."""
+"""Shared helpers: tiny runs (vit-nano/4 at 16px) and running the real `vitx` command in a subprocess."""
 from __future__ import annotations
 
 import os
@@ -15,7 +15,7 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A run small enough for a test: 0.2M-parameter backbone, 32px, a few steps.
+# A run small enough for a test: 0.2M-parameter backbone, 16px, a few steps.
 TINY = {"model": "vit-nano/4", "data": "embedded:shapes", "batch_size": 16, "steps": 6, "warmup_steps": 2,
         "save_every": 3, "log_every": 1, "eval_samples": 32, "workers": 0, "log_with": "none"}
 

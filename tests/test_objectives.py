@@ -13,7 +13,7 @@ def _objective(**kw):
 
 
 def _batch(labels):
-    return {"image": torch.randn(len(labels), 3, 32, 32, generator=torch.Generator().manual_seed(1)),
+    return {"image": torch.randn(len(labels), 3, 16, 16, generator=torch.Generator().manual_seed(1)),
             "label": torch.tensor(labels)}
 
 

@@ -20,10 +20,10 @@ VARIANTS: dict[str, tuple[str, int, int, int, int, int, int]] = {
     "vit-l/16": ("vit_large_patch16_224", 24, 1024, 4096, 16, 16, 224),
     "vit-l/32": ("vit_large_patch32_224", 24, 1024, 4096, 16, 32, 224),
     "vit-h/14": ("vit_huge_patch14_224", 32, 1280, 5120, 16, 14, 224),
-    # CPU-sized, for 32px embedded data: 64 tokens of 4x4 patches.
+    # CPU-sized, for the embedded data: 4x4 patches, 64 tokens at 32px (16 tokens at 16px for the nano demo).
     "vit-ti/4": ("vit_tiny_patch16_224", 12, 192, 768, 3, 4, 32),
     "vit-micro/4": ("vit_tiny_patch16_224", 6, 128, 512, 4, 4, 32),
-    "vit-nano/4": ("vit_tiny_patch16_224", 4, 64, 256, 2, 4, 32),
+    "vit-nano/4": ("vit_tiny_patch16_224", 4, 64, 256, 2, 4, 16),
 }
 
 for _name, (_arch, _depth, _width, _mlp, _heads, _patch, _size) in VARIANTS.items():

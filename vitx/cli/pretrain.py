@@ -39,6 +39,6 @@ def pretrain(
     crop_scale: Optional[float] = typer.Option(None, help=f"Smallest random-crop area fraction. [default: {D.crop_scale}]"),
     log_with: Optional[str] = typer.Option(None, help="Accelerate tracker: auto (tensorboard if installed), none, wandb, ..."),
 ) -> None:
-    """Pre-train a ViT. Defaults: a 2-minute CPU demo (vit-nano/4, supervised, embedded shapes at 32px)."""
+    """Pre-train a ViT. Defaults: a 2-minute CPU demo (vit-nano/4, supervised, embedded shapes at 16px)."""
     given = {k: v for k, v in locals().items() if k != "resume" and v is not None}
     run_pretrain(given, resume=resume)

@@ -21,16 +21,17 @@ def default_workers() -> int:
 
 @dataclass
 class PretrainConfig:
-    """Defaults run the embedded CPU demo in a few minutes; the paper's B/16 recipe is in recipes/."""
+    """Defaults run the embedded CPU demo (vit-nano/4, 16px shapes, ~2 minutes on 2 cores; about 36% validation
+    top-1 against 10% chance). The paper's B/16 settings are in recipes/."""
 
     objective: str = "supervised"
     model: str = "vit-nano/4"
     data: str = "embedded:shapes"
-    image_size: int | None = None  # None: the backbone's default (32 for the CPU variants, 224 for the paper's)
+    image_size: int | None = None  # None: the backbone's default (16 or 32 for the CPU variants, 224 for the paper's)
     batch_size: int = 128  # global: per optimiser step, over all processes and accumulation steps
-    steps: int = 600
-    lr: float = 1e-3
-    warmup_steps: int = 50
+    steps: int = 1200
+    lr: float = 2e-3
+    warmup_steps: int = 100
     schedule: str = "cosine"
     optimizer: str = "adamw"
     weight_decay: float = 0.1
@@ -39,14 +40,14 @@ class PretrainConfig:
     grad_accum: int = 1
     output_dir: str = "runs/pretrain"
     seed: int = 0
-    save_every: int = 200
+    save_every: int = 400
     keep_checkpoints: int = 2
     log_every: int = 10
     eval_samples: int = 1024
     workers: int = -1  # -1: default_workers()
     skip_corrupt: bool = False
     grad_checkpointing: bool = False
-    crop_scale: float = 0.35
+    crop_scale: float = 0.8
     log_with: str = "auto"  # auto: tensorboard when installed; none; or any Accelerate tracker name
 
     def validate(self) -> "PretrainConfig":

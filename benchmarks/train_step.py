@@ -1,0 +1,110 @@
+"""Benchmark (not a test): the vitx training step against a plain timm + PyTorch loop, in one run.
+
+Same model, batch, data, optimiser and gradient clipping on both sides. Prints images/s for each, their ratio,
+the FLOPs per image (forward + backward, counted by torch's FlopCounterMode) and the achieved FLOP/s as a
+fraction of this machine's measured fp32 matmul peak.
+
+    python benchmarks/train_step.py                      # vit-ti/16 at 224, batch 32
+    python benchmarks/train_step.py --model vit-micro/4 --batch 128
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import timm
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from vitx.registry import BACKBONES
+from vitx.runner import Trainer, build, resolve_config
+
+
+def matmul_peak(n: int = 2048, repeats: int = 12) -> float:
+    """Best sustained fp32 matmul rate in FLOP/s (2n³ per product)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(3):
+        a @ b
+    best = 0.0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(4):
+            a @ b
+        best = max(best, 4 * 2 * n**3 / (time.perf_counter() - t))
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="vit-ti/16")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=6, help="timed steps per side per round")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (vitx, plain, vitx, ...)")
+    ap.add_argument("--classes", type=int, default=10)
+    args = ap.parse_args()
+
+    spec = BACKBONES.get(args.model).obj
+    size = spec.img_size
+    g = torch.Generator().manual_seed(0)
+    images = torch.randn(args.batch, 3, size, size, generator=g)  # (B, 3, S, S)
+    labels = torch.randint(0, args.classes, (args.batch,), generator=g)
+
+    # vitx: the runner's own step (accumulate context, clipping, schedule, metric bookkeeping)
+    with tempfile.TemporaryDirectory() as out:
+        cfg, _ = resolve_config({"model": args.model, "objective": "supervised(head='linear')",
+                                 "data": f"embedded:shapes(classes={args.classes})", "batch_size": args.batch,
+                                 "steps": 10**6, "warmup_steps": 10, "output_dir": out, "log_with": "none",
+                                 "eval_samples": 0}, resume=False)
+        trainer = Trainer(build(cfg))
+        batch = {"image": images, "label": labels, "skipped": torch.zeros(args.batch, dtype=torch.long)}
+
+        def vitx_step() -> None:
+            trainer.step([batch])
+            trainer.pop_metrics()  # what the runner does at every log step; here at every step (worst case)
+
+        # plain: a hand-written timm + PyTorch loop on the same architecture
+        torch.manual_seed(0)
+        plain = timm.create_model(spec.timm_arch, num_classes=args.classes, **{
+            k: v for k, v in spec.timm_kwargs().items() if k != "num_classes"})
+        opt = torch.optim.AdamW(plain.parameters(), lr=1e-3, weight_decay=0.1)
+
+        def plain_step() -> None:
+            loss = F.cross_entropy(plain(images), labels)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(plain.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            loss.item()
+
+        with FlopCounterMode(display=False) as counter:
+            F.cross_entropy(plain(images), labels).backward()
+        opt.zero_grad(set_to_none=True)
+        flops_per_image = counter.get_total_flops() / args.batch
+
+        times: dict[str, list[float]] = {"vitx": [], "plain": []}
+        for fn in (vitx_step, plain_step):  # warm-up
+            fn(), fn()
+        for _ in range(args.rounds):
+            for name, fn in (("vitx", vitx_step), ("plain", plain_step)):
+                for _ in range(args.steps):
+                    t = time.perf_counter()
+                    fn()
+                    times[name].append(time.perf_counter() - t)
+
+    peak = matmul_peak()
+    ips = {k: args.batch / statistics.median(v) for k, v in times.items()}
+    print(f"model {args.model} at {size}px, batch {args.batch}, {torch.get_num_threads()} threads, "
+          f"{args.rounds}×{args.steps} timed steps per side (median)")
+    print(f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s")
+    print(f"FLOPs per image (fwd+bwd): {flops_per_image / 1e9:.2f} GFLOP")
+    for name in ("plain", "vitx"):
+        achieved = ips[name] * flops_per_image
+        print(f"{name:>5}: {ips[name]:7.2f} img/s  {achieved / 1e9:6.1f} GFLOP/s  {achieved / peak:6.1%} of peak")
+    print(f"ratio vitx / plain: {ips['vitx'] / ips['plain']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
