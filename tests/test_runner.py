@@ -66,6 +66,8 @@ def test_existing_run_is_never_overwritten(tmp_path):
     with pytest.raises(VitxError, match="cannot resume with different settings: --lr"):
         resolve_config(tiny(tmp_path, lr=0.5), resume=True)
     assert (tmp_path / "run" / "model.safetensors").read_bytes() == before
+    assert pretrain(tiny(tmp_path), resume=True) == {"step": 6}  # a finished run stays as it is
+    assert (tmp_path / "run" / "model.safetensors").read_bytes() == before
 
 
 def test_kill_during_save_keeps_previous_checkpoint(tmp_path, monkeypatch):

@@ -26,7 +26,7 @@ from ..objectives import Objective, create_objective
 from ..spec import parse_spec
 from .config import PretrainConfig, default_workers, merge_for_resume
 from .optim import build_optimizer, build_schedule
-from .reporting import MetricsLog, progress_bar
+from .reporting import MetricsLog, make_console, progress_bar
 from .rundir import RunDir
 
 
@@ -147,7 +147,7 @@ class Trainer:
 
     def __init__(self, setup: Setup, console: Console | None = None) -> None:
         self.s = setup
-        self.console = console or Console(stderr=True)
+        self.console = console or make_console()
         cfg, acc = setup.cfg, setup.accelerator
         self.micro = cfg.batch_size // (acc.num_processes * cfg.grad_accum)  # per process, per micro-step
         self.workers = default_workers() if cfg.workers < 0 else cfg.workers
@@ -305,7 +305,7 @@ def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | 
     """Run (or resume) a pre-training from explicitly given options; returns the last logged metrics."""
     cfg, resume_from = resolve_config(explicit, resume)
     setup = build(cfg, resume_from)
-    console = console or Console(stderr=True)
+    console = console or make_console()
     if setup.accelerator.is_main_process:
         n_params = sum(p.numel() for p in setup.objective.backbone.parameters())
         what = f"resuming {cfg.output_dir} at step {setup.start_step}" if resume_from else f"run {cfg.output_dir}"
@@ -314,4 +314,13 @@ def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | 
                       f"| {setup.accelerator.num_processes} process(es) on {setup.accelerator.device}", soft_wrap=True)
         if resume and resume_from is None:
             console.print(f"nothing to resume in {cfg.output_dir}; starting a new run", soft_wrap=True)
-    return Trainer(setup, console).fit()
+    if setup.start_step >= cfg.steps:
+        if setup.accelerator.is_main_process:
+            console.print(f"{cfg.output_dir} is already complete at step {setup.start_step}; nothing to do",
+                          soft_wrap=True)
+        return {"step": setup.start_step}
+    last = Trainer(setup, console).fit()
+    if setup.accelerator.is_main_process:
+        shown = ", ".join(f"{k} {last[k]:.4g}" for k in ("loss", "top1", "val_loss", "val_top1") if k in last)
+        console.print(f"done: step {last.get('step')}: {shown} → {cfg.output_dir}/model.safetensors", soft_wrap=True)
+    return last

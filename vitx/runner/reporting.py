@@ -40,6 +40,12 @@ def _step(line: str) -> int | None:
         return None  # a line torn by a kill
 
 
+def make_console() -> Console:
+    """stderr console; when it is a file or pipe (CI, logs), wide enough that the progress line is not cut."""
+    console = Console(stderr=True)
+    return console if console.is_terminal else Console(stderr=True, width=max(console.width, 132))
+
+
 def progress_bar(console: Console, enabled: bool) -> Progress:
     return Progress(
         TextColumn("[bold]{task.description}"),
