@@ -164,3 +164,14 @@ def test_optimizer_excludes_norms_and_position_embeddings_from_decay(tmp_path):
     assert id(backbone.pos_embed) in no_decay and id(backbone.cls_token) in no_decay
     assert id(backbone.norm.weight) in no_decay and id(backbone.blocks[0].attn.qkv.weight) not in no_decay
     assert Trainer(setup).micro == 16
+
+
+def test_corrupt_image_in_a_run_stops_with_its_name_or_is_skipped(tmp_path):
+    from .test_data import _write_image_folder
+
+    folder = str(_write_image_folder(tmp_path / "imgs", corrupt=True))
+    with pytest.raises(VitxError, match=r"broken\.png"):
+        pretrain(tiny(tmp_path / "strict", data=folder, steps=2, eval_samples=0))
+    last = pretrain(tiny(tmp_path / "lenient", data=folder, steps=2, eval_samples=0, skip_corrupt=True))
+    assert last["skipped_images"] >= 1  # 9 files, batch 16: every step meets the broken one
+    assert last["step"] == 2

@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from .errors import VitxError
+
 
 class PreTrainingHead(nn.Module):
     """Linear(D, D) → tanh → Linear(D, K): the paper's pre-training head."""
@@ -37,8 +39,6 @@ class LinearHead(nn.Linear):
 
 def build_head(kind: str, dim: int, num_classes: int) -> nn.Module:
     """`mlp` (pre-training, tanh hidden layer) or `linear` (zero-init)."""
-    from .errors import VitxError
-
     if kind == "mlp":
         return PreTrainingHead(dim, num_classes)
     if kind == "linear":

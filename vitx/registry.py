@@ -47,8 +47,8 @@ class Registry:
         def add(target: Any) -> Any:
             if name in self._entries and not overwrite:
                 warnings.warn(f"{self.kind} '{name}' was already registered; replacing it", stacklevel=3)
-            doc = description or (target.__doc__ or "").strip().splitlines()[0:1]
-            text = doc if isinstance(doc, str) else (doc[0] if doc else "")
+            doc_lines = (getattr(target, "__doc__", None) or "").strip().splitlines()
+            text = description or (doc_lines[0] if doc_lines else "")
             self._entries[name] = Entry(name, target, text, source, dict(info))
             return target
 

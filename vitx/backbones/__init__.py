@@ -51,7 +51,8 @@ def backbone_record(model: nn.Module) -> dict[str, Any]:
 
 def count_parameters(name: str, **overrides: Any) -> int:
     """Parameter count without allocating weights (built on the meta device)."""
+    if not name.startswith(TIMM_PREFIX):
+        overrides.setdefault("weight_init", "skip")  # nothing to initialise on the meta device
     with torch.device("meta"):
-        model = create_backbone(name, weight_init="skip", **overrides) if not name.startswith(TIMM_PREFIX) \
-            else create_backbone(name, **overrides)
+        model = create_backbone(name, **overrides)
     return sum(p.numel() for p in model.parameters())

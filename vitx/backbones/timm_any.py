@@ -33,6 +33,6 @@ def create_timm_backbone(arch: str, **overrides: Any) -> nn.Module:
         raise
     if not hasattr(model, "patch_embed") or not hasattr(model, "blocks"):
         raise VitxError(f"timm:{arch} is not a Vision Transformer (no patch_embed/blocks)")
-    patch = model.patch_embed.patch_size
-    check_image_size(model.patch_embed.img_size, patch[0]) if getattr(model.patch_embed, "img_size", None) else None
+    if getattr(model.patch_embed, "img_size", None) is not None:  # timm would silently drop a partial patch
+        check_image_size(model.patch_embed.img_size, model.patch_embed.patch_size[0])
     return model

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from ..errors import VitxError
+
 SPLIT_KEYS = {"train": 0, "validation": 1, "test": 2}
 
 
@@ -139,8 +141,6 @@ class Shapes:
 
     def __post_init__(self) -> None:
         if not 2 <= self.classes <= len(SHAPES):
-            from ..errors import VitxError
-
             raise VitxError(f"embedded:shapes supports 2 to {len(SHAPES)} classes, got {self.classes}")
 
     @property
@@ -194,8 +194,6 @@ class Digits:
         try:
             from sklearn.datasets import load_digits
         except ImportError:
-            from ..errors import VitxError
-
             raise VitxError("embedded:digits needs scikit-learn: pip install scikit-learn") from None
         data = load_digits()
         order = np.random.default_rng(0).permutation(len(data.target))

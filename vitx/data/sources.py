@@ -103,7 +103,7 @@ def _pick_split(dd: Any, split: str, origin: str) -> Any:
 
 
 def _looks_like_path(spec: str) -> bool:
-    return spec.startswith(("/", "./", "../", "~")) or os.path.exists(spec) or "\\" in spec
+    return spec.startswith(("/", "./", "../", "~")) or os.path.exists(spec)
 
 
 def open_source(spec: str, split: str = "train", image_size: int = 32, seed: int = 0) -> ImageSource | None:

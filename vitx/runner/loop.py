@@ -275,14 +275,15 @@ class Trainer:
             while self.step_count < cfg.steps:
                 self.step()
                 step = self.step_count
-                if step % cfg.log_every == 0 or step == cfg.steps:
+                saving = step % cfg.save_every == 0 or step == cfg.steps
+                if saving or step % cfg.log_every == 0:  # checkpoint steps are always logged, with validation
                     metrics = self.pop_metrics()
                     now = time.perf_counter()
                     metrics["images_per_s"] = (step - done_at_tick) * cfg.batch_size / max(now - tick, 1e-9)
                     tick, done_at_tick = now, step
                     if cfg.skip_corrupt:
                         metrics["skipped_images"] = float(acc.reduce(self.skipped.to(acc.device), "sum"))
-                    if step % cfg.save_every == 0 or step == cfg.steps:
+                    if saving:
                         metrics.update(self.evaluate())
                     last = {"step": step, **metrics}
                     if log:
@@ -290,9 +291,7 @@ class Trainer:
                     acc.log(metrics, step=step)
                     bar.update(task, loss=f"{metrics['loss']:.4f}", lr=f"{metrics.get('lr', 0):.2e}",
                                speed=f"{metrics['images_per_s']:.1f}")
-                elif step % cfg.save_every == 0:
-                    last.update(self.evaluate())
-                if step % cfg.save_every == 0 or step == cfg.steps:
+                if saving:
                     self.save()
                 bar.update(task, completed=step)
         if log:
