@@ -34,3 +34,14 @@ def test_two_processes_match_one(tmp_path):
         assert y["loss"] == pytest.approx(x["loss"], rel=1e-4, abs=1e-5), (x, y)
         assert y["top1"] == pytest.approx(x["top1"], abs=1e-6)
     assert b[-1]["val_loss"] == pytest.approx(a[-1]["val_loss"], rel=1e-4)
+
+
+@pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate CLI not on PATH")
+def test_cpu_flag_launch_warns_that_it_runs_one_process(tmp_path):
+    opts = dict(model="vit-nano/4", batch_size=8, steps=1, eval_samples=0, workers=0, log_with="none",
+                output_dir=str(tmp_path / "run"))
+    res = subprocess.run(["accelerate", "launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+                          "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "vitx", "pretrain",
+                          *as_flags(opts)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "started a single process" in res.stderr and "1 process(es)" in res.stderr

@@ -6,6 +6,8 @@ nothing about what the objective computes.
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,11 +81,24 @@ def _reset_single_process_state() -> None:
         GradientState._reset_state()
 
 
+def _warn_single_process_cpu_launch() -> None:
+    """`accelerate launch --cpu --num_processes N` without mpirun starts ONE process (Accelerate leaves several
+    CPU processes to mpirun); it only leaves MASTER_ADDR behind. Say so rather than train with 1/N of the plan."""
+    env = os.environ
+    mpi = any(k in env for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"))
+    if env.get("ACCELERATE_USE_CPU", "").lower() == "true" and "MASTER_ADDR" in env and "WORLD_SIZE" not in env \
+            and not mpi:
+        print("warning: `accelerate launch --cpu` started a single process (it needs mpirun for several); "
+              "for several CPU processes use `accelerate launch --multi_gpu --num_processes N -m vitx ...`",
+              file=sys.stderr)
+
+
 def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     """Create the accelerator, data sources, backbone, objective, optimiser and schedule; load a checkpoint."""
     if cfg.precision == "fp16" and not torch.cuda.is_available():
         raise VitxError("fp16 mixed precision needs a GPU; on CPU use --precision bf16 or no")
     _reset_single_process_state()
+    _warn_single_process_cpu_launch()
     accelerator = Accelerator(
         cpu=not torch.cuda.is_available(),
         mixed_precision=cfg.precision,
