@@ -36,3 +36,9 @@ def test_version_and_models():
                  "vit-h/14", "r50+vit-b/16", "vit-micro/4", "vit-nano/4", "timm:"]:
         assert name in table.stdout, name
     assert "85.8M" in table.stdout and "630.8M" in table.stdout
+
+
+def test_objectives_listed():
+    listing = run_vitx("objectives")
+    assert listing.returncode == 0
+    assert "supervised" in listing.stdout and "mpp" in listing.stdout and "masked patch prediction" in listing.stdout

@@ -8,6 +8,7 @@ import typer
 from .. import __version__
 from ..errors import VitxError
 from .models import models
+from .objectives import objectives
 from .pretrain import pretrain
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -28,6 +29,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 app.command("pretrain")(pretrain)
 app.command("models")(models)
+app.command("objectives")(objectives)
 
 
 def main() -> None:

@@ -54,8 +54,8 @@ class DeadLeaves:
     length: int = 50_000
     seed: int = 0
     split: str = "train"
-    leaves: int = 160
-    r_min: float = 0.03
+    leaves: int = 96
+    r_min: float = 0.04
     r_max: float = 0.4
     num_classes: None = None
     class_names: None = None

@@ -7,7 +7,7 @@ import torch.nn as nn
 
 from ..errors import VitxError
 from ..registry import OBJECTIVES
-from . import supervised  # noqa: F401  (registers "supervised")
+from . import mpp, supervised  # noqa: F401  (registers "mpp" and "supervised")
 from .base import Objective
 
 __all__ = ["Objective", "create_objective"]

@@ -6,10 +6,13 @@ inside it.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn as nn
+
+if TYPE_CHECKING:
+    from ..data.transforms import Preprocess
 
 
 class Objective(nn.Module):
@@ -29,6 +32,11 @@ class Objective(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         raise NotImplementedError
+
+    def configure_preprocess(self, preprocess: "Preprocess") -> "Preprocess":
+        """See (and, if the objective needs to, change) the preprocessing before data loading starts;
+        e.g. MPP reads the normalisation to recover pixel colours for its targets."""
+        return preprocess
 
     def on_after_backward(self) -> None:
         """Called once per optimiser step, after gradients are complete and before clipping."""

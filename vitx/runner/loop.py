@@ -132,6 +132,7 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
 
     obj_name, obj_opts = parse_spec(cfg.objective)
     objective = create_objective(obj_name, backbone, train_source.num_classes, **obj_opts)
+    preprocess = objective.configure_preprocess(preprocess)
     optimizer = build_optimizer(objective, cfg.optimizer, cfg.lr, cfg.weight_decay)
     scheduler = build_schedule(optimizer, cfg.steps, cfg.warmup_steps, cfg.schedule)
     model, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
