@@ -6,10 +6,12 @@ fraction of this machine's measured fp32 matmul peak.
 
     python benchmarks/train_step.py                      # vit-ti/16 at 224, batch 32
     python benchmarks/train_step.py --model vit-micro/4 --batch 128
+    python benchmarks/train_step.py --objectives "supervised,mpp,mae(decoder_dim=192,decoder_depth=1,decoder_heads=3)"
 """
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import tempfile
 import time
@@ -37,6 +39,44 @@ def matmul_peak(n: int = 2048, repeats: int = 12) -> float:
     return best
 
 
+def _batch(images: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"image": images, "label": labels, "skipped": torch.zeros(len(labels), dtype=torch.long)}
+
+
+def compare_objectives(args: argparse.Namespace) -> None:
+    """Median vitx step time of each objective on the same model and batch, alternating, relative to supervised."""
+    names = [n.strip() for n in re.split(r",(?![^()]*\))", args.objectives)]  # commas outside (...)
+    if "supervised" not in names:
+        names.insert(0, "supervised")
+    spec = BACKBONES.get(args.model).obj
+    g = torch.Generator().manual_seed(0)
+    images = torch.randn(args.batch, 3, spec.img_size, spec.img_size, generator=g)
+    batch = _batch(images, torch.randint(0, args.classes, (args.batch,), generator=g))
+    times: dict[str, list[float]] = {n: [] for n in names}
+    with tempfile.TemporaryDirectory() as out:
+        trainers = {}
+        for name in names:
+            cfg, _ = resolve_config({"model": args.model, "objective": name, "batch_size": args.batch,
+                                     "data": f"embedded:shapes(classes={args.classes})", "steps": 10**6,
+                                     "warmup_steps": 10, "output_dir": f"{out}/{name}", "log_with": "none",
+                                     "eval_samples": 0}, resume=False)
+            trainers[name] = Trainer(build(cfg))
+            trainers[name].step([batch]), trainers[name].step([batch])  # warm-up
+        for _ in range(args.rounds):
+            for name in names:
+                for _ in range(args.steps):
+                    t = time.perf_counter()
+                    trainers[name].step([batch])
+                    trainers[name].pop_metrics()
+                    times[name].append(time.perf_counter() - t)
+    base = statistics.median(times["supervised"])
+    print(f"model {args.model} at {spec.img_size}px, batch {args.batch}, {torch.get_num_threads()} threads, "
+          f"{args.rounds}×{args.steps} timed steps per objective (median)")
+    for name in names:
+        t = statistics.median(times[name])
+        print(f"{name:>12.60}: {t * 1e3:8.1f} ms/step  {args.batch / t:8.1f} img/s  {name}/supervised {t / base:.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="vit-ti/16")
@@ -44,7 +84,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6, help="timed steps per side per round")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (vitx, plain, vitx, ...)")
     ap.add_argument("--classes", type=int, default=10)
+    ap.add_argument("--objectives", default="",
+                    help="comma-separated objectives to time against supervised instead (e.g. supervised,mpp)")
     args = ap.parse_args()
+    if args.objectives:
+        compare_objectives(args)
+        return
 
     spec = BACKBONES.get(args.model).obj
     size = spec.img_size
@@ -59,7 +104,7 @@ def main() -> None:
                                  "steps": 10**6, "warmup_steps": 10, "output_dir": out, "log_with": "none",
                                  "eval_samples": 0}, resume=False)
         trainer = Trainer(build(cfg))
-        batch = {"image": images, "label": labels, "skipped": torch.zeros(args.batch, dtype=torch.long)}
+        batch = _batch(images, labels)
 
         def vitx_step() -> None:
             trainer.step([batch])

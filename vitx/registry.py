@@ -13,6 +13,14 @@ from typing import Any, Callable, Iterator
 
 from .errors import UnknownNameError
 
+current_source = "built-in"  # set by the plugin loader while a plugin registers its components
+
+
+def _plugins() -> None:
+    from .plugins import load_plugins
+
+    load_plugins()
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -38,7 +46,7 @@ class Registry:
         obj: Any = None,
         *,
         description: str = "",
-        source: str = "built-in",
+        source: str | None = None,
         overwrite: bool = False,
         **info: Any,
     ) -> Any:
@@ -49,13 +57,15 @@ class Registry:
                 warnings.warn(f"{self.kind} '{name}' was already registered; replacing it", stacklevel=3)
             doc_lines = (getattr(target, "__doc__", None) or "").strip().splitlines()
             text = description or (doc_lines[0] if doc_lines else "")
-            self._entries[name] = Entry(name, target, text, source, dict(info))
+            self._entries[name] = Entry(name, target, text, source or current_source, dict(info))
             return target
 
         return add if obj is None else add(obj)
 
     def get(self, name: str) -> Entry:
         """The entry for `name`, or an error naming the closest registered names."""
+        if name not in self._entries:
+            _plugins()
         try:
             return self._entries[name]
         except KeyError:
@@ -68,6 +78,7 @@ class Registry:
 
     def names(self, pattern: str = "*") -> list[str]:
         """Registered names matching an fnmatch `pattern`, in registration order."""
+        _plugins()
         return [n for n in self._entries if fnmatch.fnmatchcase(n, pattern)]
 
     def __contains__(self, name: object) -> bool:

@@ -1,0 +1,38 @@
+"""The MAE plugin (plugins/vitx-mae), installed as a package and discovered through its entry point."""
+import json
+
+import torch
+
+import vitx
+from vitx.registry import OBJECTIVES
+from vitx.runner import pretrain
+
+SMALL = "mae(decoder_dim=64, decoder_depth=1, decoder_heads=2)"
+
+
+def test_discovered_through_its_entry_point():
+    assert "mae" in OBJECTIVES.names()  # no flag, no import: the installed package's entry point
+    assert OBJECTIVES.get("mae").source == "entry point mae (vitx-mae)"
+
+
+def test_encoder_sees_only_the_visible_quarter():
+    torch.manual_seed(0)
+    backbone = vitx.create_backbone("vit-micro/4")  # 64 patches at 32px
+    mae = vitx.create_objective("mae", backbone, None, decoder_dim=64, decoder_depth=1, decoder_heads=2)
+    lengths = []
+    backbone.blocks[0].register_forward_pre_hook(lambda mod, args: lengths.append(args[0].shape[1]))
+    out = mae({"image": torch.randn(2, 3, 32, 32)})
+    assert lengths == [1 + 16]  # [class] + 25% of 64
+    assert torch.isfinite(out["loss"]) and set(out) == {"loss"}
+    assert not any(k.startswith("encoder.") for k in mae.state_dict())  # the backbone is saved once
+
+
+def test_mae_run_loss_falls_and_checkpoint_is_a_backbone(tmp_path):
+    run = tmp_path / "run"
+    pretrain({"objective": SMALL, "model": "vit-nano/4", "data": "embedded:leaves", "image_size": 32,
+              "batch_size": 32, "steps": 30, "warmup_steps": 3, "lr": 1.5e-3, "save_every": 30, "log_every": 5,
+              "eval_samples": 0, "workers": 1, "log_with": "none", "output_dir": str(run)})
+    losses = [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert losses[-1] < losses[0] - 0.1, losses
+    backbone = vitx.load_backbone(run)
+    assert backbone(torch.randn(1, 3, 32, 32)).shape == (1, 64)
