@@ -175,3 +175,25 @@ def test_corrupt_image_in_a_run_stops_with_its_name_or_is_skipped(tmp_path):
     last = pretrain(tiny(tmp_path / "lenient", data=folder, steps=2, eval_samples=0, skip_corrupt=True))
     assert last["skipped_images"] >= 1  # 9 files, batch 16: every step meets the broken one
     assert last["step"] == 2
+
+
+def test_runner_calls_objective_hooks_once_per_optimiser_step(tmp_path):
+    from vitx.objectives.supervised import Supervised
+    from vitx.registry import OBJECTIVES
+
+    calls = {"after_backward": 0, "step_end": []}
+
+    class Counting(Supervised):
+        def on_after_backward(self):
+            calls["after_backward"] += 1
+            assert all(p.grad is not None for p in self.head.parameters())  # gradients are complete
+
+        def on_step_end(self, step):
+            calls["step_end"].append(step)
+
+    OBJECTIVES.register("counting-test", Counting, overwrite=True)
+    try:
+        pretrain(tiny(tmp_path, objective="counting-test", grad_accum=2, eval_samples=0))
+    finally:
+        OBJECTIVES._entries.pop("counting-test")
+    assert calls["after_backward"] == 6 and calls["step_end"] == [1, 2, 3, 4, 5, 6]
