@@ -39,8 +39,21 @@ def matmul_peak(n: int = 2048, repeats: int = 12) -> float:
     return best
 
 
-def _batch(images: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-    return {"image": images, "label": labels, "skipped": torch.zeros(len(labels), dtype=torch.long)}
+def _random_batch(args: argparse.Namespace, size: int) -> dict[str, torch.Tensor]:
+    """The same in-memory batch for every side: images (B, 3, S, S), labels (B,)."""
+    g = torch.Generator().manual_seed(0)
+    images = torch.randn(args.batch, 3, size, size, generator=g)
+    labels = torch.randint(0, args.classes, (args.batch,), generator=g)
+    return {"image": images, "label": labels, "skipped": torch.zeros(args.batch, dtype=torch.long)}
+
+
+def _vitx_trainer(args: argparse.Namespace, objective: str, out: str) -> Trainer:
+    """A vitx run of `objective` on args.model, stepped by hand with the benchmark's batch."""
+    cfg, _ = resolve_config({"model": args.model, "objective": objective, "batch_size": args.batch,
+                             "data": f"embedded:shapes(classes={args.classes})", "steps": 10**6,
+                             "warmup_steps": 10, "output_dir": out, "log_with": "none", "eval_samples": 0},
+                            resume=False)
+    return Trainer(build(cfg))
 
 
 def compare_objectives(args: argparse.Namespace) -> None:
@@ -49,18 +62,12 @@ def compare_objectives(args: argparse.Namespace) -> None:
     if "supervised" not in names:
         names.insert(0, "supervised")
     spec = BACKBONES.get(args.model).obj
-    g = torch.Generator().manual_seed(0)
-    images = torch.randn(args.batch, 3, spec.img_size, spec.img_size, generator=g)
-    batch = _batch(images, torch.randint(0, args.classes, (args.batch,), generator=g))
+    batch = _random_batch(args, spec.img_size)
     times: dict[str, list[float]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as out:
         trainers = {}
-        for name in names:
-            cfg, _ = resolve_config({"model": args.model, "objective": name, "batch_size": args.batch,
-                                     "data": f"embedded:shapes(classes={args.classes})", "steps": 10**6,
-                                     "warmup_steps": 10, "output_dir": f"{out}/{name}", "log_with": "none",
-                                     "eval_samples": 0}, resume=False)
-            trainers[name] = Trainer(build(cfg))
+        for i, name in enumerate(names):
+            trainers[name] = _vitx_trainer(args, name, f"{out}/{i}")
             trainers[name].step([batch]), trainers[name].step([batch])  # warm-up
         for _ in range(args.rounds):
             for name in names:
@@ -93,18 +100,12 @@ def main() -> None:
 
     spec = BACKBONES.get(args.model).obj
     size = spec.img_size
-    g = torch.Generator().manual_seed(0)
-    images = torch.randn(args.batch, 3, size, size, generator=g)  # (B, 3, S, S)
-    labels = torch.randint(0, args.classes, (args.batch,), generator=g)
+    batch = _random_batch(args, size)
+    images, labels = batch["image"], batch["label"]
 
     # vitx: the runner's own step (accumulate context, clipping, schedule, metric bookkeeping)
     with tempfile.TemporaryDirectory() as out:
-        cfg, _ = resolve_config({"model": args.model, "objective": "supervised(head='linear')",
-                                 "data": f"embedded:shapes(classes={args.classes})", "batch_size": args.batch,
-                                 "steps": 10**6, "warmup_steps": 10, "output_dir": out, "log_with": "none",
-                                 "eval_samples": 0}, resume=False)
-        trainer = Trainer(build(cfg))
-        batch = _batch(images, labels)
+        trainer = _vitx_trainer(args, "supervised(head='linear')", out)
 
         def vitx_step() -> None:
             trainer.step([batch])

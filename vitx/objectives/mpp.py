@@ -70,7 +70,7 @@ class MaskedPatchPrediction(Objective):
         self.num_patches = self.grid[0] * self.grid[1]
         if target == "downsized" and (self.patch_px[0] % 4 or self.patch_px[1] % 4):
             raise VitxError(f"mpp target 'downsized' needs a patch size divisible by 4, got {self.patch_px}")
-        colours = 2 ** (3 * bits)
+        self.colours = colours = 2 ** (3 * bits)  # classes per colour prediction
         out = {"mean": colours, "downsized": 16 * colours, "pixels": 3 * self.patch_px[0] * self.patch_px[1]}[target]
         dim = backbone.embed_dim
         self.mask_token = nn.Parameter(torch.empty(dim))  # (D,) the learnable [mask] embedding
@@ -148,7 +148,7 @@ class MaskedPatchPrediction(Objective):
         if self.target == "pixels":
             loss = F.mse_loss(pred, target)
             return {"loss": loss}
-        classes = 2 ** (3 * self.bits)
+        classes = self.colours
         logits = pred.reshape(-1, classes)  # (B·k·cells, C)
         labels = target.reshape(-1)
         loss = F.cross_entropy(logits, labels)
