@@ -40,3 +40,15 @@ def run_vitx(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProc
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
     return subprocess.run([sys.executable, "-m", "vitx", *args], capture_output=True, text=True, timeout=timeout,
                           cwd=kw.pop("cwd", ROOT), env=env, **kw)
+
+
+@pytest.fixture(scope="session")
+def pretrained_run(tmp_path_factory) -> Path:
+    """A vit-nano/4 pre-trained for 150 supervised steps on the embedded digits' train split at 16px (~6 s; the
+    tiny shapes demo needs ~1,000 steps to leave its plateau), shared by the transfer tests."""
+    from vitx.runner import pretrain
+
+    out = tmp_path_factory.mktemp("pretrained") / "run"
+    pretrain({**TINY, "data": "embedded:digits", "output_dir": str(out), "steps": 150, "batch_size": 64, "warmup_steps": 10, "save_every": 150,
+              "log_every": 50, "eval_samples": 0})
+    return out

@@ -93,6 +93,8 @@ class Registry:
 
 BACKBONES = Registry("backbone")
 OBJECTIVES = Registry("objective")
+ADAPTERS = Registry("adapter")
+TASKS = Registry("task")
 
 
 def register_backbone(name: str, **kw: Any) -> Callable[[Any], Any]:
@@ -103,3 +105,14 @@ def register_backbone(name: str, **kw: Any) -> Callable[[Any], Any]:
 def register_objective(name: str, **kw: Any) -> Callable[[Any], Any]:
     """Decorator: register an objective class `cls(backbone, **options)`."""
     return OBJECTIVES.register(name, **kw)
+
+
+def register_adapter(name: str, **kw: Any) -> Callable[[Any], Any]:
+    """Decorator: register an adapter class `cls(**options)` (see `vitx.adapters.Adapter`)."""
+    return ADAPTERS.register(name, **kw)
+
+
+def register_task(name: str, task: Any = None, **kw: Any) -> Any:
+    """Register a transfer task (a `vitx.tasks.Task`) under `name`, e.g. `vtab/dtd`; without `task`, a decorator
+    for a function returning one."""
+    return TASKS.register(name, task, **kw)

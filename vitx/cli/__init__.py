@@ -7,9 +7,12 @@ import typer
 
 from .. import __version__
 from ..errors import VitxError
+from .catalog import adapters, tasks
+from .evaluate import app as eval_app
 from .models import models
 from .objectives import objectives
 from .pretrain import pretrain
+from .transfer import transfer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Pre-train Vision Transformers and transfer them to new tasks.")
@@ -30,6 +33,10 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 app.command("pretrain")(pretrain)
 app.command("models")(models)
 app.command("objectives")(objectives)
+app.command("transfer")(transfer)
+app.command("adapters")(adapters)
+app.command("tasks")(tasks)
+app.add_typer(eval_app, name="eval")
 
 
 def main() -> None:

@@ -154,6 +154,9 @@ class Shapes:
     def __len__(self) -> int:
         return self.length
 
+    def labels(self) -> np.ndarray:
+        return np.arange(self.length, dtype=np.int64) % self.classes
+
     def load(self, index: int) -> tuple[Image.Image, int]:
         rng = _rng(self.seed, self.split, index)
         label = index % self.classes
@@ -207,6 +210,9 @@ class Digits:
 
     def __len__(self) -> int:
         return len(self._labels)
+
+    def labels(self) -> np.ndarray:
+        return self._labels
 
     def load(self, index: int) -> tuple[Image.Image, int]:
         small = Image.fromarray((self._images[index] * 255).astype(np.uint8), "L")

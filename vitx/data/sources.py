@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 from PIL import Image
 
 from ..errors import CorruptImageError, VitxError
@@ -91,6 +92,15 @@ class HFImageSource:
                 hot[k] = 1
             label = hot
         return img, label
+
+
+def source_labels(source: ImageSource) -> np.ndarray:
+    """Every label of a source, without decoding images where the source can say them directly. (N,) int64"""
+    if hasattr(source, "labels"):
+        return np.asarray(source.labels(), dtype=np.int64)
+    if isinstance(source, HFImageSource) and source.label_key is not None and not source.multilabel:
+        return np.asarray(source.ds[source.label_key], dtype=np.int64)
+    return np.asarray([source.load(i)[1] for i in range(len(source))], dtype=np.int64)
 
 
 def _pick_split(dd: Any, split: str, origin: str) -> Any:

@@ -33,6 +33,7 @@ class Preprocess:
     crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
     hflip: bool = True
     eval_crop_pct: float = 1.0
+    squash: bool = False  # eval: resize the whole image to a square (VTAB) instead of centre-cropping it
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -47,11 +48,20 @@ class Preprocess:
 
     def eval(self, img: Image.Image) -> torch.Tensor:
         """Resize the short side to size / crop_pct, centre-crop to size, normalise. Returns (3, S, S)."""
+        return self._normalise(self.eval_image(img))
+
+    def eval_image(self, img: Image.Image) -> Image.Image:
+        """The eval crop and resize, before normalisation (what in-memory splits store, as uint8)."""
         w, h = img.size
         side = min(w, h) * self.eval_crop_pct
-        box = ((w - side) / 2, (h - side) / 2, (w + side) / 2, (h + side) / 2)
-        out = img.resize((self.image_size, self.image_size), INTERPOLATION[self.interpolation], box=box)
-        return self._normalise(out)
+        box = None if self.squash else ((w - side) / 2, (h - side) / 2, (w + side) / 2, (h + side) / 2)
+        return img.resize((self.image_size, self.image_size), INTERPOLATION[self.interpolation], box=box)
+
+    def normalise_uint8(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., 3, S, S) uint8 → float, normalised like `eval`."""
+        mean = torch.tensor(self.mean, device=x.device).view(3, 1, 1)
+        std = torch.tensor(self.std, device=x.device).view(3, 1, 1)
+        return (x.float().div_(255.0) - mean) / std
 
     def _random_box(self, size: tuple[int, int], rng: np.random.Generator) -> tuple[float, float, float, float]:
         """Inception-style crop: area in [crop_scale, 1], log-uniform aspect ratio; centre crop after 10 misses."""

@@ -9,7 +9,7 @@ import importlib.util
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -22,7 +22,8 @@ from rich.console import Console
 from .. import __version__
 from ..backbones import backbone_record, create_backbone
 from ..checkpoint import read_config, save_weights
-from ..data import Preprocess, eval_loader, open_source, train_loader
+from ..data import (Preprocess, TensorSplit, eval_loader, memory_batches, memory_eval_batches, open_source,
+                    train_loader)
 from ..errors import VitxError
 from ..objectives import Objective, create_objective
 from ..spec import parse_spec
@@ -46,8 +47,9 @@ class Setup:
     run: RunDir
     start_step: int
     data_info: dict[str, Any]
-    train_source: Any
+    train_source: Any  # an ImageSource, or a TensorSplit held in memory
     val_source: Any
+    record: dict[str, Any] = field(default_factory=dict)  # extra config.json content
 
 
 def resolve_config(explicit: dict[str, Any], resume: bool) -> tuple[PretrainConfig, Path | None]:
@@ -93,8 +95,8 @@ def _warn_single_process_cpu_launch() -> None:
               file=sys.stderr)
 
 
-def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
-    """Create the accelerator, data sources, backbone, objective, optimiser and schedule; load a checkpoint."""
+def make_accelerator(cfg: PretrainConfig) -> Accelerator:
+    """The Accelerator for a run (fresh process-wide state), after checking the batch divides over processes."""
     if cfg.precision == "fp16" and not torch.cuda.is_available():
         raise VitxError("fp16 mixed precision needs a GPU; on CPU use --precision bf16 or no")
     _reset_single_process_state()
@@ -112,7 +114,31 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
         raise VitxError(f"--batch-size {cfg.batch_size} must divide evenly over {world} process(es) × "
                         f"{cfg.grad_accum} accumulation step(s)")
     set_seed(cfg.seed)
+    return accelerator
 
+
+def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective, preprocess: Preprocess,
+             train_source: Any, val_source: Any, data_info: dict[str, Any],
+             resume_from: Path | None = None, record: dict[str, Any] | None = None) -> Setup:
+    """Optimiser, schedule and Accelerate preparation for a built objective (pre-training and transfer alike).
+
+    Only parameters that require gradients are optimised (frozen backbones, adapters). `record` is extra
+    config.json content (e.g. how a transfer run was set up).
+    """
+    optimizer = build_optimizer(objective, cfg.optimizer, cfg.lr, cfg.weight_decay)
+    scheduler = build_schedule(optimizer, cfg.steps, cfg.warmup_steps, cfg.schedule)
+    model, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
+    start = 0
+    if resume_from is not None:
+        accelerator.load_state(str(resume_from / "accelerate"))
+        start = RunDir.step_of(resume_from)
+    return Setup(cfg, accelerator, model, objective, optimizer, scheduler, preprocess, RunDir(cfg.output_dir),
+                 start, data_info, train_source, val_source, dict(record or {}))
+
+
+def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
+    """Create the accelerator, data sources, backbone, objective, optimiser and schedule; load a checkpoint."""
+    accelerator = make_accelerator(cfg)
     model_name, model_opts = parse_spec(cfg.model)
     if cfg.image_size is not None:
         model_opts["img_size"] = cfg.image_size
@@ -133,16 +159,7 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     obj_name, obj_opts = parse_spec(cfg.objective)
     objective = create_objective(obj_name, backbone, train_source.num_classes, **obj_opts)
     preprocess = objective.configure_preprocess(preprocess)
-    optimizer = build_optimizer(objective, cfg.optimizer, cfg.lr, cfg.weight_decay)
-    scheduler = build_schedule(optimizer, cfg.steps, cfg.warmup_steps, cfg.schedule)
-    model, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
-
-    start = 0
-    if resume_from is not None:
-        accelerator.load_state(str(resume_from / "accelerate"))
-        start = RunDir.step_of(resume_from)
-    return Setup(cfg, accelerator, model, objective, optimizer, scheduler, preprocess, RunDir(cfg.output_dir),
-                 start, data_info, train_source, val_source)
+    return assemble(cfg, accelerator, objective, preprocess, train_source, val_source, data_info, resume_from)
 
 
 def _config_record(s: Setup, step: int) -> dict[str, Any]:
@@ -155,14 +172,16 @@ def _config_record(s: Setup, step: int) -> dict[str, Any]:
         "objective": {"name": obj_name, "options": obj_opts},
         "data": s.data_info,
         "run": s.cfg.to_dict(),
+        **s.record,
     }
 
 
 class Trainer:
     """Runs the steps of a `Setup`: `step()` for one optimiser step, `fit()` for the whole run."""
 
-    def __init__(self, setup: Setup, console: Console | None = None) -> None:
+    def __init__(self, setup: Setup, console: Console | None = None, label: str = "pretrain") -> None:
         self.s = setup
+        self.label = label
         self.console = console or make_console()
         cfg, acc = setup.cfg, setup.accelerator
         self.micro = cfg.batch_size // (acc.num_processes * cfg.grad_accum)  # per process, per micro-step
@@ -177,6 +196,12 @@ class Trainer:
     def batches(self) -> Iterator[dict[str, Any]]:
         if self._batches is None:
             cfg, acc = self.s.cfg, self.s.accelerator
+            if isinstance(self.s.train_source, TensorSplit):
+                self._batches = memory_batches(self.s.train_source, self.s.preprocess,
+                                               global_micro_batch=self.micro * acc.num_processes,
+                                               rank=acc.process_index, world=acc.num_processes, seed=cfg.seed,
+                                               start_micro_step=self.step_count * cfg.grad_accum)
+                return self._batches
             loader = train_loader(self.s.train_source, self.s.preprocess,
                                   global_micro_batch=self.micro * acc.num_processes, rank=acc.process_index,
                                   world=acc.num_processes, seed=cfg.seed,
@@ -227,13 +252,21 @@ class Trainer:
 
     # ---- evaluation and checkpoints ----------------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, source: Any = None, limit: int | None = None, prefix: str = "val_") -> dict[str, float]:
+        """Mean metrics over the first `limit` samples of `source` (default: the validation split and
+        --eval-samples), keyed `<prefix><metric>`."""
         s, acc = self.s, self.s.accelerator
-        if s.val_source is None:
+        source = s.val_source if source is None else source
+        limit = s.cfg.eval_samples if limit is None else limit
+        if source is None or limit <= 0:
             return {}
-        loader = eval_loader(s.val_source, s.preprocess, batch=self.micro, rank=acc.process_index,
-                             world=acc.num_processes, limit=s.cfg.eval_samples, workers=self.workers,
-                             skip_corrupt=s.cfg.skip_corrupt)
+        if isinstance(source, TensorSplit):
+            loader = memory_eval_batches(source, s.preprocess, batch=max(self.micro, 256), rank=acc.process_index,
+                                         world=acc.num_processes, limit=limit)
+        else:
+            loader = eval_loader(source, s.preprocess, batch=self.micro, rank=acc.process_index,
+                                 world=acc.num_processes, limit=limit, workers=self.workers,
+                                 skip_corrupt=s.cfg.skip_corrupt)
         s.model.eval()
         sums: dict[str, torch.Tensor] = {}
         count = torch.zeros((), device=acc.device)
@@ -249,7 +282,7 @@ class Trainer:
             return {}
         keys = sorted(sums)
         totals = acc.reduce(torch.stack([sums[k] for k in keys] + [count]), reduction="sum")
-        return {f"val_{k}": float(v / totals[-1]) for k, v in zip(keys, totals[:-1])}
+        return {f"{prefix}{k}": float(v / totals[-1]) for k, v in zip(keys, totals[:-1])}
 
     def save(self) -> Path | None:
         """Write a checkpoint for the current step (all processes take part; the main process publishes)."""
@@ -286,7 +319,7 @@ class Trainer:
         last: dict[str, float] = {}
         tick, done_at_tick = time.perf_counter(), self.step_count
         with progress_bar(self.console, main) as bar:
-            task = bar.add_task("resume" if resumed else "pretrain", total=cfg.steps, completed=self.step_count,
+            task = bar.add_task(f"{self.label} (resumed)" if resumed else self.label, total=cfg.steps, completed=self.step_count,
                                 loss="-", lr="-", speed="-")
             while self.step_count < cfg.steps:
                 self.step()

@@ -1,0 +1,131 @@
+"""The VTAB-1k task registry: 19 tasks with task_adaptation's groups, classes and label binning; the embedded
+dSprites; N-shot splits; and a local copy in the hub's WebDataset format read through the online code path."""
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.conftest import run_vitx
+from vitx.errors import VitxError
+from vitx.registry import TASKS
+from vitx.tasks import get_task, open_task, select_tasks
+from vitx.tasks.dsprites import FACTORS, TOTAL, DSprites, factors_of
+
+CLASSES = {"caltech101": 102, "cifar100": 100, "dtd": 47, "flowers102": 102, "pets": 37, "svhn": 10, "sun397": 397,
+           "camelyon": 2, "eurosat": 10, "resisc45": 45, "retinopathy": 5, "clevr_count": 8, "clevr_dist": 6,
+           "dmlab": 6, "kitti_dist": 4, "dsprites_loc": 16, "dsprites_ori": 16, "smallnorb_azi": 18,
+           "smallnorb_ele": 9}
+
+
+def test_registry_has_the_19_tasks_with_their_groups_and_classes():
+    names = TASKS.names("vtab/*")
+    assert sorted(names) == sorted(f"vtab/{n}" for n in CLASSES)
+    for name, k in CLASSES.items():
+        assert get_task(f"vtab/{name}").num_classes == k, name
+    assert [len(select_tasks(f"vtab/{g}")) for g in ("natural", "specialized", "structured")] == [7, 4, 8]
+    assert len(select_tasks("vtab/all")) == 19 and len(select_tasks("vtab/dsprites_*")) == 2
+    with pytest.raises(VitxError, match="did you mean vtab/dtd"):
+        get_task("vtab/dtdd")
+
+
+def test_dsprites_hub_labels_are_binned_like_task_adaptation():
+    loc, ori = get_task("vtab/dsprites_loc").hub_label, get_task("vtab/dsprites_ori").hub_label
+    assert [loc(v) for v in (0, 1, 2, 3, 30, 31)] == [0, 0, 1, 1, 15, 15]  # 32 positions // 2
+    assert [ori(v) for v in (0, 2, 3, 4, 5, 37, 38, 39)] == [0, 0, 1, 1, 2, 14, 15, 15]  # floor(v / 2.5)
+    assert sorted({ori(v) for v in range(40)}) == list(range(16))
+
+
+def test_embedded_dsprites_covers_the_factor_grid_with_vtab_splits():
+    assert TOTAL == 737_280 and [FACTORS[k] for k in FACTORS] == [3, 6, 40, 32, 32]
+    train, val, test = (DSprites(s) for s in ("train", "val", "test"))
+    assert (len(train), len(val), len(test)) == (589_824, 73_728, 73_728)
+    records = {train.record(i) for i in range(0, len(train), 997)} | {test.record(i) for i in range(0, 73_728, 97)}
+    assert all(0 <= r < TOTAL for r in records)
+    assert factors_of(TOTAL - 1) == {"shape": 2, "scale": 5, "orientation": 39, "x_position": 31, "y_position": 31}
+    labels = train.labels()
+    for i in (0, 1, 12345):
+        img, label = train.load(i)
+        assert label == labels[i] == factors_of(train.record(i))["x_position"] // 2
+        arr = np.asarray(img)
+        assert arr.shape == (64, 64, 3) and set(np.unique(arr)) <= {0, 255} and arr.max() == 255
+    ori = DSprites("train", factor="orientation")
+    assert ori.load(5)[1] == int(factors_of(ori.record(5))["orientation"] // 2.5)
+    # the shape moves with x: the centre of mass follows the label
+    xs = [np.asarray(DSprites("test").load(i)[0])[..., 0].nonzero()[1].mean() for i in range(40)]
+    lbl = [DSprites("test").load(i)[1] for i in range(40)]
+    assert np.corrcoef(xs, lbl)[0, 1] > 0.99
+
+
+def test_n_shot_splits():
+    splits = open_task(get_task("vtab/dsprites_loc"), 1000)
+    assert (len(splits.train), len(splits.val), len(splits.train_val), len(splits.test)) == (800, 200, 1000, 73_728)
+    np.testing.assert_array_equal(splits.train.indices, np.arange(800))  # train800 = train[:800]
+    np.testing.assert_array_equal(splits.val.indices, np.arange(200))  # val200 = val[:200]
+    with pytest.raises(VitxError, match="--shots 1000000 needs 800000 train"):
+        open_task(get_task("vtab/dsprites_loc"), 1_000_000)
+    with pytest.raises(VitxError, match="huggingface-cli download clip-benchmark/wds_vtab-dtd"):
+        open_task(get_task("vtab/dtd"), 1000, offline=True)
+
+
+def _shard(path, samples):
+    with tarfile.open(path, "w") as tar:
+        for key, img, label in samples:
+            for ext, data in (("webp", _webp(img)), ("cls", str(label).encode())):
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+
+def _webp(img: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format="WEBP", lossless=True)
+    return buf.getvalue()
+
+
+@pytest.fixture()
+def hub_copy(tmp_path):
+    """A tiny copy of clip-benchmark/wds_vtab-dsprites_label_x_position: raw x-position labels (0..31), WebP."""
+    root = tmp_path / "wds_vtab-dsprites_label_x_position"
+    source = DSprites("train")
+    for split, (lo, n) in {"train": (0, 60), "test": (60, 40)}.items():
+        (root / split).mkdir(parents=True)
+        samples = []
+        for i in range(lo, lo + n):
+            img, _ = source.load(i)
+            raw_x = factors_of(source.record(i))["x_position"]
+            samples.append((f"s{i - lo:07d}", img, raw_x))
+        half = len(samples) // 2
+        _shard(root / split / "0.tar", samples[:half])
+        _shard(root / split / "1.tar", samples[half:])
+        (root / split / "nshards.txt").write_text("2\n")
+    (root / "classnames.txt").write_text("\n".join(str(i) for i in range(32)) + "\n")
+    return root
+
+
+def test_hub_format_copy_through_the_online_code_path(hub_copy):
+    splits = open_task(get_task("vtab/dsprites_loc"), 20, data_dir=str(hub_copy))
+    assert (len(splits.train), len(splits.val), len(splits.test)) == (16, 4, 40)
+    assert set(splits.val.indices) <= set(range(16, 60))  # no validation split in hub copies: carved from train
+    expected = DSprites("train").labels()[:16]
+    np.testing.assert_array_equal(splits.train.labels(), expected)  # raw hub labels binned to VTAB's 16
+    img, label = splits.test.load(3)
+    assert img.size == (64, 64) and label == DSprites("train").labels()[63]
+
+
+def test_transfer_protocol_on_a_hub_format_copy(hub_copy, tmp_path):
+    out = tmp_path / "out"
+    proc = run_vitx("transfer", "--task", "vtab/dsprites_loc", "--data-dir", str(hub_copy), "--from", "scratch",
+                    "--model", "vit-nano/4", "--image-size", "16", "--shots", "20", "--batch-size", "8",
+                    "--lrs", "0.01,0.03", "--sweep-steps", "3", "--workers", "0", "--output-dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "vtab-dsprites_loc" / "result.json").read_text())
+    assert [(p["lr"], p["steps"]) for p in result["sweep"]] == [(0.01, 3), (0.03, 3)]
+    best = max(result["sweep"], key=lambda p: p["val_top1"])
+    assert result["chosen"] == {"lr": best["lr"], "steps": 3}
+    assert result["test_samples"] == 40 and 0.0 <= result["test_top1"] <= 1.0
+    assert "test top-1" in proc.stdout + proc.stderr

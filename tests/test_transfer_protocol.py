@@ -1,0 +1,142 @@
+"""The transfer protocol end to end on the embedded dSprites: sweep → choose on val → retrain → test, the run
+directory it leaves, --resume, linear probing, learning above chance, and one-line errors."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import run_vitx
+from vitx.checkpoint import load_backbone, read_weights
+from vitx.errors import VitxError
+from vitx.transfer import TransferConfig, transfer
+
+QUICK = dict(task="vtab/dsprites_loc", shots=40, batch_size=8, lrs=[0.003, 0.03], sweep_steps=[2, 4],
+             test_samples=64, workers=0, save_every=2, log_every=1)
+
+
+def test_protocol_from_a_checkpoint(pretrained_run, tmp_path):
+    cfg = TransferConfig(start=str(pretrained_run), image_size=32, output_dir=str(tmp_path / "t"), **QUICK)
+    out = transfer(cfg)
+    result = out["tasks"][0]
+    assert [(p["lr"], p["steps"]) for p in result["sweep"]] == [(0.003, 2), (0.03, 2), (0.003, 4), (0.03, 4)]
+    best = max(result["sweep"], key=lambda p: p["val_top1"])
+    assert result["chosen"] == {"lr": best["lr"], "steps": best["steps"]}
+    root = tmp_path / "t" / "vtab-dsprites_loc"
+    for point in (root / "sweep").iterdir():  # sweep points keep their numbers, not their weights
+        assert (point / "point.json").exists() and (point / "metrics.jsonl").exists()
+        assert not (point / "checkpoints").exists() and not (point / "model.safetensors").exists()
+    final = load_backbone(root / "final")  # the retrained model is a vitx checkpoint at the new resolution
+    assert tuple(final.patch_embed.img_size) == (32, 32)
+    heads = read_weights(root / "final" / "heads.safetensors")
+    assert heads["head.weight"].shape == (16, final.embed_dim)
+    config = json.loads((root / "final" / "config.json").read_text())
+    assert config["transfer"]["phase"] == "final" and config["run"]["optimizer"] == "sgd"
+    assert config["run"]["weight_decay"] == 0.0 and config["run"]["grad_clip"] == 1.0
+    summary = json.loads((tmp_path / "t" / "summary.json").read_text())
+    assert summary["mean"] == pytest.approx(result["test_top1"])
+    assert summary["group_means"] == {"structured": pytest.approx(result["test_top1"])}
+
+    with pytest.raises(VitxError, match="pass --resume"):
+        transfer(cfg)
+    again = transfer(cfg, resume=True)  # finished: nothing is retrained
+    assert again["tasks"][0]["test_top1"] == result["test_top1"]
+    with pytest.raises(VitxError, match="different settings"):
+        transfer(TransferConfig(**{**cfg.to_dict(), "shots": 50}), resume=True)
+
+
+def test_resume_after_a_crash_finishes_the_missing_points(tmp_path):
+    cfg = TransferConfig(start="scratch", model="vit-nano/4", output_dir=str(tmp_path / "t"), **QUICK)
+    transfer(cfg)
+    root = tmp_path / "t" / "vtab-dsprites_loc"
+    first = json.loads((root / "result.json").read_text())
+    (root / "result.json").unlink()  # as if killed after two sweep points
+    kept = root / "sweep" / "lr0.003_steps2" / "point.json"
+    before = kept.read_text()
+    for name in ("lr0.003_steps4", "lr0.03_steps4"):
+        (root / "sweep" / name / "point.json").unlink()
+    out = transfer(cfg, resume=True)
+    assert kept.read_text() == before  # finished points are not run again
+    assert out["tasks"][0]["sweep"] == first["sweep"] or \
+        [p["lr"] for p in out["tasks"][0]["sweep"]] == [p["lr"] for p in first["sweep"]]
+    assert out["tasks"][0]["test_top1"] == pytest.approx(first["test_top1"])  # deterministic: same answer
+
+
+def test_linear_probe_leaves_the_backbone_unchanged(pretrained_run, tmp_path):
+    cfg = TransferConfig(start=str(pretrained_run), adapters=["linear-probe"], sweep=False, lr=0.1, steps=3,
+                         output_dir=str(tmp_path / "lp"), **{k: v for k, v in QUICK.items()
+                                                             if k not in ("lrs", "sweep_steps")})
+    transfer(cfg)
+    start = read_weights(pretrained_run / "model.safetensors")
+    tuned = read_weights(tmp_path / "lp" / "vtab-dsprites_loc" / "final" / "model.safetensors")
+    assert all(torch.equal(start[k], tuned[k]) for k in start)
+    head = read_weights(tmp_path / "lp" / "vtab-dsprites_loc" / "final" / "heads.safetensors")
+    assert head["head.weight"].abs().sum() > 0
+
+
+def test_fewshot_adapter_in_closed_form(pretrained_run, tmp_path):
+    cfg = TransferConfig(start=str(pretrained_run), adapters=["fewshot"], output_dir=str(tmp_path / "fs"), **QUICK)
+    result = transfer(cfg)["tasks"][0]
+    assert result["chosen"] is None and result["sweep"] == [] and result["test_samples"] == 64
+
+
+def test_fine_tuning_learns_dsprites_location(tmp_path):
+    """From scratch, 1000 shots, 16px: well above the 1/16 chance in a short run."""
+    cfg = TransferConfig(task="vtab/dsprites_loc", start="scratch", model="vit-nano/4", shots=1000, batch_size=64,
+                         sweep=False, lr=0.03, steps=150, test_samples=2000, output_dir=str(tmp_path / "l"),
+                         workers=0, log_every=50)
+    result = transfer(cfg)["tasks"][0]
+    assert result["test_top1"] > 0.15, result
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--task", "vtab/dsprites_lc"], "unknown task 'vtab/dsprites_lc'; did you mean vtab/dsprites_loc"),
+    (["--task", "vtab/dsprites_loc", "--from", "scratch", "--model", "vit-nano/4", "--shots", "900000"],
+     "--shots 900000 needs 720000 train and 180000 validation images"),
+    (["--task", "vtab/dtd", "--from", "scratch", "--model", "vit-nano/4"], "pass --data-dir DIR"),
+    (["--task", "vtab/dsprites_loc", "--from", "/no/such/run"], "no such checkpoint directory"),
+    (["--task", "vtab/dsprites_loc", "--from", "{tmp}"], "is not a vitx checkpoint (no config.json)"),
+    (["--task", "vtab/dsprites_loc", "--from", "{tmp}/x.safetensors"], "is a file"),
+    (["--task", "vtab/dsprites_loc", "--from", "scratch", "--model", "vit-nano/4", "--lrs", "a,b"],
+     "--lrs takes comma-separated floats"),
+    (["--task", "vtab/dsprites_loc", "--adapter", "lora"], "unknown adapter 'lora'"),
+])
+def test_transfer_user_errors_are_one_line(tmp_path, args, needle):
+    (tmp_path / "x.safetensors").write_bytes(b"not weights")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    proc = run_vitx("transfer", *args, "--output-dir", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("warning")]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_not_a_vit_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"backbone": {"name": "vit-nano/4", "overrides": {}}}))
+    (run / "model.safetensors").write_bytes(b"\x00" * 16)
+    proc = run_vitx("transfer", "--task", "vtab/dsprites_loc", "--from", str(run), "--output-dir", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "not a readable safetensors file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_listings():
+    tasks = run_vitx("tasks")
+    assert tasks.returncode == 0 and "vtab/dsprites_loc" in tasks.stdout and "structured" in tasks.stdout
+    assert "clip-benchmark/wds_vtab-dtd" in tasks.stdout
+    adapters = run_vitx("adapters")
+    for name in ("resize-posemb", "zero-head", "finetune", "linear-probe", "fewshot"):
+        assert name in adapters.stdout
+
+
+def test_eval_fewshot_command(pretrained_run, tmp_path):
+    out = tmp_path / "fs.json"
+    proc = run_vitx("eval", "fewshot", "--from", str(pretrained_run), "--data", "embedded:digits",
+                    "--shots", "1,5", "--seeds", "2", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert set(result["shots"]) == {"1", "5"} and len(result["shots"]["5"]["per_seed"]) == 2
+    assert result["shots"]["5"]["mean"] > 0.4
+    assert "few-shot linear evaluation" in proc.stdout

@@ -1,0 +1,52 @@
+"""The adapter contract: how a pre-trained backbone becomes a classifier for a new task.
+
+A transfer model is a classification objective (`backbone` + `head`, see `objectives.supervised`). Adapters
+change it in place, one per role, applied in role order:
+
+  input   what the backbone sees (position embeddings resized to the fine-tuning resolution)
+  head    what replaces the pre-training head (the paper's zero-initialised linear layer)
+  method  what is trained: every weight, only the head, added low-rank weights, ... or nothing at all when
+          the method solves for the head in closed form (`closed_form = True`, e.g. few-shot least squares)
+
+`vitx transfer` fills each role with its default unless `--adapter` names another adapter of that role.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch.nn as nn
+
+ROLES = ("input", "head", "method")
+
+
+@dataclass(frozen=True)
+class AdaptContext:
+    """What an adapter may need to know about the transfer it is part of."""
+
+    image_size: int  # fine-tuning resolution
+    num_classes: int
+
+
+class Adapter:
+    """Base class: subclasses set `role` and implement `apply`; options arrive as keyword arguments."""
+
+    role: ClassVar[str] = "method"
+    closed_form: ClassVar[bool] = False  # the head is solved for, not trained by the runner
+
+    def __init__(self, **options: Any) -> None:
+        self.options = dict(options)
+
+    def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
+        """Change `model` (with `.backbone` and `.head`) in place."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"{self.name}({opts})" if opts else self.name
+
+    name: ClassVar[str] = "adapter"
+
+
+def trainable_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,46 @@
+"""What is trained at transfer: everything (the paper's fine-tuning), only the head (linear probe), or nothing
+(few-shot: the head is solved for in closed form; see `vitx.transfer.fewshot`)."""
+from __future__ import annotations
+
+import torch.nn as nn
+
+from ..registry import register_adapter
+from .base import AdaptContext, Adapter
+
+
+@register_adapter("finetune", role="method",
+                  description="full fine-tuning: every backbone weight and the head train (the paper's transfer)")
+class FineTune(Adapter):
+    role = "method"
+    name = "finetune"
+
+    def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
+        model.requires_grad_(True)
+
+
+@register_adapter("linear-probe", role="method",
+                  description="frozen backbone, only the linear head trains")
+class LinearProbe(Adapter):
+    role = "method"
+    name = "linear-probe"
+
+    def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
+        model.backbone.requires_grad_(False)
+        model.head.requires_grad_(True)
+
+
+@register_adapter("fewshot", role="method",
+                  description="frozen backbone; head = regularised least squares onto {-1,1}^K (closed form)")
+class FewShot(Adapter):
+    """big_vision's few-shot linear evaluation: whitened features, bias feature, L2 `reg` (2^10)."""
+
+    role = "method"
+    name = "fewshot"
+    closed_form = True
+
+    def __init__(self, reg: float = 2.0 ** 10) -> None:
+        super().__init__(reg=reg)
+        self.reg = float(reg)
+
+    def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
+        model.requires_grad_(False)

@@ -1,0 +1,78 @@
+"""`vitx eval fewshot`: few-shot linear evaluation of frozen features (the paper's §4 / big_vision)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..adapters import resize_backbone
+from ..checkpoint import atomic_write_text
+from ..data import Preprocess, open_source
+from ..errors import VitxError
+from ..runner.config import default_workers
+from ..tasks import get_task, open_task
+from ..transfer.fewshot import DEFAULT_REG, evaluate_sources
+from ..transfer.start import load_start
+from .transfer import number_list
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate frozen features.")
+
+
+@app.command("fewshot")
+def fewshot(
+    start: str = typer.Option("runs/pretrain", "--from", help="A vitx run or checkpoint directory, timm:<name>, or scratch."),
+    model: Optional[str] = typer.Option(None, help="Backbone for --from scratch."),
+    data: Optional[str] = typer.Option(None, help="Labelled data: embedded:digits|shapes, a folder, hf:owner/name. [default: embedded:digits]"),
+    task: Optional[str] = typer.Option(None, help="Or a registered task, e.g. vtab/dsprites_loc (its train and test splits)."),
+    data_dir: Optional[str] = typer.Option(None, help="Local copy of the task's data."),
+    shots: str = typer.Option("1,5,10,25", help="Images per class."),
+    seeds: int = typer.Option(3, help="Draws of the shots per count (seeds 0..N-1)."),
+    reg: float = typer.Option(DEFAULT_REG, help="L2 regularisation of the least-squares head."),
+    image_size: Optional[int] = typer.Option(None, help="Resolution; position embeddings are interpolated. [default: the checkpoint's]"),
+    test_samples: int = typer.Option(0, help="Evaluate on the first N test images; 0: all."),
+    output: Optional[str] = typer.Option(None, help="Write the numbers as JSON here."),
+) -> None:
+    """Regularised least squares on frozen pre-logit features: accuracy at 1/5/10/25 shots over seeds."""
+    shot_list = number_list(shots, int, "--shots")
+    if seeds <= 0:
+        raise VitxError(f"--seeds must be positive, got {seeds}")
+    backbone = load_start(start, model)
+    size = image_size or int(backbone.patch_embed.img_size[0])
+    backbone = resize_backbone(backbone, size)
+    if task and data:
+        raise VitxError("give --data or --task, not both")
+    if task:
+        t = get_task(task)
+        splits = open_task(t, shots=max(2, t.num_classes), data_dir=data_dir)
+        train, test, what = splits.train.base if hasattr(splits.train, "base") else splits.train, splits.test, task
+        from ..tasks import SubsetSource
+        train = SubsetSource(train, range(len(train)), t.num_classes, splits.train.label_map)
+        preprocess = Preprocess(image_size=size, squash=True)
+    else:
+        what = data or "embedded:digits"
+        train = open_source(what, "train", image_size=size)
+        test = open_source(what, "test", image_size=size) or open_source(what, "validation", image_size=size)
+        if test is None:
+            raise VitxError(f"{what} has no test or validation split to evaluate on")
+        if not train.num_classes:
+            raise VitxError(f"{what} has no labels")
+        preprocess = Preprocess(image_size=size)
+    result = evaluate_sources(backbone, train, test, preprocess, shot_list, range(seeds), reg, test_samples,
+                              workers=default_workers())
+    result = {"from": start, "data": what, "image_size": size, **result}
+    table = Table(title=f"few-shot linear evaluation: {what} from {start}")
+    table.add_column("shots", justify="right")
+    table.add_column("mean top-1", justify="right")
+    table.add_column("per seed", justify="right")
+    for k, row in result["shots"].items():
+        table.add_row(k, f"{row['mean']:.2%}", "  ".join(f"{a:.1%}" for a in row["per_seed"]))
+    table.caption = (f"{result['num_classes']} classes, chance {1 / result['num_classes']:.1%}; "
+                     f"{result['test_samples']} test images; L2 {reg:g}; {result['feature_dim']}-d features")
+    Console().print(table)
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(output), json.dumps(result, indent=2))

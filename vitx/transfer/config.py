@@ -1,0 +1,80 @@
+"""Transfer configuration as data: the paper's VTAB-1k protocol by default."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from ..errors import VitxError
+
+
+@dataclass
+class TransferConfig:
+    """Defaults are the paper's fine-tuning recipe (Appendix B.1.1) and VTAB-1k protocol: SGD momentum 0.9, no
+    weight decay, global-norm clip 1, cosine decay after a linear warm-up, batch 512; sweep lr × steps on
+    train800 → val200, retrain the best on all 1000, report test accuracy."""
+
+    task: str = "vtab/dsprites_loc"
+    start: str = "runs/pretrain"  # --from: a vitx run/checkpoint directory, timm:<name>, or scratch
+    model: str | None = None  # the backbone for --from scratch
+    adapters: list[str] = field(default_factory=list)  # --adapter; unnamed roles take the defaults
+    shots: int = 1000
+    image_size: int | None = None  # None: the starting backbone's resolution
+    batch_size: int = 512
+    grad_accum: int = 1
+    sweep: bool = True
+    lrs: list[float] = field(default_factory=lambda: [0.001, 0.003, 0.01, 0.03])
+    sweep_steps: list[int] = field(default_factory=lambda: [500, 2500])
+    lr: float = 0.01  # --no-sweep: the paper's choice for VTAB
+    steps: int = 2500
+    warmup: float = 0.1  # fraction of each run's steps spent warming up
+    grad_clip: float = 1.0
+    precision: str = "no"
+    output_dir: str = "runs/transfer"
+    data_dir: str | None = None
+    seed: int = 0
+    test_samples: int = 0  # 0: the whole test split
+    save_every: int = 500
+    log_every: int = 25
+    workers: int = -1
+    skip_missing: bool = False  # suites: skip tasks with no data available instead of stopping
+
+    def validate(self) -> "TransferConfig":
+        for name in ("shots", "batch_size", "grad_accum", "steps", "save_every", "log_every"):
+            if getattr(self, name) <= 0:
+                raise VitxError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if not self.lrs or any(lr <= 0 for lr in self.lrs) or self.lr <= 0:
+            raise VitxError("learning rates must be positive")
+        if not self.sweep_steps or any(s <= 0 for s in self.sweep_steps):
+            raise VitxError("--sweep-steps must be positive step counts")
+        if not 0 <= self.warmup < 1:
+            raise VitxError(f"--warmup is a fraction of the steps in [0, 1), got {self.warmup}")
+        if self.precision not in ("no", "bf16", "fp16"):
+            raise VitxError(f"--precision must be one of no, bf16, fp16, got '{self.precision}'")
+        if self.image_size is not None and self.image_size <= 0:
+            raise VitxError(f"--image-size must be positive, got {self.image_size}")
+        if self.test_samples < 0:
+            raise VitxError("--test-samples must not be negative")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def points(self) -> list[tuple[float, int]]:
+        """The (lr, steps) grid to sweep, or the single fixed point."""
+        if not self.sweep:
+            return [(self.lr, self.steps)]
+        return [(lr, steps) for steps in self.sweep_steps for lr in self.lrs]
+
+
+# Settings that change a task's result: a resumed transfer must have the same ones.
+RESULT_KEYS = ("start", "model", "adapters", "shots", "image_size", "batch_size", "sweep", "lrs", "sweep_steps",
+               "lr", "steps", "warmup", "grad_clip", "precision", "data_dir", "seed", "test_samples")
+
+
+def result_settings(cfg: TransferConfig) -> dict[str, Any]:
+    return {k: getattr(cfg, k) for k in RESULT_KEYS}
+
+
+def from_dict(data: dict[str, Any]) -> TransferConfig:
+    known = {f.name for f in fields(TransferConfig)}
+    return TransferConfig(**{k: v for k, v in data.items() if k in known})

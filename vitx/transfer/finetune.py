@@ -1,0 +1,138 @@
+"""One transfer run through the runner: the starting backbone, adapted to the task, trained on one split.
+
+`prepare` does the per-task work once (load the start, decode the small splits into memory); `train_run` is
+one point of the protocol (a sweep point or the final run) and can resume from its own checkpoints.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from rich.console import Console
+
+from ..adapters import AdaptContext, Adapter, resolve_adapters, trainable_parameters
+from ..data import Preprocess, TensorSplit, decode_split
+from ..data.loader import eval_loader
+from ..objectives.supervised import Supervised
+from ..runner.config import PretrainConfig, default_workers
+from ..runner.loop import Trainer, assemble, make_accelerator
+from ..runner.rundir import RunDir
+from ..tasks import Task, TaskSplits, open_task
+from .config import TransferConfig
+from .fewshot import extract_features, fit_least_squares
+from .start import load_start
+
+
+@dataclass
+class Prepared:
+    """A task's splits and starting point, made once and shared by every run of its protocol."""
+
+    task: Task
+    splits: TaskSplits
+    start: nn.Module  # the starting backbone at its own resolution; each run adapts a copy
+    adapters: list[Adapter]
+    preprocess: Preprocess
+    train: TensorSplit  # trainN, in memory
+    val: TensorSplit  # valN, in memory
+    test: Any  # an ImageSource, streamed (test splits can be large)
+
+    @property
+    def train_val(self) -> TensorSplit:
+        return TensorSplit(torch.cat([self.train.images, self.val.images]),
+                           torch.cat([self.train.labels, self.val.labels]), self.train.num_classes)
+
+    @property
+    def method(self) -> Adapter:
+        return self.adapters[-1]
+
+
+def prepare(cfg: TransferConfig, task: Task, splits: TaskSplits | None = None) -> Prepared:
+    splits = splits or open_task(task, cfg.shots, cfg.data_dir)
+    start = load_start(cfg.start, cfg.model)
+    size = cfg.image_size or int(start.patch_embed.img_size[0])
+    adapters = resolve_adapters(cfg.adapters)
+    # VTAB preprocessing: the whole image resized to a square, no augmentation (see data/memory.py)
+    preprocess = Preprocess(image_size=size, crop_scale=1.0, hflip=False, squash=True)
+    workers = default_workers() if cfg.workers < 0 else cfg.workers
+    train = decode_split(splits.train, preprocess, workers=workers)
+    val = decode_split(splits.val, preprocess, workers=workers)
+    return Prepared(task, splits, start, adapters, preprocess, train, val, splits.test)
+
+
+def build_model(prep: Prepared) -> Supervised:
+    """A copy of the start, as a classifier with the task's classes, with every adapter applied in role order."""
+    model = Supervised(copy.deepcopy(prep.start), prep.task.num_classes, head="linear")
+    ctx = AdaptContext(image_size=prep.preprocess.image_size, num_classes=prep.task.num_classes)
+    for adapter in prep.adapters:
+        adapter.apply(model, ctx)
+    if not prep.method.closed_form and trainable_parameters(model) == 0:
+        from ..errors import VitxError
+
+        raise VitxError(f"after the adapters {', '.join(a.name for a in prep.adapters)} nothing is left to train")
+    return model
+
+
+def run_config(cfg: TransferConfig, lr: float, steps: int, out_dir: Path, eval_samples: int) -> PretrainConfig:
+    """The runner's config for one transfer run: the paper's fine-tuning recipe."""
+    return PretrainConfig(
+        objective="supervised(head='linear')", model=cfg.start if cfg.start != "scratch" else str(cfg.model),
+        data=cfg.task, image_size=cfg.image_size, batch_size=cfg.batch_size, steps=steps, lr=lr,
+        warmup_steps=int(round(cfg.warmup * steps)), schedule="cosine", optimizer="sgd", weight_decay=0.0,
+        grad_clip=cfg.grad_clip, precision=cfg.precision, grad_accum=cfg.grad_accum, output_dir=str(out_dir),
+        seed=cfg.seed, save_every=min(cfg.save_every, steps), keep_checkpoints=1, log_every=min(cfg.log_every, steps),
+        eval_samples=eval_samples, workers=cfg.workers, log_with="none", crop_scale=1.0,
+    ).validate()
+
+
+def train_run(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_dir: Path, train: TensorSplit,
+              val: TensorSplit | None, console: Console, label: str, record: dict[str, Any]) -> Trainer:
+    """Fine-tune a fresh copy on `train` for `steps` at `lr` (resuming `out_dir`'s checkpoint if there is one);
+    validation metrics of the last step land in the returned trainer's `last`."""
+    rcfg = run_config(cfg, lr, steps, out_dir, len(val) if val is not None else 0)
+    accelerator = make_accelerator(rcfg)
+    model = build_model(prep)
+    data_info = {"spec": prep.task.name, "num_classes": prep.task.num_classes, "class_names": None,
+                 "train_size": len(train), "origin": prep.splits.origin}
+    latest = RunDir(out_dir).latest()
+    setup = assemble(rcfg, accelerator, model, prep.preprocess, train, val, data_info, resume_from=latest,
+                     record={"transfer": record})
+    trainer = Trainer(setup, console, label=label)
+    trainer.last = {"step": setup.start_step}
+    if setup.start_step < steps:
+        trainer.last = trainer.fit()
+    return trainer
+
+
+@torch.no_grad()
+def test_metrics(trainer: Trainer, prep: Prepared, limit: int) -> dict[str, float]:
+    """Top-1 and loss on the test split (streamed)."""
+    return trainer.evaluate(prep.test, limit=limit or len(prep.test), prefix="test_")
+
+
+def _device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@torch.no_grad()
+def closed_form(prep: Prepared, limit: int) -> dict[str, float]:
+    """Few-shot linear evaluation on the task: least squares on trainN ∪ valN features, accuracy on test."""
+    device = _device()
+    model = build_model(prep).to(device)
+    data = prep.train_val
+    feats = extract_features(model.backbone, prep.preprocess.normalise_uint8(data.images), device=device)
+    head = fit_least_squares(feats, data.labels.numpy(), prep.task.num_classes, prep.method.reg)
+    loader = eval_loader(prep.test, prep.preprocess, batch=256, rank=0, world=1, limit=limit or len(prep.test),
+                         workers=default_workers(), skip_corrupt=False)
+    correct = total = 0
+    for batch in loader:
+        pred = head.predict(extract_features(model.backbone, batch["image"], device=device))
+        correct += int((pred == batch["label"].numpy()).sum())
+        total += len(pred)
+    return {"test_top1": correct / max(total, 1), "test_samples": float(total)}
+
+
+__all__ = ["Prepared", "build_model", "closed_form", "prepare", "run_config", "test_metrics", "train_run"]

@@ -1,0 +1,158 @@
+"""The VTAB-1k protocol in one call: sweep lr × steps on trainN → valN, retrain the best on trainN ∪ valN,
+report test accuracy; over one task or a suite, with group means.
+
+    <output>/<suite>-<task>/transfer.json          the settings (a resumed transfer must match them)
+    <output>/<suite>-<task>/sweep/lr<lr>_steps<n>/   one run per sweep point: metrics.jsonl, point.json
+    <output>/<suite>-<task>/final/                  the retrained model (vitx checkpoint) and its metrics
+    <output>/<suite>-<task>/result.json            sweep table, choice, test accuracy, timings
+    <output>/summary.json                           every task's result and the group means
+
+Every finished sweep point and task is on disk before the next starts; `--resume` continues where a killed
+transfer stopped (inside a run, from its last checkpoint).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from .. import __version__
+from ..checkpoint import atomic_write_text
+from ..adapters import resolve_adapters
+from ..errors import VitxError
+from ..runner.reporting import make_console
+from ..tasks import GROUPS, Task, TaskSplits, open_task, select_tasks
+from .config import TransferConfig, result_settings
+from .finetune import closed_form, prepare, test_metrics, train_run
+from .report import print_summary, summarise
+
+
+def task_dir(cfg: TransferConfig, task: Task) -> Path:
+    return Path(cfg.output_dir) / task.name.replace("/", "-")
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text()) if path.exists() else None
+    except json.JSONDecodeError:
+        return None  # torn by a kill: redo that step
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(data, indent=2))
+
+
+def _claim(cfg: TransferConfig, task: Task, resume: bool) -> Path:
+    """The task's directory; refuses to mix two different transfers in one directory."""
+    root = task_dir(cfg, task)
+    saved = _read(root / "transfer.json")
+    settings = result_settings(cfg)
+    if saved is not None:
+        if not resume:
+            raise VitxError(f"{root} already holds a transfer of {task.name}; pass --resume to continue it, or "
+                            "choose another --output-dir")
+        changed = [k for k, v in settings.items() if saved.get(k) != v]
+        if changed:
+            raise VitxError(f"cannot resume {root} with different settings ({', '.join(changed)}); choose another "
+                            "--output-dir")
+    _write(root / "transfer.json", settings)
+    return root
+
+
+def _label(task: Task, i: int, n: int, lr: float, steps: int, best: dict[str, Any] | None) -> str:
+    shown = f" | best val {best['val_top1']:.1%} (lr {best['lr']:g}, {best['steps']})" if best else ""
+    return f"{task.name} sweep {i}/{n} lr {lr:g} × {steps}{shown}"
+
+
+def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Console | None = None,
+             splits: TaskSplits | None = None) -> dict[str, Any]:
+    """The whole protocol on one task; returns (and writes) its result."""
+    console = console or make_console()
+    root = _claim(cfg, task, resume)
+    done = _read(root / "result.json")
+    if done is not None:
+        console.print(f"{task.name}: already done ({done['test_top1']:.2%} test top-1); nothing to do", soft_wrap=True)
+        return done
+    began = time.perf_counter()
+    prep = prepare(cfg, task, splits)
+    console.print(f"{task.name}: {len(prep.train)} train + {len(prep.val)} val images, test {len(prep.test)} "
+                  f"({prep.splits.origin}) at {prep.preprocess.image_size}px | from {cfg.start} | "
+                  f"adapters {', '.join(a.describe() for a in prep.adapters)}", soft_wrap=True)
+    settings = {"task": task.name, **result_settings(cfg), "vitx_version": __version__}
+    if prep.method.closed_form:
+        metrics = closed_form(prep, cfg.test_samples)
+        result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": [], "chosen": None,
+                  **metrics, "seconds": time.perf_counter() - began}
+        _write(root / "result.json", result)
+        console.print(f"{task.name}: test top-1 {result['test_top1']:.2%} (closed form)", soft_wrap=True)
+        return result
+
+    sweep: list[dict[str, Any]] = []
+    points = cfg.points() if cfg.sweep else []
+    for i, (lr, steps) in enumerate(points, 1):
+        point_dir = root / "sweep" / f"lr{lr:g}_steps{steps}"
+        point = _read(point_dir / "point.json")
+        if point is None:
+            best = max(sweep, key=lambda p: p["val_top1"]) if sweep else None
+            tick = time.perf_counter()
+            trainer = train_run(cfg, prep, lr, steps, point_dir, prep.train, prep.val, console,
+                                _label(task, i, len(points), lr, steps, best), {**settings, "phase": "sweep"})
+            last = trainer.last if "val_top1" in trainer.last else {**trainer.last, **trainer.evaluate()}
+            point = {"lr": lr, "steps": steps, "val_top1": last["val_top1"], "val_loss": last["val_loss"],
+                     "train_loss": last.get("loss"), "seconds": time.perf_counter() - tick}
+            if trainer.s.accelerator.is_main_process:
+                _write(point_dir / "point.json", point)
+                shutil.rmtree(point_dir / "checkpoints", ignore_errors=True)  # weights of a sweep point: not needed
+                for name in ("model.safetensors", "heads.safetensors"):
+                    (point_dir / name).unlink(missing_ok=True)
+        sweep.append(point)
+    best = max(sweep, key=lambda p: p["val_top1"]) if sweep else {"lr": cfg.lr, "steps": cfg.steps}
+
+    tick = time.perf_counter()
+    label = f"{task.name} final lr {best['lr']:g} × {best['steps']} on {len(prep.train) + len(prep.val)}"
+    trainer = train_run(cfg, prep, best["lr"], best["steps"], root / "final", prep.train_val, None, console, label,
+                        {**settings, "phase": "final", "chosen": {"lr": best["lr"], "steps": best["steps"]}})
+    console.print(f"{task.name}: evaluating on {cfg.test_samples or len(prep.test)} test images", soft_wrap=True)
+    test = test_metrics(trainer, prep, cfg.test_samples)
+    result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": sweep,
+              "chosen": {"lr": best["lr"], "steps": best["steps"]}, "final_seconds": time.perf_counter() - tick,
+              "test_top1": test["test_top1"], "test_loss": test["test_loss"],
+              "test_samples": cfg.test_samples or len(prep.test), "seconds": time.perf_counter() - began}
+    if trainer.s.accelerator.is_main_process:
+        _write(root / "result.json", result)
+    console.print(f"{task.name}: test top-1 {result['test_top1']:.2%} with lr {best['lr']:g} × {best['steps']} "
+                  f"steps ({result['seconds']:.0f} s) → {root}/final", soft_wrap=True)
+    return result
+
+
+def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None = None) -> dict[str, Any]:
+    """Run the protocol on every task `cfg.task` selects; prints a table and writes summary.json."""
+    cfg.validate()
+    console = console or make_console()
+    resolve_adapters(cfg.adapters)  # name errors now, not after the data is opened
+    tasks = select_tasks(cfg.task)
+    opened: dict[str, TaskSplits] = {}
+    missing: list[str] = []
+    for task in tasks:  # find every data problem before hours of training, not after
+        try:
+            opened[task.name] = open_task(task, cfg.shots, cfg.data_dir)
+        except VitxError as exc:
+            if len(tasks) == 1 or not cfg.skip_missing:
+                if len(tasks) == 1:
+                    raise
+                missing.append(f"{task.name} ({exc})")
+            else:
+                console.print(f"skipping {task.name}: {exc}", soft_wrap=True)
+    if missing:
+        raise VitxError(f"{len(missing)} of {len(tasks)} tasks have no data: {missing[0]}; ... "
+                        "(pass --skip-missing to run the others)")
+    results = [run_task(cfg, t, resume, console, opened[t.name]) for t in tasks if t.name in opened]
+    summary = summarise(results)
+    _write(Path(cfg.output_dir) / "summary.json", {"tasks": results, **summary, "groups": list(GROUPS)})
+    print_summary(results, summary, console)
+    return {"tasks": results, **summary}
