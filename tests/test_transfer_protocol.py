@@ -102,6 +102,8 @@ def test_fine_tuning_learns_dsprites_location(tmp_path):
     (["--task", "vtab/dsprites_loc", "--from", "scratch", "--model", "vit-nano/4", "--lrs", "a,b"],
      "--lrs takes comma-separated floats"),
     (["--task", "vtab/dsprites_loc", "--adapter", "lora"], "unknown adapter 'lora'"),
+    (["--task", "vtab/dsprites_loc", "--from", "timm:vit_tiny_patch16_224"], "could not fetch pretrained weights"),
+    (["--task", "vtab/all", "--from", "scratch", "--model", "vit-nano/4"], "pass --skip-missing to run the others"),
 ])
 def test_transfer_user_errors_are_one_line(tmp_path, args, needle):
     (tmp_path / "x.safetensors").write_bytes(b"not weights")
@@ -140,3 +142,24 @@ def test_eval_fewshot_command(pretrained_run, tmp_path):
     assert set(result["shots"]) == {"1", "5"} and len(result["shots"]["5"]["per_seed"]) == 2
     assert result["shots"]["5"]["mean"] > 0.4
     assert "few-shot linear evaluation" in proc.stdout
+
+
+def test_eval_fewshot_on_a_task(pretrained_run, tmp_path):
+    proc = run_vitx("eval", "fewshot", "--from", str(pretrained_run), "--task", "vtab/dsprites_loc", "--shots", "2",
+                    "--seeds", "1", "--test-samples", "100", "--output", str(tmp_path / "f.json"))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "f.json").read_text())
+    assert result["num_classes"] == 16 and result["test_samples"] == 100
+
+
+def test_a_suite_prints_group_means_and_writes_a_summary(tmp_path):
+    cfg = TransferConfig(start="scratch", model="vit-nano/4", output_dir=str(tmp_path / "s"),
+                         **{**QUICK, "task": "vtab/dsprites_*", "sweep_steps": [2], "lrs": [0.01]})
+    out = transfer(cfg)
+    assert [r["task"] for r in out["tasks"]] == ["vtab/dsprites_loc", "vtab/dsprites_ori"]
+    mean = sum(r["test_top1"] for r in out["tasks"]) / 2
+    summary = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert summary["group_means"]["structured"] == pytest.approx(mean) and summary["mean"] == pytest.approx(mean)
+    skipped = transfer(TransferConfig(**{**cfg.to_dict(), "task": "vtab/all", "skip_missing": True,
+                                         "output_dir": str(tmp_path / "all")}))
+    assert [r["task"] for r in skipped["tasks"]] == ["vtab/dsprites_loc", "vtab/dsprites_ori"]  # offline: the rest

@@ -14,7 +14,7 @@ from ..checkpoint import atomic_write_text
 from ..data import Preprocess, open_source
 from ..errors import VitxError
 from ..runner.config import default_workers
-from ..tasks import get_task, open_task
+from ..tasks import get_task, open_full_splits
 from ..transfer.fewshot import DEFAULT_REG, evaluate_sources
 from ..transfer.start import load_start
 from .transfer import number_list
@@ -46,11 +46,8 @@ def fewshot(
     if task and data:
         raise VitxError("give --data or --task, not both")
     if task:
-        t = get_task(task)
-        splits = open_task(t, shots=max(2, t.num_classes), data_dir=data_dir)
-        train, test, what = splits.train.base if hasattr(splits.train, "base") else splits.train, splits.test, task
-        from ..tasks import SubsetSource
-        train = SubsetSource(train, range(len(train)), t.num_classes, splits.train.label_map)
+        train, test, _ = open_full_splits(get_task(task), data_dir)
+        what = task
         preprocess = Preprocess(image_size=size, squash=True)
     else:
         what = data or "embedded:digits"

@@ -21,7 +21,7 @@ from .base import SubsetSource, Task
 from .hub import missing_data_message, open_hub_splits
 from .vtab import GROUPS
 
-__all__ = ["GROUPS", "SubsetSource", "Task", "TaskSplits", "get_task", "open_task", "select_tasks"]
+__all__ = ["GROUPS", "SubsetSource", "Task", "TaskSplits", "get_task", "open_full_splits", "open_task", "select_tasks"]
 
 SPLIT_SEED = 1000  # carving val from train: fixed, so every run of a task sees the same split
 
@@ -103,13 +103,25 @@ def _label_map(task: Task, source: Any):
     return None
 
 
-def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool | None = None) -> TaskSplits:
-    """The N-shot splits of `task` from `data_dir`, its embedded generator, or the hub (in that order)."""
+def _offline() -> bool:
     import os
 
+    return any(os.environ.get(k, "") in ("1", "true", "True") for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+def open_full_splits(task: Task, data_dir: str | None = None) -> tuple[SubsetSource, SubsetSource, str]:
+    """The task's whole train and test splits, with the task's labels (few-shot evaluation draws from these)."""
+    pools, origin = _pools(task, data_dir, _offline())
+    train, test = pools["train"], pools["test"]
+    k = task.num_classes
+    return (SubsetSource(train, np.arange(len(train)), k, _label_map(task, train)),
+            SubsetSource(test, np.arange(len(test)), k, _label_map(task, test)), origin)
+
+
+def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool | None = None) -> TaskSplits:
+    """The N-shot splits of `task` from `data_dir`, its embedded generator, or the hub (in that order)."""
     if offline is None:
-        offline = os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True") or \
-            os.environ.get("HF_DATASETS_OFFLINE", "") in ("1", "true", "True")
+        offline = _offline()
     if shots < 2:
         raise VitxError(f"--shots must be at least 2 (train and validation images), got {shots}")
     pools, origin = _pools(task, data_dir, offline)
