@@ -31,3 +31,46 @@ def test_broken_plugin_is_reported_and_others_load(monkeypatch, capsys):
         assert list(plugins.loaded) == ["good"] and list(plugins.failed) == ["broken"]
     finally:
         OBJECTIVES._entries.pop("fake-good", None)
+
+
+PLUGIN = '''
+"""A user's objective in one file: supervised learning with a label-smoothed loss, under a new name."""
+import vitx
+from vitx.objectives.supervised import Supervised
+
+
+@vitx.register_objective("smooth-sup", description="supervised with label smoothing 0.2 (a file plugin)")
+class SmoothSup(Supervised):
+    def __init__(self, backbone, num_classes, **options):
+        super().__init__(backbone, num_classes, label_smoothing=0.2, **options)
+'''
+
+
+def test_file_plugin_objective_pretrains_then_transfers(tmp_path):
+    from tests.conftest import as_flags, run_vitx, tiny
+
+    plugin = tmp_path / "my_objective.py"
+    plugin.write_text(PLUGIN)
+    run = tmp_path / "run"
+    proc = run_vitx("pretrain", "--plugin", str(plugin), "--objective", "smooth-sup",
+                    *as_flags(tiny(tmp_path, output_dir=str(run), steps=3, save_every=3)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (run / "model.safetensors").exists()
+    proc = run_vitx("transfer", "--task", "vtab/dsprites_loc", "--from", str(run), "--shots", "20",
+                    "--batch-size", "8", "--no-sweep", "--steps", "2", "--test-samples", "32", "--workers", "0",
+                    "--output-dir", str(tmp_path / "t"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "t" / "vtab-dsprites_loc" / "result.json").exists()
+    listed = run_vitx("--plugin", str(plugin), "objectives")
+    assert "smooth-sup" in listed.stdout and "file" in listed.stdout
+
+
+def test_a_plugin_file_that_raises_is_one_line(tmp_path):
+    from tests.conftest import run_vitx
+
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise RuntimeError('this plugin is broken')\n")
+    proc = run_vitx("objectives", "--plugin", str(bad))
+    assert proc.returncode == 0 and "supervised" in proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if "bad.py" in line]
+    assert lines == [f"warning: vitx plugin '{bad}' failed to load: RuntimeError: this plugin is broken"]

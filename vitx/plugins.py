@@ -1,14 +1,18 @@
-"""Plugin discovery: installed packages that declare an entry point in the group `vitx.plugins`.
+"""Plugin discovery: installed packages that declare an entry point in the group `vitx.plugins`, and single files
+or modules named with `--plugin` or the VITX_PLUGINS environment variable (separated by the path separator, ':').
 
-Importing a plugin registers its components (objectives, backbones, ...). Plugins load once, on the first
-registry lookup or listing. A plugin that fails to import is reported in one line naming it, and the others still
-load. Set VITX_NO_PLUGINS=1 to skip discovery.
+Importing a plugin registers its components (objectives, backbones, adapters, tasks). Entry points load once, on
+the first registry lookup or listing. A plugin that fails to import is reported in one line naming it, and the
+others still load. Set VITX_NO_PLUGINS=1 to skip entry-point discovery.
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import sys
 from importlib.metadata import entry_points
+from pathlib import Path
 
 GROUP = "vitx.plugins"
 loaded: dict[str, str] = {}  # plugin name → where it came from
@@ -35,3 +39,40 @@ def load_plugins() -> None:
             print(f"warning: vitx plugin '{ep.name}' failed to load: {failed[ep.name]}", file=sys.stderr)
         finally:
             registry.current_source = "built-in"
+
+
+def load_plugin(target: str) -> bool:
+    """Import one plugin: a `.py` file or an importable module name. Reports a failure in one line, returns
+    whether it loaded. Loading the same target twice does nothing."""
+    from . import registry
+
+    if target in loaded or target in failed:
+        return target in loaded
+    is_file = target.endswith(".py") or os.sep in target
+    origin = f"file {target}" if is_file else f"module {target}"
+    registry.current_source = origin
+    try:
+        if is_file:
+            path = Path(target).expanduser()
+            if not path.is_file():
+                raise FileNotFoundError(f"no such file {path}")
+            spec = importlib.util.spec_from_file_location(f"vitx_plugin_{path.stem}", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            importlib.import_module(target)
+        loaded[target] = origin
+        return True
+    except Exception as exc:
+        failed[target] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        print(f"warning: vitx plugin '{target}' failed to load: {failed[target]}", file=sys.stderr)
+        return False
+    finally:
+        registry.current_source = "built-in"
+
+
+def load_env_plugins() -> None:
+    """The plugins VITX_PLUGINS names (files or modules, separated by os.pathsep)."""
+    for target in filter(None, os.environ.get("VITX_PLUGINS", "").split(os.pathsep)):
+        load_plugin(target.strip())

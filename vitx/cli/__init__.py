@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import sys
 
+from typing import List
+
 import typer
 
 from .. import __version__
 from ..errors import VitxError
+from ..plugins import load_env_plugins, load_plugin
 from .catalog import adapters, tasks
 from .evaluate import app as eval_app
 from .models import models
@@ -26,8 +29,12 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
+                                       help="Print the version and exit."),
+          plugin: List[str] = typer.Option([], "--plugin", help="Load a plugin file (.py) or module first; repeatable. "
+                                           "Also VITX_PLUGINS=a.py:b.py.")) -> None:
     """vitx: the ViT paper as a toolkit: backbones, pre-training objectives, transfer, on Accelerate."""
+    # --plugin is taken out of the command line by main() before parsing, wherever it stands; declared here
+    # for --help. VITX_PLUGINS is read there too.
 
 
 app.command("pretrain")(pretrain)
@@ -39,9 +46,31 @@ app.command("tasks")(tasks)
 app.add_typer(eval_app, name="eval")
 
 
+def _take_plugins(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`--plugin X` may stand anywhere (`vitx pretrain --plugin f.py ...`): pull every one out before parsing, so
+    the plugin's names exist when the command's options are checked."""
+    rest, plugins = [], []
+    it = iter(argv)
+    for arg in it:
+        if arg == "--plugin":
+            value = next(it, None)
+            if value is None:
+                raise VitxError("--plugin needs a file or module name")
+            plugins.append(value)
+        elif arg.startswith("--plugin="):
+            plugins.append(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+    return rest, plugins
+
+
 def main() -> None:
     try:
-        app()
+        argv, plugins = _take_plugins(sys.argv[1:])
+        load_env_plugins()
+        for target in plugins:
+            load_plugin(target)
+        app(args=argv)
     except VitxError as exc:
         print(f"error: {exc.user_message()}", file=sys.stderr)
         sys.exit(2)
