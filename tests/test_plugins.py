@@ -74,3 +74,27 @@ def test_a_plugin_file_that_raises_is_one_line(tmp_path):
     assert proc.returncode == 0 and "supervised" in proc.stdout
     lines = [line for line in proc.stderr.splitlines() if "bad.py" in line]
     assert lines == [f"warning: vitx plugin '{bad}' failed to load: RuntimeError: this plugin is broken"]
+
+
+def test_vitx_plugins_lists_origins_and_components(tmp_path):
+    from tests.conftest import run_vitx
+
+    plugin = tmp_path / "my_objective.py"
+    plugin.write_text(PLUGIN)
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise RuntimeError('broken on purpose')\n")
+    proc = run_vitx("plugins", "--plugin", str(plugin), "--plugin", str(bad))
+    assert proc.returncode == 0, proc.stderr
+    assert "objective smooth-sup" in proc.stdout and "built-in" in proc.stdout and "19 tasks" in proc.stdout
+    assert "entry point mae" in proc.stdout and "failed" in proc.stdout
+    assert sum("bad.py" in line for line in proc.stderr.splitlines()) == 1
+
+
+def test_temporary_undoes_registrations():
+    import vitx
+
+    with vitx.temporary():
+        vitx.register_objective("temp-objective")(object)
+        vitx.register_task("temp/task", object())
+        assert "temp-objective" in vitx.OBJECTIVES and "temp/task" in vitx.TASKS
+    assert "temp-objective" not in vitx.OBJECTIVES and "temp/task" not in vitx.TASKS

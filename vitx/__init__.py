@@ -10,7 +10,9 @@ from .backbones import create_backbone  # noqa: E402
 from .checkpoint import load_backbone  # noqa: E402
 from .errors import VitxError  # noqa: E402
 from .objectives import Objective, create_objective  # noqa: E402
-from .registry import BACKBONES, OBJECTIVES, Registry, register_backbone, register_objective  # noqa: E402
+from .registry import (ADAPTERS, BACKBONES, OBJECTIVES, TASKS, Registry, register_adapter,  # noqa: E402
+                       register_backbone, register_objective, register_task, temporary)
 
-__all__ = ["__version__", "BACKBONES", "OBJECTIVES", "Objective", "Registry", "VitxError", "create_backbone",
+__all__ = ["__version__", "ADAPTERS", "BACKBONES", "OBJECTIVES", "TASKS", "register_adapter", "register_task",
+           "temporary", "Objective", "Registry", "VitxError", "create_backbone",
            "create_objective", "load_backbone", "register_backbone", "register_objective"]

@@ -5,6 +5,7 @@ matches suggested on a typo. Nothing here knows what a backbone or an objective 
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import fnmatch
 import warnings
@@ -81,6 +82,15 @@ class Registry:
         _plugins()
         return [n for n in self._entries if fnmatch.fnmatchcase(n, pattern)]
 
+    @contextlib.contextmanager
+    def temporary(self) -> Iterator["Registry"]:
+        """Registrations made inside the block are undone at its end (tests, notebooks)."""
+        saved = dict(self._entries)
+        try:
+            yield self
+        finally:
+            self._entries = saved
+
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
@@ -105,6 +115,18 @@ def register_backbone(name: str, **kw: Any) -> Callable[[Any], Any]:
 def register_objective(name: str, **kw: Any) -> Callable[[Any], Any]:
     """Decorator: register an objective class `cls(backbone, **options)`."""
     return OBJECTIVES.register(name, **kw)
+
+
+KINDS = {"backbones": BACKBONES, "objectives": OBJECTIVES, "adapters": ADAPTERS, "tasks": TASKS}
+
+
+@contextlib.contextmanager
+def temporary() -> Iterator[None]:
+    """Every registration of every kind made inside the block is undone at its end."""
+    with contextlib.ExitStack() as stack:
+        for reg in KINDS.values():
+            stack.enter_context(reg.temporary())
+        yield
 
 
 def register_adapter(name: str, **kw: Any) -> Callable[[Any], Any]:

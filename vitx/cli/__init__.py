@@ -14,6 +14,7 @@ from .catalog import adapters, tasks
 from .evaluate import app as eval_app
 from .models import models
 from .objectives import objectives
+from .plugins import plugins
 from .pretrain import pretrain
 from .transfer import transfer
 
@@ -43,6 +44,7 @@ app.command("objectives")(objectives)
 app.command("transfer")(transfer)
 app.command("adapters")(adapters)
 app.command("tasks")(tasks)
+app.command("plugins")(plugins)
 app.add_typer(eval_app, name="eval")
 
 
