@@ -33,6 +33,7 @@ class Adapter:
 
     role: ClassVar[str] = "method"
     closed_form: ClassVar[bool] = False  # the head is solved for, not trained by the runner
+    name: str = "adapter"  # set by `create_adapter` to the name it was registered under
 
     def __init__(self, **options: Any) -> None:
         self.options = dict(options)
@@ -44,8 +45,6 @@ class Adapter:
     def describe(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
         return f"{self.name}({opts})" if opts else self.name
-
-    name: ClassVar[str] = "adapter"
 
 
 def trainable_parameters(model: nn.Module) -> int:

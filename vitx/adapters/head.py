@@ -8,13 +8,12 @@ from ..registry import register_adapter
 from .base import AdaptContext, Adapter
 
 
-@register_adapter("zero-head", role="head",
+@register_adapter("zero-head",
                   description="replace the pre-training head (both layers) by one zero-initialised D×K linear layer")
 class ZeroHead(Adapter):
     """All logits are exactly 0 before the first step, so fine-tuning starts from the uniform prediction."""
 
     role = "head"
-    name = "zero-head"
 
     def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
         model.head = LinearHead(model.backbone.embed_dim, ctx.num_classes)

@@ -8,34 +8,31 @@ from ..registry import register_adapter
 from .base import AdaptContext, Adapter
 
 
-@register_adapter("finetune", role="method",
+@register_adapter("finetune",
                   description="full fine-tuning: every backbone weight and the head train (the paper's transfer)")
 class FineTune(Adapter):
     role = "method"
-    name = "finetune"
 
     def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
         model.requires_grad_(True)
 
 
-@register_adapter("linear-probe", role="method",
+@register_adapter("linear-probe",
                   description="frozen backbone, only the linear head trains")
 class LinearProbe(Adapter):
     role = "method"
-    name = "linear-probe"
 
     def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
         model.backbone.requires_grad_(False)
         model.head.requires_grad_(True)
 
 
-@register_adapter("fewshot", role="method",
+@register_adapter("fewshot",
                   description="frozen backbone; head = regularised least squares onto {-1,1}^K (closed form)")
 class FewShot(Adapter):
     """big_vision's few-shot linear evaluation: whitened features, bias feature, L2 `reg` (2^10)."""
 
     role = "method"
-    name = "fewshot"
     closed_form = True
 
     def __init__(self, reg: float = 2.0 ** 10) -> None:

@@ -64,12 +64,11 @@ def resize_backbone(backbone: nn.Module, image_size: int | tuple[int, int], mode
     return resized
 
 
-@register_adapter("resize-posemb", role="input",
+@register_adapter("resize-posemb",
                   description="2D-interpolate the patch position embeddings to the fine-tuning resolution "
                               "([class] kept); mode=bicubic|bilinear")
 class ResizePosEmb(Adapter):
     role = "input"
-    name = "resize-posemb"
 
     def __init__(self, mode: str = "bicubic") -> None:
         if mode not in MODES:

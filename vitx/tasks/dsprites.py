@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -32,11 +33,23 @@ def factors_of(index: int) -> dict[str, int]:
     return {k: out[k] for k in FACTORS}
 
 
-def _record_order() -> np.ndarray:
-    return np.random.default_rng(_ORDER_SEED).permutation(TOTAL)
-
-
 _ORDER: np.ndarray | None = None
+
+
+def record_order() -> np.ndarray:
+    """The fixed shuffle of the 737,280 records that the splits cut (made once, on first use)."""
+    global _ORDER
+    if _ORDER is None:
+        _ORDER = np.random.default_rng(_ORDER_SEED).permutation(TOTAL)
+    return _ORDER
+
+
+def bin_factor(value: Any, factor: str, classes: int = 16) -> Any:
+    """VTAB's binning: floor(value / (values / classes)), e.g. x 0..31 → 0..15, orientation 0..39 → 0..15.
+    Works on an int or an array of values."""
+    binned = np.floor(np.asarray(value) / (FACTORS[factor] / classes)).astype(np.int64)
+    return int(binned) if binned.ndim == 0 else binned
+
 _C = (np.arange(SIZE, dtype=np.float32) + 0.5)  # pixel centres
 
 
@@ -89,32 +102,21 @@ class DSprites:
         return hi - lo
 
     def record(self, index: int) -> int:
-        global _ORDER
-        if _ORDER is None:
-            _ORDER = _record_order()
         lo, hi = SPLITS[self.split]
         if not 0 <= index < hi - lo:
             raise IndexError(index)
-        return int(_ORDER[lo + index])
-
-    def label_of(self, record: int) -> int:
-        """VTAB's binning: floor(value / (values / classes)), e.g. x 0..31 → 0..15, orientation 0..39 → 0..15."""
-        value = factors_of(record)[self.factor]
-        return int(math.floor(value / (FACTORS[self.factor] / self.classes)))
+        return int(record_order()[lo + index])
 
     def labels(self) -> np.ndarray:
-        global _ORDER
-        if _ORDER is None:
-            _ORDER = _record_order()
         lo, hi = SPLITS[self.split]
-        rec = _ORDER[lo:hi]
-        value = (rec // _stride(self.factor)) % FACTORS[self.factor]
-        return np.floor(value / (FACTORS[self.factor] / self.classes)).astype(np.int64)
+        value = (record_order()[lo:hi] // _stride(self.factor)) % FACTORS[self.factor]
+        return bin_factor(value, self.factor, self.classes)
 
     def load(self, index: int) -> tuple[Image.Image, int]:
-        rec = self.record(index)
-        gray = render(**factors_of(rec))
-        return Image.fromarray(np.repeat(gray[:, :, None], 3, axis=2), "RGB"), self.label_of(rec)
+        factors = factors_of(self.record(index))
+        gray = render(**factors)
+        label = bin_factor(factors[self.factor], self.factor, self.classes)
+        return Image.fromarray(np.repeat(gray[:, :, None], 3, axis=2), "RGB"), label
 
 
 def _stride(factor: str) -> int:

@@ -6,18 +6,12 @@ dSprites tasks are also embedded (regenerated procedurally), so they run offline
 """
 from __future__ import annotations
 
-import math
-
 from ..registry import register_task
 from .base import Task
-from .dsprites import DSprites
+from .dsprites import DSprites, bin_factor
 from .hub import hub_repo
 
 NATURAL, SPECIALIZED, STRUCTURED = "natural", "specialized", "structured"
-
-
-def _dsprites_bins(values: int, classes: int = 16):
-    return lambda raw: int(math.floor(raw / (values / classes)))
 
 
 # name, group, classes, label definition, TFDS source, hub suffix
@@ -51,7 +45,8 @@ EMBEDDED = {
     "dsprites_loc": lambda split: DSprites(split=split, factor="x_position"),
     "dsprites_ori": lambda split: DSprites(split=split, factor="orientation"),
 }
-HUB_LABELS = {"dsprites_loc": _dsprites_bins(32), "dsprites_ori": _dsprites_bins(40)}
+HUB_LABELS = {"dsprites_loc": lambda raw: bin_factor(raw, "x_position"),
+              "dsprites_ori": lambda raw: bin_factor(raw, "orientation")}
 
 for _name, _group, _classes, _label, _tfds, _suffix in TABLE:
     register_task(f"vtab/{_name}", Task(
