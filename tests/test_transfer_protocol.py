@@ -101,7 +101,7 @@ def test_fine_tuning_learns_dsprites_location(tmp_path):
     (["--task", "vtab/dsprites_loc", "--from", "{tmp}/x.safetensors"], "is a file"),
     (["--task", "vtab/dsprites_loc", "--from", "scratch", "--model", "vit-nano/4", "--lrs", "a,b"],
      "--lrs takes comma-separated floats"),
-    (["--task", "vtab/dsprites_loc", "--adapter", "lora"], "unknown adapter 'lora'"),
+    (["--task", "vtab/dsprites_loc", "--adapter", "lorra"], "unknown adapter 'lorra'; did you mean lora?"),
     (["--task", "vtab/dsprites_loc", "--from", "timm:vit_tiny_patch16_224"], "could not fetch pretrained weights"),
     (["--task", "vtab/all", "--from", "scratch", "--model", "vit-nano/4"], "pass --skip-missing to run the others"),
 ])

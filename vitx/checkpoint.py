@@ -36,6 +36,22 @@ def save_weights(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[st
     os.replace(tmp, path)
 
 
+def export_state(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The weights to publish, with every module's `vitx_export(state, prefix)` applied in place.
+
+    A module that trains extra weights beside a standard layer (LoRA's low-rank factors, say) folds them into
+    the layer's own keys there, so model.safetensors stays a plain backbone that loads anywhere. The training
+    state that --resume reads is saved separately and keeps them apart.
+    """
+    wrappers = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod")  # not in state-dict keys
+    for name, module in model.named_modules():
+        fold = getattr(module, "vitx_export", None)
+        if callable(fold):
+            parts = [p for p in name.split(".") if p and p not in wrappers]
+            fold(state, "".join(f"{p}." for p in parts))
+    return state
+
+
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """Load a safetensors file; a missing or damaged file is a user error, not a traceback."""
     if not path.exists():

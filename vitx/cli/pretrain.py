@@ -1,10 +1,12 @@
 """`vitx pretrain`: pre-train a backbone with an objective through Accelerate."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
+from ..recipe import resolve
+from .options import RECIPE, SET
 from ..runner import pretrain as run_pretrain
 from ..runner.config import PretrainConfig
 
@@ -38,7 +40,9 @@ def pretrain(
     grad_checkpointing: Optional[bool] = typer.Option(None, "--grad-checkpointing/--no-grad-checkpointing", help="Trade compute for memory."),
     crop_scale: Optional[float] = typer.Option(None, help=f"Smallest random-crop area fraction. [default: {D.crop_scale}]"),
     log_with: Optional[str] = typer.Option(None, help="Accelerate tracker: auto (tensorboard if installed), none, wandb, ..."),
+    recipe: Optional[str] = RECIPE,
+    set_: List[str] = SET,
 ) -> None:
     """Pre-train a ViT. Defaults: a 2-minute CPU demo (vit-nano/4, supervised, embedded shapes at 16px)."""
-    given = {k: v for k, v in locals().items() if k != "resume" and v is not None}
-    run_pretrain(given, resume=resume)
+    options = {k: v for k, v in locals().items() if k not in ("resume", "recipe", "set_") and v is not None}
+    run_pretrain(resolve(PretrainConfig, "pretrain", recipe, set_, options), resume=resume)

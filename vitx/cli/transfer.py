@@ -6,6 +6,8 @@ from typing import List, Optional
 import typer
 
 from ..errors import VitxError
+from ..recipe import resolve
+from .options import RECIPE, SET
 from ..transfer import TransferConfig
 from ..transfer import transfer as run_transfer
 
@@ -24,36 +26,39 @@ def number_list(text: str, kind: type, flag: str) -> list:
 
 
 def transfer(
-    task: str = typer.Option(D.task, help="Task (see `vitx tasks`), vtab/all, vtab/natural|specialized|structured, or a pattern like 'vtab/dsprites_*'."),
-    start: str = typer.Option(D.start, "--from", help="A vitx run or checkpoint directory, timm:<name> (pretrained, online), or scratch."),
+    task: Optional[str] = typer.Option(None, help=f"Task (see `vitx tasks`), vtab/all, vtab/natural|specialized|structured, or a pattern like 'vtab/dsprites_*'. [default: {D.task}]"),
+    start: Optional[str] = typer.Option(None, "--from", help=f"A vitx run or checkpoint directory, timm:<name> (pretrained, online), or scratch. [default: {D.start}]"),
     model: Optional[str] = typer.Option(None, help="Backbone for --from scratch (see `vitx models`)."),
     adapter: List[str] = typer.Option([], help="Adapter with options, repeatable, e.g. linear-probe or 'resize-posemb(mode=\"bilinear\")' (see `vitx adapters`)."),
-    shots: int = typer.Option(D.shots, help="Training images: 4/5 train, 1/5 validation (VTAB-1k: 1000 = 800 + 200)."),
+    shots: Optional[int] = typer.Option(None, help=f"Training images: 4/5 train, 1/5 validation (VTAB-1k: 1000 = 800 + 200). [default: {D.shots}]"),
     image_size: Optional[int] = typer.Option(None, help="Fine-tuning resolution; position embeddings are interpolated. [default: the checkpoint's]"),
-    batch_size: int = typer.Option(D.batch_size, help="Global batch per step."),
-    grad_accum: int = typer.Option(D.grad_accum, help="Split each batch into this many accumulated micro-batches (memory)."),
-    sweep: bool = typer.Option(D.sweep, "--sweep/--no-sweep", help="Sweep lr × steps on train → val and retrain the best; --no-sweep: --lr and --steps (the paper's 0.01, 2500)."),
-    lrs: str = typer.Option(",".join(map(str, D.lrs)), help="Sweep learning rates."),
-    sweep_steps: str = typer.Option(",".join(map(str, D.sweep_steps)), help="Sweep step counts."),
-    lr: float = typer.Option(D.lr, help="Learning rate with --no-sweep."),
-    steps: int = typer.Option(D.steps, help="Steps with --no-sweep."),
-    warmup: float = typer.Option(D.warmup, help="Warm-up, as a fraction of each run's steps."),
-    precision: str = typer.Option(D.precision, help="no, bf16 or fp16 (GPU)."),
+    batch_size: Optional[int] = typer.Option(None, help=f"Global batch per step. [default: {D.batch_size}]"),
+    grad_accum: Optional[int] = typer.Option(None, help=f"Split each batch into this many accumulated micro-batches (memory). [default: {D.grad_accum}]"),
+    sweep: Optional[bool] = typer.Option(None, "--sweep/--no-sweep", help="Sweep lr × steps on train → val and retrain the best; --no-sweep: --lr and --steps (the paper's 0.01, 2500). [default: sweep]"),
+    lrs: Optional[str] = typer.Option(None, help=f"Sweep learning rates. [default: {','.join(map(str, D.lrs))}]"),
+    sweep_steps: Optional[str] = typer.Option(None, help=f"Sweep step counts. [default: {','.join(map(str, D.sweep_steps))}]"),
+    lr: Optional[float] = typer.Option(None, help=f"Learning rate with --no-sweep. [default: {D.lr}]"),
+    steps: Optional[int] = typer.Option(None, help=f"Steps with --no-sweep. [default: {D.steps}]"),
+    warmup: Optional[float] = typer.Option(None, help=f"Warm-up, as a fraction of each run's steps. [default: {D.warmup}]"),
+    precision: Optional[str] = typer.Option(None, help=f"no, bf16 or fp16 (GPU). [default: {D.precision}]"),
     data_dir: Optional[str] = typer.Option(None, help="A local copy of the task's data (hub WebDataset layout or save_to_disk)."),
-    output_dir: str = typer.Option(D.output_dir, help="Results, per-task runs and the final models."),
+    output_dir: Optional[str] = typer.Option(None, help=f"Results, per-task runs and the final models. [default: {D.output_dir}]"),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted transfer in --output-dir."),
-    seed: int = typer.Option(D.seed),
-    test_samples: int = typer.Option(D.test_samples, help="Evaluate on the first N test images; 0: all."),
-    save_every: int = typer.Option(D.save_every, help="Checkpoint each run every N steps (for --resume)."),
-    workers: int = typer.Option(D.workers, help="Data worker processes; -1: cores - 1, at most 4."),
-    skip_missing: bool = typer.Option(False, "--skip-missing", help="In a suite, skip tasks whose data is unavailable."),
+    seed: Optional[int] = typer.Option(None, help=f"[default: {D.seed}]"),
+    test_samples: Optional[int] = typer.Option(None, help="Evaluate on the first N test images; 0: all. [default: 0]"),
+    save_every: Optional[int] = typer.Option(None, help=f"Checkpoint each run every N steps (for --resume). [default: {D.save_every}]"),
+    workers: Optional[int] = typer.Option(None, help="Data worker processes; -1: cores - 1, at most 4. [default: -1]"),
+    skip_missing: Optional[bool] = typer.Option(None, "--skip-missing", help="In a suite, skip tasks whose data is unavailable."),
+    recipe: Optional[str] = RECIPE,
+    set_: List[str] = SET,
 ) -> None:
     """Transfer a pre-trained ViT: sweep, retrain, test (VTAB-1k protocol), print and save the results."""
-    cfg = TransferConfig(
-        task=task, start=start, model=model, adapters=list(adapter), shots=shots, image_size=image_size,
-        batch_size=batch_size, grad_accum=grad_accum, sweep=sweep, lrs=number_list(lrs, float, "--lrs"),
-        sweep_steps=number_list(sweep_steps, int, "--sweep-steps"), lr=lr, steps=steps, warmup=warmup,
-        precision=precision, output_dir=output_dir, data_dir=data_dir, seed=seed, test_samples=test_samples,
-        save_every=save_every, workers=workers, skip_missing=skip_missing,
-    )
-    run_transfer(cfg, resume=resume)
+    options = {k: v for k, v in locals().items() if k not in ("resume", "recipe", "set_", "adapter") and v is not None}
+    if adapter:
+        options["adapters"] = list(adapter)
+    if lrs is not None:
+        options["lrs"] = number_list(lrs, float, "--lrs")
+    if sweep_steps is not None:
+        options["sweep_steps"] = number_list(sweep_steps, int, "--sweep-steps")
+    chosen = resolve(TransferConfig, "transfer", recipe, set_, options)
+    run_transfer(TransferConfig(**chosen), resume=resume)

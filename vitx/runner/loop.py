@@ -21,7 +21,7 @@ from rich.console import Console
 
 from .. import __version__
 from ..backbones import backbone_record, create_backbone
-from ..checkpoint import read_config, save_weights
+from ..checkpoint import export_state, read_config, save_weights
 from ..data import (Preprocess, TensorSplit, eval_loader, memory_batches, memory_eval_batches, open_source,
                     train_loader)
 from ..errors import VitxError
@@ -293,6 +293,7 @@ class Trainer:
         target = s.run.checkpoints / f".step_{self.step_count:08d}.partial"
         acc.save_state(str(target / "accelerate"), safe_serialization=True)
         state = acc.get_state_dict(s.model)  # full weights, gathered when sharded
+        state = export_state(acc.unwrap_model(s.model), state)  # e.g. LoRA factors merged into their layers
         final = None
         if acc.is_main_process:
             back = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}

@@ -1,0 +1,100 @@
+"""SimCLR as a vitx objective (Chen et al. 2020), in one file: the model for writing a self-supervised objective.
+
+Two augmented views of every image go through the backbone and lightly's `SimCLRProjectionHead`; lightly's
+`NTXentLoss` pulls each image's two views together and pushes the other 2B - 2 apart (gathered over all
+processes under Accelerate). No labels are needed.
+
+The runner hands every objective the same batch of cropped, normalised images; the views are made here, on the
+batch's device, as batched tensor ops (random resized crop and flip through one affine grid per image, then
+colour jitter and grayscale), so augmentation runs on the GPU and the data pipeline stays shared. Blur is left
+out, as SimCLR does for small (CIFAR-sized) images.
+
+    vitx pretrain --objective 'simclr(temperature=0.2)' --data embedded:shapes
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from lightly.loss import NTXentLoss
+from lightly.models.modules import SimCLRProjectionHead
+
+from vitx import Objective, VitxError, register_objective
+
+
+@register_objective("simclr", description="SimCLR (lightly): two augmented views, projection head, NT-Xent loss")
+class SimCLR(Objective):
+    def __init__(self, backbone: torch.nn.Module, temperature: float = 0.5, proj_dim: int = 128,
+                 crop_scale: float = 0.2, jitter: float = 0.4, gray: float = 0.2, **options: Any) -> None:
+        if options:
+            raise VitxError(f"simclr has no option(s) {', '.join(sorted(options))}")
+        if temperature <= 0 or not 0 < crop_scale <= 1 or not 0 <= jitter < 1 or not 0 <= gray <= 1:
+            raise VitxError("simclr needs temperature > 0, crop_scale in (0, 1], jitter in [0, 1), gray in [0, 1]")
+        super().__init__(backbone, temperature=temperature, proj_dim=proj_dim, crop_scale=crop_scale,
+                         jitter=jitter, gray=gray)
+        dim = backbone.embed_dim
+        self.head = SimCLRProjectionHead(input_dim=dim, hidden_dim=dim, output_dim=proj_dim)
+        self.criterion = NTXentLoss(temperature=temperature, gather_distributed=True)
+        self.crop_scale, self.jitter, self.gray = crop_scale, jitter, gray
+        self.mean, self.std = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
+
+    def configure_preprocess(self, preprocess: Any) -> Any:
+        self.mean, self.std = preprocess.mean, preprocess.std  # to jitter colours in pixel space
+        return preprocess
+
+    def augment(self, images: torch.Tensor, gen: torch.Generator | None = None) -> torch.Tensor:
+        """One random view of each image: (B, 3, H, W) normalised -> (B, 3, H, W) normalised."""
+        b, dev = images.shape[0], images.device
+
+        def uniform(lo: float, hi: float) -> torch.Tensor:  # (B,)
+            return lo + (hi - lo) * torch.rand(b, generator=gen, device=dev)
+
+        # random resized crop + flip: the crop box, in [-1, 1] coordinates, as an affine map of the output grid
+        area = uniform(self.crop_scale, 1.0)
+        ratio = torch.exp(uniform(math.log(3 / 4), math.log(4 / 3)))
+        w, h = (area * ratio).sqrt(), (area / ratio).sqrt()  # fractions of the side
+        fits = (w <= 1) & (h <= 1)  # a box that does not fit falls back to the whole image, as torchvision's does
+        w, h = torch.where(fits, w, 1.0), torch.where(fits, h, 1.0)
+        cx, cy = uniform(-1, 1) * (1 - w), uniform(-1, 1) * (1 - h)
+        flip = torch.where(torch.rand(b, generator=gen, device=dev) < 0.5, -1.0, 1.0)
+        theta = torch.zeros(b, 2, 3, device=dev)
+        theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = w * flip, cx, h, cy
+        grid = F.affine_grid(theta, list(images.shape), align_corners=False)  # (B, H, W, 2)
+        x = F.grid_sample(images.float(), grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+
+        # colour jitter (brightness, contrast, saturation; with probability 0.8) and grayscale, in [0, 1] pixels
+        mean = torch.tensor(self.mean, device=dev).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, device=dev).view(1, 3, 1, 1)
+        x = x * std + mean
+        luma = torch.tensor([0.299, 0.587, 0.114], device=dev).view(1, 3, 1, 1)
+        if self.jitter > 0:
+            on = (torch.rand(b, generator=gen, device=dev) < 0.8).view(b, 1, 1, 1)
+            factor = [uniform(1 - self.jitter, 1 + self.jitter).view(b, 1, 1, 1) for _ in range(3)]
+            y = x * factor[0]
+            gray_mean = (y * luma).sum(1, keepdim=True).mean((2, 3), keepdim=True)  # (B, 1, 1, 1)
+            y = (y - gray_mean) * factor[1] + gray_mean
+            gray_px = (y * luma).sum(1, keepdim=True)  # (B, 1, H, W)
+            y = (y - gray_px) * factor[2] + gray_px
+            x = torch.where(on, y.clamp(0, 1), x)
+        if self.gray > 0:
+            to_gray = (torch.rand(b, generator=gen, device=dev) < self.gray).view(b, 1, 1, 1)
+            x = torch.where(to_gray, (x * luma).sum(1, keepdim=True).expand_as(x), x)
+        return ((x - mean) / std).to(images.dtype)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        images = batch["image"]  # (B, 3, H, W)
+        gen = None
+        if not self.training:  # the same views at every evaluation, so validation loss is comparable over time
+            gen = torch.Generator(device=images.device).manual_seed(0)
+        z0 = self.head(self.backbone(self.augment(images, gen)))  # (B, proj_dim)
+        z1 = self.head(self.backbone(self.augment(images, gen)))  # (B, proj_dim)
+        loss = self.criterion(z0, z1)
+        with torch.no_grad():  # how often a view's nearest other view (cosine) is its own pair
+            sim = F.normalize(z0.float(), dim=1) @ F.normalize(z1.float(), dim=1).T  # (B, B)
+            pair_top1 = (sim.argmax(1) == torch.arange(len(sim), device=sim.device)).float().mean()
+        return {"loss": loss, "pair_top1": pair_top1}
+
+
+__all__ = ["SimCLR"]

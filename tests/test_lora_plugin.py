@@ -1,0 +1,78 @@
+"""The LoRA plugin (plugins/vitx-lora): starts at the pre-trained model, trains only its factors and the head,
+and saves a plain backbone with the update merged in."""
+import copy
+import json
+
+import pytest
+import torch
+
+import vitx
+from tests.conftest import run_vitx
+from vitx.adapters import AdaptContext, create_adapter, trainable_parameters
+from vitx.checkpoint import export_state, read_weights
+from vitx.objectives.supervised import Supervised
+from vitx.registry import ADAPTERS
+
+
+def lora_model(spec="lora(rank=2)", classes=5):
+    torch.manual_seed(0)
+    backbone = vitx.create_backbone("vit-micro/4")  # 6 blocks, D = 128
+    model = Supervised(copy.deepcopy(backbone), classes, head="linear")
+    create_adapter(spec).apply(model, AdaptContext(image_size=32, num_classes=classes))
+    return backbone, model
+
+
+def test_discovered_through_its_entry_point():
+    assert ADAPTERS.get("lora").source == "entry point lora (vitx-lora)"
+
+
+def test_starts_exactly_at_the_pretrained_model_and_trains_only_factors_and_head():
+    backbone, model = lora_model()
+    x = torch.randn(3, 3, 32, 32)
+    assert torch.equal(model.backbone(x), backbone(x))  # B = 0
+    d, r, blocks = 128, 2, 6
+    per_block = r * (d + 3 * d) + r * (d + d)  # qkv: D -> 3D, proj: D -> D
+    assert trainable_parameters(model) == blocks * per_block + (d * 5 + 5)
+    assert {n.rsplit(".", 1)[-1] for n, p in model.named_parameters() if p.requires_grad} == {
+        "lora_a", "lora_b", "weight", "bias"}
+    assert all(n.startswith("head.") for n, p in model.named_parameters()
+               if p.requires_grad and not n.endswith(("lora_a", "lora_b")))
+
+
+def test_exported_weights_are_a_plain_backbone_with_the_same_outputs():
+    backbone, model = lora_model("lora(rank=4, alpha=8)")
+    for name, p in model.named_parameters():
+        if name.endswith("lora_b"):
+            torch.nn.init.normal_(p, std=0.05)  # as after some training
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state = export_state(model, state)
+    plain = copy.deepcopy(backbone)
+    plain.load_state_dict({k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")})
+    x = torch.randn(2, 3, 32, 32)
+    assert torch.allclose(plain(x), model.backbone(x), atol=1e-5)
+    assert not torch.allclose(plain(x), backbone(x), atol=1e-3)  # the update is really in there
+
+
+def test_bad_options_are_one_line_errors():
+    for spec, message in [("lora(rank=0)", "rank must be a positive integer"),
+                          ("lora(targets='nothing')", "found no nn.Linear named nothing")]:
+        with pytest.raises(vitx.VitxError, match=message):
+            lora_model(spec)
+
+
+def test_transfer_with_lora_saves_a_loadable_backbone(tmp_path, pretrained_run):
+    out = tmp_path / "out"
+    proc = run_vitx("transfer", "--task", "vtab/dsprites_loc", "--from", str(pretrained_run), "--shots", "40",
+                    "--adapter", "lora(rank=4)", "--batch-size", "16", "--no-sweep", "--lr", "0.03", "--steps", "6",
+                    "--test-samples", "64", "--workers", "0", "--output-dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    task_dir = out / "vtab-dsprites_loc"
+    assert json.loads((task_dir / "result.json").read_text())["adapters"] == ["lora(rank=4)"]
+    final = task_dir / "final"
+    tuned = vitx.load_backbone(final)  # strict: no LoRA keys left over
+    start = read_weights(pretrained_run / "model.safetensors")
+    saved = read_weights(final / "model.safetensors")
+    assert set(saved) == set(start)
+    changed = {k for k in start if not torch.equal(start[k], saved[k])}
+    assert changed == {k for k in start if k.endswith(("attn.qkv.weight", "attn.proj.weight"))}
+    assert tuned(torch.rand(1, 3, 16, 16)).shape == (1, 64)

@@ -1,0 +1,56 @@
+"""The SimCLR plugin (plugins/vitx-simclr): discovered by its entry point, exact view geometry, and it learns."""
+import json
+
+import torch
+
+import vitx
+from vitx.registry import OBJECTIVES
+from vitx.runner import pretrain
+
+
+def simclr(**options):
+    torch.manual_seed(0)
+    return vitx.create_objective("simclr", vitx.create_backbone("vit-nano/4"), None, **options)
+
+
+def test_discovered_through_its_entry_point():
+    assert OBJECTIVES.get("simclr").source == "entry point simclr (vitx-simclr)"
+
+
+def test_views_without_crop_or_colour_are_the_image_or_its_mirror():
+    obj = simclr(crop_scale=1.0, jitter=0.0, gray=0.0)
+    images = torch.rand(64, 3, 16, 16) * 2 - 1  # normalised to [-1, 1]
+    view = obj.augment(images)
+    same = (view - images).abs().amax(dim=(1, 2, 3)) < 1e-5
+    mirrored = (view - images.flip(3)).abs().amax(dim=(1, 2, 3)) < 1e-5
+    assert bool((same | mirrored).all())  # a full-area crop is the identity, up to the random flip
+    assert 16 < int(mirrored.sum()) < 48  # flips about half
+
+
+def test_grayscale_and_jitter_stay_in_range():
+    obj = simclr(crop_scale=1.0, jitter=0.0, gray=1.0)
+    view = obj.augment(torch.rand(8, 3, 16, 16) * 2 - 1)
+    assert torch.allclose(view[:, 0], view[:, 1], atol=1e-6) and torch.allclose(view[:, 1], view[:, 2], atol=1e-6)
+    view = simclr(jitter=0.9).augment(torch.rand(8, 3, 16, 16) * 2 - 1)
+    assert view.min() >= -1 - 1e-6 and view.max() <= 1 + 1e-6
+
+
+def test_evaluation_views_are_fixed_and_training_views_are_not():
+    obj = simclr()
+    batch = {"image": torch.rand(8, 3, 16, 16) * 2 - 1}
+    obj.eval()
+    assert torch.equal(obj(batch)["loss"], obj(batch)["loss"])
+    obj.train()
+    assert not torch.equal(obj(batch)["loss"], obj(batch)["loss"])
+
+
+def test_simclr_run_learns_to_pair_views(tmp_path):
+    run = tmp_path / "run"
+    pretrain({"objective": "simclr(temperature=0.2)", "model": "vit-nano/4", "data": "embedded:shapes",
+              "batch_size": 64, "steps": 60, "warmup_steps": 5, "lr": 2e-3, "save_every": 60, "log_every": 10,
+              "eval_samples": 0, "workers": 0, "log_with": "none", "output_dir": str(run)})
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["loss"] < rows[0]["loss"] - 0.3, rows
+    assert rows[-1]["pair_top1"] > 4 / 64, rows  # chance is 1 / 64
+    backbone = vitx.load_backbone(run)  # the checkpoint is a plain backbone
+    assert backbone(torch.rand(2, 3, 16, 16)).shape == (2, 64)
