@@ -17,6 +17,7 @@ from pathlib import Path
 GROUP = "vitx.plugins"
 loaded: dict[str, str] = {}  # plugin name → where it came from
 failed: dict[str, str] = {}  # plugin name → one-line error
+origins: dict[str, str] = {}  # plugin name → where it came from, loaded or not
 _done = False
 
 
@@ -30,7 +31,7 @@ def load_plugins() -> None:
 
     for ep in entry_points(group=GROUP):
         origin = f"entry point {ep.name} ({ep.dist.name if ep.dist else ep.value})"
-        registry.current_source = origin
+        registry.current_source = origins[ep.name] = origin
         try:
             ep.load()
             loaded[ep.name] = origin
@@ -50,7 +51,7 @@ def load_plugin(target: str) -> bool:
         return target in loaded
     is_file = target.endswith(".py") or os.sep in target
     origin = f"file {target}" if is_file else f"module {target}"
-    registry.current_source = origin
+    registry.current_source = origins[target] = origin
     try:
         if is_file:
             path = Path(target).expanduser()

@@ -25,6 +25,6 @@ def plugins() -> None:
     for name, origin in plugin_state.loaded.items():
         table.add_row(escape(name), escape(origin), "loaded", escape(", ".join(by_source.get(origin, [])) or "-"))
     for name, error in plugin_state.failed.items():
-        table.add_row(escape(name), "", f"[red]failed[/red]: {escape(error)}", "-")
+        table.add_row(escape(name), escape(plugin_state.origins.get(name, "")), f"[red]failed[/red]: {escape(error)}", "-")
     console = Console()
     (console if console.is_terminal else Console(width=max(console.width, 150))).print(table)
