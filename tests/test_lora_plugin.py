@@ -76,3 +76,40 @@ def test_transfer_with_lora_saves_a_loadable_backbone(tmp_path, pretrained_run):
     changed = {k for k in start if not torch.equal(start[k], saved[k])}
     assert changed == {k for k in start if k.endswith(("attn.qkv.weight", "attn.proj.weight"))}
     assert tuned(torch.rand(1, 3, 16, 16)).shape == (1, 64)
+
+
+def test_lora_transfer_resumes_to_the_same_weights(tmp_path, pretrained_run, monkeypatch):
+    """Killed after its step-3 checkpoint, a LoRA run resumes (factors from the training state, not from the
+    merged model.safetensors) and ends bit-identical to the run that was never stopped."""
+    from vitx.runner.loop import Trainer
+    from vitx.transfer import TransferConfig, transfer
+
+    def cfg(name):
+        return TransferConfig(start=str(pretrained_run), adapters=["lora(rank=2)"], shots=40, batch_size=8,
+                              sweep=False, lr=0.03, steps=6, save_every=3, test_samples=16, workers=0,
+                              output_dir=str(tmp_path / name))
+
+    transfer(cfg("whole"))
+    save = Trainer.save
+
+    def crash_after_step_3(self):
+        path = save(self)
+        if self.step_count == 3:
+            raise RuntimeError("killed")
+        return path
+
+    monkeypatch.setattr(Trainer, "save", crash_after_step_3)
+    with pytest.raises(RuntimeError, match="killed"):
+        transfer(cfg("killed"))
+    saved_steps = []
+
+    def record(self):
+        saved_steps.append(self.step_count)
+        return save(self)
+
+    monkeypatch.setattr(Trainer, "save", record)
+    transfer(cfg("killed"), resume=True)
+    assert saved_steps == [6]  # it continued from step 3, it did not start again
+    whole = read_weights(tmp_path / "whole" / "vtab-dsprites_loc" / "final" / "model.safetensors")
+    resumed = read_weights(tmp_path / "killed" / "vtab-dsprites_loc" / "final" / "model.safetensors")
+    assert all(torch.equal(whole[k], resumed[k]) for k in whole)
