@@ -51,8 +51,9 @@ def test_set_values_are_parsed_by_the_field_type():
                        "adapters=lora(rank=4, alpha=8)", "model=vit-b/16", "precision=bf16"], TransferConfig) == {
         "lrs": [0.001, 0.01], "sweep_steps": [5, 6], "image_size": None, "sweep": False, "lr": 1.0,
         "adapters": ["lora(rank=4, alpha=8)"], "model": "vit-b/16", "precision": "bf16"}
-    assert parse_sets(["objective=mpp(corrupt_rate=0.4)", "skip_corrupt=true"], PretrainConfig) == {
-        "objective": "mpp(corrupt_rate=0.4)", "skip_corrupt": True}
+    assert parse_sets(["objective=mpp(corrupt_rate=0.4)", "skip_corrupt=true", "data=1e3", 'model="vit-b/16"'],
+                      PretrainConfig) == {"objective": "mpp(corrupt_rate=0.4)", "skip_corrupt": True,
+                                          "data": "1e3", "model": "vit-b/16"}  # text stays text
     for bad, message in [("steps=1.5", "steps must be an integer, got '1.5'"),
                          ("lr=fast", "lr must be a number, got 'fast'"),
                          ("grad_checkpointing=maybe", "must be true or false"),

@@ -108,7 +108,11 @@ def typed(cls: type, key: str, value: Any, where: str, from_text: bool = False) 
     name = key.strip().replace("-", "_")
     if name not in types_:
         raise _unknown(name, sorted(types_), where)
-    raw = _parse_text(value) if from_text and isinstance(value, str) else value
+    raw = value
+    if from_text and isinstance(value, str):
+        parsed = _parse_text(value)
+        text_field = str in (types_[name], _optional_of(types_[name]))
+        raw = value if text_field and not isinstance(parsed, str) else parsed  # task=1e3 stays the text "1e3"
     try:
         return name, check_value(types_[name], raw, from_text)
     except ValueError:

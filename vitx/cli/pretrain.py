@@ -6,9 +6,9 @@ from typing import List, Optional
 import typer
 
 from ..recipe import resolve
-from .options import RECIPE, SET
 from ..runner import pretrain as run_pretrain
 from ..runner.config import PretrainConfig
+from .options import RECIPE, SET
 
 D = PretrainConfig()  # defaults shown in --help
 

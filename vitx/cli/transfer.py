@@ -7,9 +7,9 @@ import typer
 
 from ..errors import VitxError
 from ..recipe import resolve
-from .options import RECIPE, SET
 from ..transfer import TransferConfig
 from ..transfer import transfer as run_transfer
+from .options import RECIPE, SET
 
 D = TransferConfig()
 
