@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import tomllib
+import sys
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
 from .errors import VitxError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 

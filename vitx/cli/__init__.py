@@ -12,10 +12,12 @@ from ..errors import VitxError
 from ..plugins import load_env_plugins, load_plugin
 from .catalog import adapters, tasks
 from .evaluate import app as eval_app
+from .inspect import inspect
 from .models import models
 from .objectives import objectives
 from .plugins import plugins
 from .pretrain import pretrain
+from .reproduce import reproduce
 from .transfer import transfer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -45,6 +47,8 @@ app.command("transfer")(transfer)
 app.command("adapters")(adapters)
 app.command("tasks")(tasks)
 app.command("plugins")(plugins)
+app.command("inspect")(inspect)
+app.command("reproduce")(reproduce)
 app.add_typer(eval_app, name="eval")
 
 

@@ -17,6 +17,7 @@ from ..data.sources import HFImageSource
 from ..errors import VitxError
 from ..registry import TASKS
 from . import vtab  # noqa: F401  (registers the VTAB-1k tasks)
+from . import embedded  # noqa: F401,E402  (then the embedded ones)
 from .base import SubsetSource, Task
 from .hub import missing_data_message, open_hub_splits
 from .vtab import GROUPS

@@ -1,0 +1,53 @@
+"""The small-scale reproduction: the claims' verdicts follow their criteria, and the whole pipeline runs (with
+token budgets) into a report whose figures all exist, and resumes without training again."""
+import json
+import re
+
+from vitx.reproduce import QUICK, reproduce
+from vitx.reproduce.claims import distance_claim, hires_claim, position_claim, transfer_claim
+
+
+def fake(scratch=0.2, mpp=0.25, supervised=0.4, hires=0.41, layers=((5.0, 8.0), (8.0, 8.5)), nearest=0.9, corr=-0.6):
+    pos = {"nearest_in_row_or_column": nearest, "distance_correlation": corr, "row_column_gap": 0.1,
+           "nearest_in_row_or_column_chance": 0.4}
+    rand = {**pos, "nearest_in_row_or_column": 0.4, "distance_correlation": 0.0}
+    return {"plan": {"test_samples": 2000, "image_size": 16, "hires": 32},
+            "transfer": {"scratch": [{"test_top1": scratch}], "mpp": [{"test_top1": mpp}],
+                         "supervised": [{"test_top1": supervised}]},
+            "hires": {"0": {"test_top1": hires}},
+            "inspect": {"init": {"position_similarity": rand},
+                        "supervised": {"position_similarity": pos,
+                                       "attention_distance": {"pixels": [list(l) for l in layers], "uniform": 8.0,
+                                                              "layer_mean": [sum(l) / len(l) for l in layers]}},
+                        "mpp": {"position_similarity": pos}}}
+
+
+def test_claims_follow_their_criteria():
+    assert transfer_claim(fake())["holds"]
+    assert not transfer_claim(fake(scratch=0.3))["holds"]  # MPP below scratch
+    assert not transfer_claim(fake(supervised=0.24))["holds"]  # supervised below MPP
+    assert position_claim(fake())["holds"] and position_claim(fake(), "mpp")["holds"]
+    assert not position_claim(fake(nearest=0.5))["holds"] and not position_claim(fake(corr=-0.1))["holds"]
+    assert distance_claim(fake())["holds"]
+    assert not distance_claim(fake(layers=((5.0, 6.0), (8.0, 8.5))))["holds"]  # no global head in layer 1
+    assert not distance_claim(fake(layers=((7.5, 8.0), (7.8, 7.9))))["holds"]  # no growth with depth
+    assert hires_claim(fake(hires=0.395))["holds"]  # within one standard error (about 1.1 points)
+    assert not hires_claim(fake(hires=0.35))["holds"]
+
+
+def test_reproduction_pipeline_writes_a_complete_report_and_resumes(tmp_path):
+    out = tmp_path / "repro"
+    first = reproduce(out, QUICK)
+    report = (out / "REPORT.md").read_text()
+    assert [c["id"] for c in first["claims"]] == ["mpp", "posemb-supervised", "posemb-mpp", "distance", "hires"]
+    assert report.count("| yes |") + report.count("| **no** |") == 5
+    figures = re.findall(r"!\[\]\(([^)]+)\)", report)
+    assert len(figures) == 8 and all((out / f).is_file() for f in figures)
+    saved = json.loads((out / "results.json").read_text())
+    assert set(saved["transfer"]) == {"scratch", "mpp", "supervised"} and set(saved["hires"]) == {"0"}
+    weights = (out / "pretrain-supervised" / "model.safetensors").stat().st_mtime_ns
+    assert not first["resumed"]
+    second = reproduce(out, QUICK)  # everything is done: nothing is trained again
+    assert second["resumed"] and "reused the runs" in (out / "REPORT.md").read_text()
+    assert (out / "pretrain-supervised" / "model.safetensors").stat().st_mtime_ns == weights
+    assert second["transfer"]["mpp"][0]["test_top1"] == first["transfer"]["mpp"][0]["test_top1"]

@@ -1,0 +1,63 @@
+"""What the input layers learned (paper Fig. 7 left and centre): principal components of the patch-embedding
+filters, and the cosine similarity between the position embeddings of every pair of patches."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def patch_grid(backbone: nn.Module) -> tuple[int, int]:
+    return tuple(int(g) for g in backbone.patch_embed.grid_size)
+
+
+def filter_components(backbone: nn.Module, k: int = 28) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The top-k principal components of the D patch-embedding filters, as (k, 3, P, P) images, and the share of
+    variance each explains (k,). None when the embedding is not a projection of RGB pixels (hybrid stem)."""
+    weight = backbone.patch_embed.proj.weight.detach().float()  # (D, C, P, P)
+    if weight.shape[1] != 3 or weight.shape[-1] == 1:
+        return None
+    d, c, p, _ = weight.shape
+    x = weight.reshape(d, c * p * p)
+    x = x - x.mean(dim=0, keepdim=True)  # the filters are the samples
+    _, s, vt = torch.linalg.svd(x, full_matrices=False)  # vt: (min(D, CP²), CP²)
+    k = min(k, vt.shape[0])
+    explained = (s**2 / (s**2).sum().clamp_min(1e-12))[:k]
+    return vt[:k].reshape(k, c, p, p), explained
+
+
+def position_embeddings(backbone: nn.Module) -> torch.Tensor:
+    """The patches' learned position embeddings, without the prefix ([class]) rows: (N, D)."""
+    pos = backbone.pos_embed.detach().float()[0]  # (prefix + N, D) or (N, D)
+    n = patch_grid(backbone)[0] * patch_grid(backbone)[1]
+    return pos[-n:]
+
+
+def position_similarity(pos: torch.Tensor) -> torch.Tensor:
+    """Cosine similarity of every patch's position embedding with every other: (N, D) -> (N, N)."""
+    unit = F.normalize(pos.float(), dim=-1)
+    return unit @ unit.T
+
+
+def row_column_structure(sim: torch.Tensor, grid: tuple[int, int]) -> dict[str, float]:
+    """How 2D the similarity is: the mean similarity of distinct patches that share a row or a column, minus that
+    of patches that share neither. Near 0 for unstructured (random) embeddings."""
+    rows = torch.arange(grid[0]).repeat_interleave(grid[1])
+    cols = torch.arange(grid[1]).repeat(grid[0])
+    same_row = rows[:, None] == rows[None, :]
+    same_col = cols[:, None] == cols[None, :]
+    other = ~torch.eye(len(rows), dtype=torch.bool)
+    line = (same_row | same_col) & other
+    neither = ~(same_row | same_col)
+    line_mean, neither_mean = float(sim[line].mean()), float(sim[neither].mean())
+    centres = torch.stack([rows, cols], dim=1).float()
+    dist = torch.cdist(centres, centres)[other]
+    corr = torch.corrcoef(torch.stack([sim[other].float(), dist]))[0, 1]  # < 0: nearer patches are more alike
+    nearest = sim.masked_fill(~other, float("-inf")).argmax(dim=1)  # each patch's most similar other patch
+    in_line = float((same_row | same_col)[torch.arange(len(rows)), nearest].float().mean())
+    return {"same_row_or_column": line_mean, "neither": neither_mean, "row_column_gap": line_mean - neither_mean,
+            "distance_correlation": float(corr), "nearest_in_row_or_column": in_line,
+            "nearest_in_row_or_column_chance": (grid[0] + grid[1] - 2) / max(len(rows) - 1, 1)}
+
+
+__all__ = ["filter_components", "patch_grid", "position_embeddings", "position_similarity", "row_column_structure"]

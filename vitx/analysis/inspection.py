@@ -1,0 +1,121 @@
+"""`vitx inspect`: every analysis of the paper's Section 4.5 for one backbone, as PNG figures and one JSON of
+the numbers behind them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+from PIL import Image, UnidentifiedImageError
+from rich.progress import Progress
+
+from ..checkpoint import atomic_write_text
+from ..data import Preprocess, open_source
+from ..errors import VitxError
+from .attention import mean_attention_distance, recording, rollout, uniform_distance
+from .embeddings import filter_components, patch_grid, position_embeddings, position_similarity, row_column_structure
+from .figures import distance_figure, filter_figure, position_figure, rollout_figure
+
+FIGURES = ("embedding_filters.png", "position_similarity.png", "attention_distance.png", "attention_rollout.png")
+
+
+def _image_size(backbone: nn.Module) -> int:
+    return int(backbone.patch_embed.img_size[0])
+
+
+def sample_images(spec: str, size: int, count: int, seed: int = 0) -> tuple[torch.Tensor, list[np.ndarray]]:
+    """`count` evaluation images of a data spec at `size`: normalised (B, 3, S, S) and as uint8 pictures."""
+    source = open_source(spec, "validation", size, seed) or open_source(spec, "train", size, seed)
+    prep = Preprocess(image_size=size)
+    pictures = [np.asarray(prep.eval_image(source.load(i)[0].convert("RGB"))) for i in range(min(count, len(source)))]
+    return prep.normalise_uint8(torch.from_numpy(np.stack(pictures)).permute(0, 3, 1, 2)), pictures
+
+
+def load_images(paths: list[str], size: int) -> tuple[torch.Tensor, list[np.ndarray]]:
+    """User images (--image), centre-cropped and resized to the backbone's resolution."""
+    prep = Preprocess(image_size=size)
+    pictures = []
+    for p in paths:
+        try:
+            with Image.open(p) as img:
+                pictures.append(np.asarray(prep.eval_image(img.convert("RGB"))))
+        except FileNotFoundError:
+            raise VitxError(f"--image {p}: no such file") from None
+        except (UnidentifiedImageError, OSError) as exc:
+            raise VitxError(f"--image {p}: not a readable image ({exc})") from None
+    return prep.normalise_uint8(torch.from_numpy(np.stack(pictures)).permute(0, 3, 1, 2)), pictures
+
+
+@torch.no_grad()
+def attention_statistics(backbone: nn.Module, images: torch.Tensor, batch: int = 32,
+                         progress: Progress | None = None) -> list[list[float]]:
+    """Mean attention distance in pixels, per layer and head, averaged over `images` (B, 3, S, S)."""
+    grid = patch_grid(backbone)
+    patch = _image_size(backbone) // grid[0]  # pixels per token (a hybrid's tokens are 16px feature cells)
+    prefix = int(getattr(backbone, "num_prefix_tokens", 1))
+    sums: list[torch.Tensor] = []
+    task = progress.add_task("attention distance", total=len(images)) if progress else None
+    for start in range(0, len(images), batch):
+        chunk = images[start:start + batch]
+        with recording(backbone) as maps:
+            backbone(chunk)
+        per_layer = [mean_attention_distance(a, grid, patch, prefix) * len(chunk) for a in maps]  # L × (H,)
+        sums = per_layer if not sums else [s + p for s, p in zip(sums, per_layer)]
+        if progress:
+            progress.advance(task, len(chunk))
+    return [[float(v) for v in s / len(images)] for s in sums]
+
+
+@torch.no_grad()
+def rollout_maps(backbone: nn.Module, images: torch.Tensor) -> list[np.ndarray]:
+    """The [class] token's rollout over the patches, per image, as (rows, cols) maps."""
+    prefix = int(getattr(backbone, "num_prefix_tokens", 1))
+    with recording(backbone) as maps:
+        backbone(images)
+    rolled = rollout(maps)  # (B, N, N)
+    if prefix == 0:
+        raise VitxError("attention rollout reads the [class] token's row; this backbone has no [class] token")
+    return [r[0, prefix:].reshape(patch_grid(backbone)).numpy() for r in rolled]
+
+
+def inspect_backbone(backbone: nn.Module, out_dir: str | Path, data: str = "embedded:shapes", samples: int = 128,
+                     image_paths: list[str] | None = None, components: int = 28,
+                     progress: Progress | None = None) -> dict[str, Any]:
+    """Write the four figures and analysis.json for `backbone` into `out_dir`; returns the numbers."""
+    backbone = backbone.eval().float()
+    size, grid = _image_size(backbone), patch_grid(backbone)
+    shown, pictures = load_images(image_paths, size) if image_paths else sample_images(data, size, 6, seed=1)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"image_size": size, "grid": list(grid),
+                              "pixels_per_patch": size // grid[0], "data": data, "samples": samples}
+
+    pcs = filter_components(backbone, components)
+    if pcs is None:
+        result["embedding_filters"] = {"skipped": "the patch embedding does not project RGB pixels (hybrid stem)"}
+    else:
+        filter_figure(*pcs, out / FIGURES[0])
+        result["embedding_filters"] = {"explained_variance": [float(v) for v in pcs[1]]}
+
+    sim = position_similarity(position_embeddings(backbone))
+    position_figure(sim, grid, out / FIGURES[1])
+    result["position_similarity"] = {**row_column_structure(sim, grid), "matrix": sim.round(decimals=4).tolist()}
+
+    images, _ = sample_images(data, size, samples)
+    distances = attention_statistics(backbone, images, progress=progress)
+    distance_figure(distances, size, out / FIGURES[2])
+    result["attention_distance"] = {"pixels": distances, "layer_mean": [float(np.mean(d)) for d in distances],
+                                    "uniform": uniform_distance(grid, size // grid[0]), "images": len(images)}
+
+    maps = rollout_maps(backbone, shown)
+    rollout_figure(pictures, maps, out / FIGURES[3])
+    result["attention_rollout"] = {"images": image_paths or f"{len(pictures)} from {data}",
+                                   "maps": [np.round(m, 5).tolist() for m in maps]}
+    atomic_write_text(out / "analysis.json", json.dumps(result, indent=1))
+    return result
+
+
+__all__ = ["FIGURES", "attention_statistics", "inspect_backbone", "load_images", "rollout_maps", "sample_images"]

@@ -1,0 +1,52 @@
+"""`vitx inspect`: what a ViT learned, as the paper's Section 4.5 figures and the numbers behind them."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+
+from ..analysis import FIGURES, inspect_backbone
+from ..checkpoint import read_config
+from ..transfer.start import load_start
+
+
+def _default_data(start: str) -> str:
+    """The checkpoint's own data when it is embedded (available offline), else the embedded shapes."""
+    path = Path(start)
+    if (path / "config.json").is_file():
+        data = read_config(path).get("run", {}).get("data", "")
+        if isinstance(data, str) and data.startswith("embedded:"):
+            return data
+    return "embedded:shapes"
+
+
+def inspect(
+    start: str = typer.Argument(..., metavar="CHECKPOINT", help="A vitx run or checkpoint directory, timm:<name>, or scratch (with --model)."),
+    model: Optional[str] = typer.Option(None, help="Backbone for scratch (its initialisation)."),
+    image: List[str] = typer.Option([], help="An image to show attention rollout on; repeatable. [default: 6 embedded images]"),
+    data: Optional[str] = typer.Option(None, help="Images for the mean attention distance. [default: the checkpoint's embedded data, else embedded:shapes]"),
+    samples: int = typer.Option(128, help="How many images the mean attention distance averages over (the paper: 128)."),
+    components: int = typer.Option(28, help="Principal components of the embedding filters to show (the paper: 28)."),
+    output_dir: Optional[str] = typer.Option(None, help="Where the figures and analysis.json go. [default: CHECKPOINT/inspect, or runs/inspect/<name>]"),
+) -> None:
+    """Embedding filters, position-embedding similarity, mean attention distance, attention rollout."""
+    backbone = load_start(start, model)
+    name = start if start != "scratch" else f"scratch-{model}"
+    out = Path(output_dir) if output_dir else (
+        Path(start) / "inspect" if Path(start).is_dir() else Path("runs/inspect") / name.replace("/", "-").replace(":", "-"))
+    data = data or _default_data(start)
+    console = Console(stderr=True)
+    with Progress(console=console, transient=True) as progress:
+        result = inspect_backbone(backbone, out, data=data, samples=samples, image_paths=list(image) or None,
+                                  components=components, progress=progress)
+    pos = result["position_similarity"]
+    means = ", ".join(f"{d:.1f}" for d in result["attention_distance"]["layer_mean"])
+    console.print(f"{name}: {result['image_size']}px, {result['grid'][0]}×{result['grid'][1]} patches", soft_wrap=True)
+    console.print(f"  position embeddings: same row/column {pos['same_row_or_column']:.3f} vs neither "
+                  f"{pos['neither']:.3f} (gap {pos['row_column_gap']:.3f})", soft_wrap=True)
+    console.print(f"  mean attention distance by layer (px, {samples} images of {data}): {means}", soft_wrap=True)
+    written = [f for f in FIGURES if (out / f).exists()]
+    console.print(f"wrote {', '.join(written)} and analysis.json → {out}", soft_wrap=True)
