@@ -135,6 +135,7 @@ def test_vitx_inspect_writes_four_figures_and_the_numbers(pretrained_run, tmp_pa
 
 def test_vitx_inspect_user_errors_are_one_line(tmp_path, pretrained_run):
     for args, needle in [(["/no/such/run"], "no such checkpoint directory"),
-                         ([str(pretrained_run), "--image", str(tmp_path / "missing.png")], "no such file")]:
+                         ([str(pretrained_run), "--image", str(tmp_path / "missing.png")], "no such file"),
+                         ([str(pretrained_run), "--samples", "0"], "--samples and --components must be at least 1")]:
         proc = run_vitx("inspect", *args, "--output-dir", str(tmp_path / "o"))
         assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
