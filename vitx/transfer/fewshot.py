@@ -83,6 +83,24 @@ def extract_features(backbone: nn.Module, images: Any, batch: int = 256,
     return torch.cat(out).numpy()
 
 
+@torch.no_grad()
+def source_features(backbone: nn.Module, source: Any, preprocess: Any, limit: int, workers: int = 0,
+                    device: torch.device | str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """Features (N, D) and labels (N,) of the first `limit` images of a source, streamed in batches (test splits
+    can be far larger than memory allows to decode at once)."""
+    from ..data.loader import eval_loader
+
+    loader = eval_loader(source, preprocess, batch=256, rank=0, world=1, limit=limit, workers=workers,
+                         skip_corrupt=False)
+    feats, labels = [], []
+    for batch in loader:
+        feats.append(extract_features(backbone, batch["image"], device=device))
+        labels.append(batch["label"].numpy())
+    if not feats:
+        return np.zeros((0, int(backbone.embed_dim)), np.float32), np.zeros((0,), np.int64)
+    return np.concatenate(feats), np.concatenate(labels)
+
+
 def fewshot_accuracy(train_features: np.ndarray, train_labels: np.ndarray, test_features: np.ndarray,
                      test_labels: np.ndarray, num_classes: int, shots: Sequence[int] = DEFAULT_SHOTS,
                      seeds: Sequence[int] = DEFAULT_SEEDS, reg: float = DEFAULT_REG) -> dict[int, list[float]]:
@@ -116,9 +134,7 @@ def evaluate_sources(backbone: nn.Module, train_source: Any, test_source: Any, p
     train_feats = extract_features(backbone, preprocess.normalise_uint8(train.images), device=device)
     position = {int(i): p for p, i in enumerate(needed)}
     n_test = min(test_limit or len(test_source), len(test_source))
-    test = decode_split(test_source, preprocess, range(n_test), workers=workers)
-    test_feats = extract_features(backbone, preprocess.normalise_uint8(test.images), device=device)
-    test_labels = test.labels.numpy()
+    test_feats, test_labels = source_features(backbone, test_source, preprocess, n_test, workers, device)
     results: dict[int, list[float]] = {}
     for (k, s), idx in draws.items():
         rows = np.asarray([position[int(i)] for i in idx])

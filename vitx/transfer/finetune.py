@@ -16,14 +16,13 @@ from rich.console import Console
 
 from ..adapters import AdaptContext, Adapter, resolve_adapters, trainable_parameters
 from ..data import Preprocess, TensorSplit, decode_split
-from ..data.loader import eval_loader
 from ..objectives.supervised import Supervised
 from ..runner.config import PretrainConfig, default_workers
 from ..runner.loop import Trainer, assemble, make_accelerator
 from ..runner.rundir import RunDir
 from ..tasks import Task, TaskSplits, open_task
 from .config import TransferConfig
-from .fewshot import extract_features, fit_least_squares
+from .fewshot import extract_features, fit_least_squares, source_features
 from .start import load_start
 
 
@@ -125,14 +124,10 @@ def closed_form(prep: Prepared, limit: int) -> dict[str, float]:
     data = prep.train_val
     feats = extract_features(model.backbone, prep.preprocess.normalise_uint8(data.images), device=device)
     head = fit_least_squares(feats, data.labels.numpy(), prep.task.num_classes, prep.method.reg)
-    loader = eval_loader(prep.test, prep.preprocess, batch=256, rank=0, world=1, limit=limit or len(prep.test),
-                         workers=default_workers(), skip_corrupt=False)
-    correct = total = 0
-    for batch in loader:
-        pred = head.predict(extract_features(model.backbone, batch["image"], device=device))
-        correct += int((pred == batch["label"].numpy()).sum())
-        total += len(pred)
-    return {"test_top1": correct / max(total, 1), "test_samples": float(total)}
+    feats, labels = source_features(model.backbone, prep.test, prep.preprocess, limit or len(prep.test),
+                                    default_workers(), device)
+    return {"test_top1": float((head.predict(feats) == labels).mean()) if len(labels) else 0.0,
+            "test_samples": float(len(labels))}
 
 
 __all__ = ["Prepared", "build_model", "closed_form", "prepare", "run_config", "test_metrics", "train_run"]

@@ -19,6 +19,8 @@ SCRATCH = "scratch"
 
 def load_start(start: str, model: str | None = None) -> nn.Module:
     """The backbone a transfer starts from, at its own resolution (interpolation comes later, as an adapter)."""
+    if model and start != SCRATCH:
+        raise VitxError(f"--model is for --from scratch; --from {start} brings its own backbone (drop --model)")
     if start == SCRATCH:
         if not model:
             raise VitxError("--from scratch needs --model (e.g. --model vit-nano/4)")
