@@ -113,6 +113,9 @@ def test_attention_analyses_run_on_every_registered_backbone(name):
     assert len(maps) == 2 and rollout(maps).shape[-1] == maps[0].shape[-1]
     distances = attention_statistics(backbone, images)
     assert len(distances) == 2 and all(0 < d < size * 1.5 for layer in distances for d in layer)
+    grid, prefix = tuple(backbone.patch_embed.grid_size), backbone.num_prefix_tokens  # 2 for the distilled DeiT
+    assert distances[0] == pytest.approx(mean_attention_distance(maps[0], grid, size // grid[0], prefix).tolist(),
+                                         rel=1e-4)
 
 
 def test_vitx_inspect_writes_four_figures_and_the_numbers(pretrained_run, tmp_path):
@@ -139,3 +142,12 @@ def test_vitx_inspect_user_errors_are_one_line(tmp_path, pretrained_run):
                          ([str(pretrained_run), "--samples", "0"], "--samples and --components must be at least 1")]:
         proc = run_vitx("inspect", *args, "--output-dir", str(tmp_path / "o"))
         assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_backbone_without_class_token_skips_only_the_rollout(tmp_path):
+    from vitx.analysis import inspect_backbone
+
+    backbone = vitx.create_backbone("vit-nano/4", class_token=False, global_pool="avg")
+    numbers = inspect_backbone(backbone, tmp_path / "o", data="embedded:shapes", samples=4)
+    assert "skipped" in numbers["attention_rollout"] and len(numbers["attention_distance"]["pixels"]) == 4
+    assert sorted(p.name for p in (tmp_path / "o").glob("*.png")) == sorted(vitx.analysis.FIGURES[:3])

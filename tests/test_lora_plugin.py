@@ -55,6 +55,8 @@ def test_exported_weights_are_a_plain_backbone_with_the_same_outputs():
 
 def test_bad_options_are_one_line_errors():
     for spec, message in [("lora(rank=0)", "rank must be a positive integer"),
+                          ("lora(rank=True)", "rank must be a positive integer"),
+                          ("lora(alpha='x')", "alpha must be a positive number"),
                           ("lora(targets='nothing')", "found no nn.Linear named nothing")]:
         with pytest.raises(vitx.VitxError, match=message):
             lora_model(spec)

@@ -1,13 +1,12 @@
 """Recipes as files: every shipped recipe is valid data; --recipe and --set override in order, type-checked."""
 import json
 import re
-import tomllib
 
 import pytest
 
 from tests.conftest import ROOT, run_vitx
 from vitx.errors import VitxError
-from vitx.recipe import load_recipe, parse_sets, resolve
+from vitx.recipe import load_recipe, parse_sets, resolve, tomllib
 from vitx.runner.config import PretrainConfig
 from vitx.transfer.config import TransferConfig
 
@@ -51,6 +50,11 @@ def test_set_values_are_parsed_by_the_field_type():
                        "adapters=lora(rank=4, alpha=8)", "model=vit-b/16", "precision=bf16"], TransferConfig) == {
         "lrs": [0.001, 0.01], "sweep_steps": [5, 6], "image_size": None, "sweep": False, "lr": 1.0,
         "adapters": ["lora(rank=4, alpha=8)"], "model": "vit-b/16", "precision": "bf16"}
+    assert parse_sets(["lr=.001", "weight_decay=1."], PretrainConfig) == {"lr": 0.001, "weight_decay": 1.0}
+    with pytest.raises(VitxError, match=re.escape("--set steps is given twice (3 and 4)")):
+        parse_sets(["steps=3", "steps=4"], PretrainConfig)
+    with pytest.raises(VitxError, match=re.escape("start is given twice: --from 'a' and --set start='b'")):
+        resolve(TransferConfig, "transfer", None, ["start=b"], {"start": "a"})
     assert parse_sets(["objective=mpp(corrupt_rate=0.4)", "skip_corrupt=true", "data=1e3", 'model="vit-b/16"'],
                       PretrainConfig) == {"objective": "mpp(corrupt_rate=0.4)", "skip_corrupt": True,
                                           "data": "1e3", "model": "vit-b/16"}  # text stays text

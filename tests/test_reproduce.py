@@ -28,6 +28,10 @@ def test_claims_follow_their_criteria():
     assert not transfer_claim(fake(supervised=0.24))["holds"]  # supervised below MPP
     assert position_claim(fake())["holds"] and position_claim(fake(), "mpp")["holds"]
     assert not position_claim(fake(nearest=0.5))["holds"] and not position_claim(fake(corr=-0.1))["holds"]
+    structured_init = fake()
+    structured_init["inspect"]["init"]["position_similarity"] = structured_init["inspect"]["supervised"][
+        "position_similarity"]
+    assert not position_claim(structured_init)["holds"]  # structure already at initialisation does not count
     assert distance_claim(fake())["holds"]
     assert not distance_claim(fake(layers=((5.0, 6.0), (8.0, 8.5))))["holds"]  # no global head in layer 1
     assert not distance_claim(fake(layers=((7.5, 8.0), (7.8, 7.9))))["holds"]  # no growth with depth

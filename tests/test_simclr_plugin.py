@@ -54,3 +54,30 @@ def test_simclr_run_learns_to_pair_views(tmp_path):
     assert rows[-1]["pair_top1"] > 4 / 64, rows  # chance is 1 / 64
     backbone = vitx.load_backbone(run)  # the checkpoint is a plain backbone
     assert backbone(torch.rand(2, 3, 16, 16)).shape == (2, 64)
+
+
+def test_crops_are_boxes_of_the_requested_area_and_shape():
+    """On an image whose channels are its own x and y coordinates, each view shows the box it was cut from."""
+    obj = simclr(crop_scale=0.3, jitter=0.0, gray=0.0)
+    size = 64
+    coords = (torch.arange(size) + 0.5) / size * 2 - 1  # pixel centres in [-1, 1]
+    image = torch.stack([coords.expand(size, size), coords[:, None].expand(size, size), torch.zeros(size, size)])
+    views = obj.augment(image.expand(256, 3, size, size).contiguous())
+    xs, ys = views[:, 0], views[:, 1]
+    width = (xs.amax((1, 2)) - xs.amin((1, 2))) / 2 * size / (size - 1)  # fraction of the side
+    height = (ys.amax((1, 2)) - ys.amin((1, 2))) / 2 * size / (size - 1)
+    area, ratio = width * height, width / height
+    assert bool(((area > 0.3 - 0.05) & (area < 1.0 + 0.05)).all())
+    assert bool(((ratio > 0.75 - 0.05) & (ratio < 4 / 3 + 0.05)).all())
+    assert bool((xs.abs() <= 1).all() and (ys.abs() <= 1).all())  # inside the image: no reflection padding used
+    assert float(area.std()) > 0.1  # the area really varies
+    flipped = xs[:, 0, 0] > xs[:, 0, -1]  # x decreasing along the row: a mirrored crop
+    assert 64 < int(flipped.sum()) < 192
+
+
+def test_bad_options_are_one_line_errors():
+    import pytest
+
+    for options in [{"proj_dim": -1}, {"temperature": "x"}, {"crop_scale": 0}]:
+        with pytest.raises(vitx.VitxError, match="simclr"):
+            simclr(**options)

@@ -28,6 +28,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+FLAGS = {"start": "--from", "adapters": "--adapter"}  # settings whose option is not --<name>
 
 
 def _unknown(key: str, known: list[str], where: str) -> VitxError:
@@ -97,6 +98,8 @@ def check_value(kind: Any, value: Any, from_text: bool) -> Any:
     if kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if from_text and isinstance(value, str):  # .001 and 1. are numbers, though TOML says otherwise
+            return float(value)
         raise ValueError
     if kind is str:
         if isinstance(value, str):
@@ -134,6 +137,8 @@ def load_recipe(path: str | Path, command: str, cls: type) -> dict[str, Any]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise VitxError(f"{path} is not a valid TOML recipe ({exc})") from None
+    except OSError as exc:
+        raise VitxError(f"cannot read recipe {path} ({exc.strerror or exc})") from None
     tables = [k for k, v in data.items() if isinstance(v, dict)]
     if command not in data:
         has = f"it has [{'], ['.join(tables)}]" if tables else "it has no command table"
@@ -152,6 +157,8 @@ def parse_sets(items: list[str], cls: type) -> dict[str, Any]:
         if not eq or not key.strip():
             raise VitxError(f"--set takes key=value, got '{item}'")
         name, checked = typed(cls, key, value.strip(), "--set", from_text=True)
+        if name in out:
+            raise VitxError(f"--set {name} is given twice ({out[name]!r} and {checked!r}); keep one")
         out[name] = checked
     return out
 
@@ -163,8 +170,8 @@ def resolve(cls: type, command: str, recipe: str | None, sets: list[str], option
     both = sorted(set(overrides) & set(options))
     if both:
         k = both[0]
-        raise VitxError(f"{k} is given twice: --{k.replace('_', '-')} {options[k]!r} and --set {k}={overrides[k]!r}; "
-                        "keep one")
+        flag = FLAGS.get(k, f"--{k.replace('_', '-')}")
+        raise VitxError(f"{k} is given twice: {flag} {options[k]!r} and --set {k}={overrides[k]!r}; keep one")
     chosen.update(overrides)
     chosen.update(options)
     return chosen

@@ -7,7 +7,7 @@ model keeps its fused (scaled_dot_product_attention) kernel: nothing about norma
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -23,16 +23,25 @@ def _probabilities(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return ((q * attn.scale) @ k.transpose(-2, -1)).float().softmax(dim=-1)
 
 
+NEEDED = ("qkv", "num_heads", "scale", "q_norm", "k_norm")
+
+
 @contextmanager
-def recording(backbone: nn.Module) -> Iterator[list[torch.Tensor]]:
+def recording(backbone: nn.Module, reduce: Callable[[torch.Tensor], Any] | None = None) -> Iterator[list[Any]]:
     """Within the context, every forward of `backbone` appends each block's attention (B, H, N, N), in depth
-    order, to the yielded list."""
+    order, to the yielded list; or `reduce(attention)` when given, so that large models need not keep every
+    layer's full maps."""
     blocks = getattr(backbone, "blocks", None)
-    if blocks is None or not all(hasattr(b, "attn") and hasattr(b.attn, "qkv") for b in blocks):
-        raise VitxError(f"{type(backbone).__name__} has no timm-style blocks[i].attn.qkv; cannot read its attention")
-    maps: list[torch.Tensor] = []
-    hooks = [b.attn.register_forward_pre_hook(lambda mod, args: maps.append(_probabilities(mod, args[0]).detach()))
-             for b in blocks]
+    if blocks is None or not all(hasattr(b, "attn") and all(hasattr(b.attn, a) for a in NEEDED) for b in blocks):
+        raise VitxError(f"{type(backbone).__name__} has no timm-style blocks[i].attn (with {', '.join(NEEDED)}); "
+                        "cannot read its attention")
+    maps: list[Any] = []
+
+    def hook(mod: nn.Module, args: tuple) -> None:
+        attn = _probabilities(mod, args[0]).detach()
+        maps.append(reduce(attn) if reduce else attn)
+
+    hooks = [b.attn.register_forward_pre_hook(hook) for b in blocks]
     try:
         yield maps
     finally:

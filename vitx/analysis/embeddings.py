@@ -6,17 +6,26 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..errors import VitxError
+
 
 def patch_grid(backbone: nn.Module) -> tuple[int, int]:
-    return tuple(int(g) for g in backbone.patch_embed.grid_size)
+    """The (rows, cols) of patches; a backbone without timm's `patch_embed.grid_size` cannot be inspected."""
+    grid = getattr(getattr(backbone, "patch_embed", None), "grid_size", None)
+    if grid is None or not hasattr(backbone, "pos_embed"):
+        raise VitxError(f"{type(backbone).__name__} has no patch_embed.grid_size / pos_embed (timm's ViT layout); "
+                        "cannot inspect it")
+    return tuple(int(g) for g in grid)
 
 
 def filter_components(backbone: nn.Module, k: int = 28) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The top-k principal components of the D patch-embedding filters, as (k, 3, P, P) images, and the share of
-    variance each explains (k,). None when the embedding is not a projection of RGB pixels (hybrid stem)."""
-    weight = backbone.patch_embed.proj.weight.detach().float()  # (D, C, P, P)
-    if weight.shape[1] != 3 or weight.shape[-1] == 1:
+    variance each explains (k,). None when the embedding is not a convolution on RGB pixels (hybrid stem)."""
+    proj = getattr(backbone.patch_embed, "proj", None)
+    weight = getattr(proj, "weight", None)
+    if weight is None or weight.dim() != 4 or weight.shape[1] != 3 or weight.shape[-1] == 1:
         return None
+    weight = weight.detach().float().cpu()  # (D, C, P, P)
     d, c, p, _ = weight.shape
     x = weight.reshape(d, c * p * p)
     x = x - x.mean(dim=0, keepdim=True)  # the filters are the samples
@@ -28,7 +37,7 @@ def filter_components(backbone: nn.Module, k: int = 28) -> tuple[torch.Tensor, t
 
 def position_embeddings(backbone: nn.Module) -> torch.Tensor:
     """The patches' learned position embeddings, without the prefix ([class]) rows: (N, D)."""
-    pos = backbone.pos_embed.detach().float()[0]  # (prefix + N, D) or (N, D)
+    pos = backbone.pos_embed.detach().float().cpu()[0]  # (prefix + N, D) or (N, D)
     n = patch_grid(backbone)[0] * patch_grid(backbone)[1]
     return pos[-n:]
 

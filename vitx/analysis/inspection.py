@@ -56,14 +56,18 @@ def attention_statistics(backbone: nn.Module, images: torch.Tensor, batch: int =
     grid = patch_grid(backbone)
     patch = _image_size(backbone) // grid[0]  # pixels per token (a hybrid's tokens are 16px feature cells)
     prefix = int(getattr(backbone, "num_prefix_tokens", 1))
+    device = next(backbone.parameters()).device
     sums: list[torch.Tensor] = []
     task = progress.add_task("attention distance", total=len(images)) if progress else None
     for start in range(0, len(images), batch):
-        chunk = images[start:start + batch]
-        with recording(backbone) as maps:
+        chunk = images[start:start + batch].to(device)
+
+        def reduce(attn: torch.Tensor) -> torch.Tensor:  # (B, H, N, N) -> (H,), summed over the chunk's images
+            return mean_attention_distance(attn, grid, patch, prefix).cpu() * len(chunk)
+
+        with recording(backbone, reduce) as per_layer:
             backbone(chunk)
-        per_layer = [mean_attention_distance(a, grid, patch, prefix) * len(chunk) for a in maps]  # L × (H,)
-        sums = per_layer if not sums else [s + p for s, p in zip(sums, per_layer)]
+        sums = list(per_layer) if not sums else [s + p for s, p in zip(sums, per_layer)]
         if progress:
             progress.advance(task, len(chunk))
     return [[float(v) for v in s / len(images)] for s in sums]
@@ -74,10 +78,8 @@ def rollout_maps(backbone: nn.Module, images: torch.Tensor) -> list[np.ndarray]:
     """The [class] token's rollout over the patches, per image, as (rows, cols) maps."""
     prefix = int(getattr(backbone, "num_prefix_tokens", 1))
     with recording(backbone) as maps:
-        backbone(images)
-    rolled = rollout(maps)  # (B, N, N)
-    if prefix == 0:
-        raise VitxError("attention rollout reads the [class] token's row; this backbone has no [class] token")
+        backbone(images.to(next(backbone.parameters()).device))
+    rolled = rollout(maps).cpu()  # (B, N, N)
     return [r[0, prefix:].reshape(patch_grid(backbone)).numpy() for r in rolled]
 
 
@@ -88,6 +90,8 @@ def inspect_backbone(backbone: nn.Module, out_dir: str | Path, data: str = "embe
     if samples < 1 or components < 1:
         raise VitxError(f"--samples and --components must be at least 1, got {samples} and {components}")
     backbone = backbone.eval().float()
+    if torch.cuda.is_available():
+        backbone = backbone.cuda()
     size, grid = _image_size(backbone), patch_grid(backbone)
     shown, pictures = load_images(image_paths, size) if image_paths else sample_images(data, size, 6, seed=1)
     out = Path(out_dir)
@@ -112,10 +116,13 @@ def inspect_backbone(backbone: nn.Module, out_dir: str | Path, data: str = "embe
     result["attention_distance"] = {"pixels": distances, "layer_mean": [float(np.mean(d)) for d in distances],
                                     "uniform": uniform_distance(grid, size // grid[0]), "images": len(images)}
 
-    maps = rollout_maps(backbone, shown)
-    rollout_figure(pictures, maps, out / FIGURES[3])
-    result["attention_rollout"] = {"images": image_paths or f"{len(pictures)} from {data}",
-                                   "maps": [np.round(m, 5).tolist() for m in maps]}
+    if int(getattr(backbone, "num_prefix_tokens", 1)) == 0:  # rollout reads the [class] token's row
+        result["attention_rollout"] = {"skipped": "the backbone has no [class] token (global pooling)"}
+    else:
+        maps = rollout_maps(backbone, shown)
+        rollout_figure(pictures, maps, out / FIGURES[3])
+        result["attention_rollout"] = {"images": image_paths or f"{len(pictures)} from {data}",
+                                       "maps": [np.round(m, 5).tolist() for m in maps]}
     atomic_write_text(out / "analysis.json", json.dumps(result, indent=1))
     return result
 

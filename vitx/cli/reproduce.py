@@ -11,7 +11,7 @@ def reproduce(
     quick: bool = typer.Option(False, "--quick", help="A few steps of everything (a smoke test; the numbers mean nothing)."),
 ) -> None:
     """Pre-train (supervised, MPP), transfer (scratch / MPP / supervised; higher resolution), inspect, and report
-    which of the paper's findings reproduce. About 15 minutes on 2 CPU cores."""
+    which of the paper's findings reproduce. About 12 minutes on 2 CPU cores."""
     results = run_reproduce(output_dir, QUICK if quick else CPU)
     for c in results["claims"]:
         typer.echo(f"{'reproduces' if c['holds'] else 'does not reproduce'}: {c['claim']}")

@@ -1,4 +1,4 @@
-"""The small-scale reproduction as data: what is trained, on what, for how long. `CPU` fits about 15 minutes on
+"""The small-scale reproduction as data: what is trained, on what, for how long. `CPU` fits about 12 minutes on
 2 cores; `QUICK` is the same pipeline with token budgets, for tests."""
 from __future__ import annotations
 

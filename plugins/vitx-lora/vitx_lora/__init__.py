@@ -40,9 +40,12 @@ class LoRALinear(nn.Linear):
 
     def vitx_export(self, state: dict[str, torch.Tensor], prefix: str) -> None:
         """Publish W + (alpha / r) · B A under the plain layer's key; drop the factors."""
-        a, b = state.pop(f"{prefix}lora_a", None), state.pop(f"{prefix}lora_b", None)
-        if a is None or b is None:  # a process that holds no weights (sharded saves gather on one)
+        if not state:  # a process that holds no weights (sharded saves gather them on one)
             return
+        a, b = state.pop(f"{prefix}lora_a", None), state.pop(f"{prefix}lora_b", None)
+        if a is None or b is None or f"{prefix}weight" not in state:
+            raise RuntimeError(f"LoRA export: no {prefix}lora_a/lora_b/weight in the state being saved; the saved "
+                               "backbone would not hold the trained update")
         weight = state[f"{prefix}weight"]
         state[f"{prefix}weight"] = (weight.float() + (b.float() @ a.float()) * self.scale).to(weight.dtype)
 
@@ -53,8 +56,10 @@ class LoRA(Adapter):
     role = "method"
 
     def __init__(self, rank: int = 8, alpha: float | None = None, targets: str = "qkv,proj") -> None:
-        if not isinstance(rank, int) or rank <= 0:
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank <= 0:
             raise VitxError(f"lora rank must be a positive integer, got {rank!r}")
+        if alpha is not None and (not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or alpha <= 0):
+            raise VitxError(f"lora alpha must be a positive number, got {alpha!r}")
         names = tuple(t.strip() for t in str(targets).split(",") if t.strip())
         if not names:
             raise VitxError("lora targets is empty; name the Linear layers to adapt, e.g. targets='qkv,proj'")

@@ -30,6 +30,11 @@ class SimCLR(Objective):
                  crop_scale: float = 0.2, jitter: float = 0.4, gray: float = 0.2, **options: Any) -> None:
         if options:
             raise VitxError(f"simclr has no option(s) {', '.join(sorted(options))}")
+        numbers = {"temperature": temperature, "crop_scale": crop_scale, "jitter": jitter, "gray": gray}
+        bad = [k for k, v in numbers.items() if not isinstance(v, (int, float)) or isinstance(v, bool)]
+        if bad or not isinstance(proj_dim, int) or isinstance(proj_dim, bool) or proj_dim <= 0:
+            raise VitxError(f"simclr options must be numbers (proj_dim a positive integer); check "
+                            f"{', '.join(bad) or 'proj_dim'}")
         if temperature <= 0 or not 0 < crop_scale <= 1 or not 0 <= jitter < 1 or not 0 <= gray <= 1:
             raise VitxError("simclr needs temperature > 0, crop_scale in (0, 1], jitter in [0, 1), gray in [0, 1]")
         super().__init__(backbone, temperature=temperature, proj_dim=proj_dim, crop_scale=crop_scale,
