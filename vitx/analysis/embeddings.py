@@ -7,6 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import VitxError
+from .attention import patch_distances
 
 
 def patch_grid(backbone: nn.Module) -> tuple[int, int]:
@@ -59,8 +60,7 @@ def row_column_structure(sim: torch.Tensor, grid: tuple[int, int]) -> dict[str, 
     line = (same_row | same_col) & other
     neither = ~(same_row | same_col)
     line_mean, neither_mean = float(sim[line].mean()), float(sim[neither].mean())
-    centres = torch.stack([rows, cols], dim=1).float()
-    dist = torch.cdist(centres, centres)[other]
+    dist = patch_distances(grid, 1)[other]  # in patches; the same row-major order as rows / cols
     corr = torch.corrcoef(torch.stack([sim[other].float(), dist]))[0, 1]  # < 0: nearer patches are more alike
     nearest = sim.masked_fill(~other, float("-inf")).argmax(dim=1)  # each patch's most similar other patch
     in_line = float((same_row | same_col)[torch.arange(len(rows)), nearest].float().mean())

@@ -26,12 +26,27 @@ def _image_size(backbone: nn.Module) -> int:
     return int(backbone.patch_embed.img_size[0])
 
 
+def _pixels_per_token(backbone: nn.Module) -> int:
+    """Pixels per token side (a hybrid's tokens are 16px feature cells, whatever its patch_size says)."""
+    return _image_size(backbone) // patch_grid(backbone)[0]
+
+
+def _prefix(backbone: nn.Module) -> int:
+    """Tokens before the patches: [class], [dist], registers."""
+    return int(getattr(backbone, "num_prefix_tokens", 1))
+
+
+def _as_batch(prep: Preprocess, pictures: list[np.ndarray]) -> torch.Tensor:
+    """uint8 (H, W, 3) pictures -> normalised (B, 3, H, W)."""
+    return prep.normalise_uint8(torch.from_numpy(np.stack(pictures)).permute(0, 3, 1, 2))
+
+
 def sample_images(spec: str, size: int, count: int, seed: int = 0) -> tuple[torch.Tensor, list[np.ndarray]]:
     """`count` evaluation images of a data spec at `size`: normalised (B, 3, S, S) and as uint8 pictures."""
     source = open_source(spec, "validation", size, seed) or open_source(spec, "train", size, seed)
     prep = Preprocess(image_size=size)
     pictures = [np.asarray(prep.eval_image(source.load(i)[0].convert("RGB"))) for i in range(min(count, len(source)))]
-    return prep.normalise_uint8(torch.from_numpy(np.stack(pictures)).permute(0, 3, 1, 2)), pictures
+    return _as_batch(prep, pictures), pictures
 
 
 def load_images(paths: list[str], size: int) -> tuple[torch.Tensor, list[np.ndarray]]:
@@ -46,16 +61,14 @@ def load_images(paths: list[str], size: int) -> tuple[torch.Tensor, list[np.ndar
             raise VitxError(f"--image {p}: no such file") from None
         except (UnidentifiedImageError, OSError) as exc:
             raise VitxError(f"--image {p}: not a readable image ({exc})") from None
-    return prep.normalise_uint8(torch.from_numpy(np.stack(pictures)).permute(0, 3, 1, 2)), pictures
+    return _as_batch(prep, pictures), pictures
 
 
 @torch.no_grad()
 def attention_statistics(backbone: nn.Module, images: torch.Tensor, batch: int = 32,
                          progress: Progress | None = None) -> list[list[float]]:
     """Mean attention distance in pixels, per layer and head, averaged over `images` (B, 3, S, S)."""
-    grid = patch_grid(backbone)
-    patch = _image_size(backbone) // grid[0]  # pixels per token (a hybrid's tokens are 16px feature cells)
-    prefix = int(getattr(backbone, "num_prefix_tokens", 1))
+    grid, patch, prefix = patch_grid(backbone), _pixels_per_token(backbone), _prefix(backbone)
     device = next(backbone.parameters()).device
     sums: list[torch.Tensor] = []
     task = progress.add_task("attention distance", total=len(images)) if progress else None
@@ -76,7 +89,7 @@ def attention_statistics(backbone: nn.Module, images: torch.Tensor, batch: int =
 @torch.no_grad()
 def rollout_maps(backbone: nn.Module, images: torch.Tensor) -> list[np.ndarray]:
     """The [class] token's rollout over the patches, per image, as (rows, cols) maps."""
-    prefix = int(getattr(backbone, "num_prefix_tokens", 1))
+    prefix = _prefix(backbone)
     with recording(backbone) as maps:
         backbone(images.to(next(backbone.parameters()).device))
     rolled = rollout(maps).cpu()  # (B, N, N)
@@ -97,7 +110,7 @@ def inspect_backbone(backbone: nn.Module, out_dir: str | Path, data: str = "embe
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"image_size": size, "grid": list(grid),
-                              "pixels_per_patch": size // grid[0], "data": data, "samples": samples}
+                              "pixels_per_patch": _pixels_per_token(backbone), "data": data, "samples": samples}
 
     pcs = filter_components(backbone, components)
     if pcs is None:
@@ -114,9 +127,9 @@ def inspect_backbone(backbone: nn.Module, out_dir: str | Path, data: str = "embe
     distances = attention_statistics(backbone, images, progress=progress)
     distance_figure(distances, size, out / FIGURES[2])
     result["attention_distance"] = {"pixels": distances, "layer_mean": [float(np.mean(d)) for d in distances],
-                                    "uniform": uniform_distance(grid, size // grid[0]), "images": len(images)}
+                                    "uniform": uniform_distance(grid, _pixels_per_token(backbone)), "images": len(images)}
 
-    if int(getattr(backbone, "num_prefix_tokens", 1)) == 0:  # rollout reads the [class] token's row
+    if _prefix(backbone) == 0:  # rollout reads the [class] token's row
         result["attention_rollout"] = {"skipped": "the backbone has no [class] token (global pooling)"}
     else:
         maps = rollout_maps(backbone, shown)
