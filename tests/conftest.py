@@ -1,9 +1,15 @@
-"""Shared helpers: tiny runs (vit-nano/4 at 16px) and running the real `vitx` command in a subprocess."""
+"""Shared helpers: tiny runs (vit-nano/4 at 16px), the `vitx` command in-process (`vitx_cli`) or, where the
+process itself is under test (the console script, kill -9, multi-process launches), in a subprocess
+(`run_vitx`); and the trained runs that many tests read, made once per session."""
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -36,19 +42,114 @@ def as_flags(options: dict) -> list[str]:
     return flags
 
 
+@dataclass
+class CliResult:
+    """What a command left: its exit status and what it printed (as `subprocess.CompletedProcess` has them)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def vitx_cli(*args: str, cwd: Path | str | None = None) -> CliResult:
+    """`vitx ARGS` in this process, through the console script's own entry function (`vitx.cli.main`), with
+    its output captured: the same code path as the command, without five seconds of imports per call.
+    Components and plugins a command registers (`--plugin FILE`) are undone afterwards."""
+    from vitx import plugins, registry
+    from vitx.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    before = set(plugins.origins)
+    here, code = os.getcwd(), 0
+    try:
+        with registry.temporary(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            os.chdir(cwd or ROOT)
+            main(list(args))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        os.chdir(here)
+        for name in set(plugins.origins) - before:  # --plugin files and modules; entry points stay loaded
+            if not plugins.origins[name].startswith("entry point"):
+                for table in (plugins.loaded, plugins.failed, plugins.origins):
+                    table.pop(name, None)
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
 def run_vitx(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    """`python -m vitx ARGS` in a new process: for tests of the process itself."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
     return subprocess.run([sys.executable, "-m", "vitx", *args], capture_output=True, text=True, timeout=timeout,
                           cwd=kw.pop("cwd", ROOT), env=env, **kw)
 
 
+def metrics(run: Path) -> list[dict]:
+    """A run's metrics.jsonl, one dict per logged step."""
+    return [json.loads(line) for line in (Path(run) / "metrics.jsonl").read_text().splitlines()]
+
+
+def saved_model_accuracy(final: Path, task: str, limit: int, data_dir: str | None = None) -> float:
+    """Test top-1 of a transfer's saved final model, recomputed here from its files alone (the safetensors
+    backbone and head, the preprocessing in config.json) on the task's first `limit` test images: what a user
+    reloading the model measures, independent of the runner's evaluation loop."""
+    import torch
+
+    from vitx.checkpoint import load_backbone, read_config, read_weights
+    from vitx.data.transforms import Preprocess
+    from vitx.tasks import get_task, open_full_splits
+
+    backbone = load_backbone(final).eval()
+    head = read_weights(Path(final) / "heads.safetensors")
+    saved = read_config(final)["preprocess"]
+    preprocess = Preprocess(**{k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
+    _, test, _ = open_full_splits(get_task(task), data_dir)
+    images, labels = zip(*(test.load(i) for i in range(limit)))
+    with torch.no_grad():
+        x = torch.stack([preprocess.eval(img.convert("RGB")) for img in images])  # (N, 3, S, S)
+        logits = backbone(x) @ head["head.weight"].T + head["head.bias"]  # (N, K)
+    return float((logits.argmax(-1) == torch.tensor(labels)).float().mean())
+
+
+# Trained once per session, read by many tests. Each is a real run of the code under test; the tests that read
+# it check different things on it (learning, checkpoint layout, transfer, inspection, recipes).
+
 @pytest.fixture(scope="session")
 def pretrained_run(tmp_path_factory) -> Path:
-    """A vit-nano/4 pre-trained for 150 supervised steps on the embedded digits' train split at 16px (~6 s; the
-    tiny shapes demo needs ~1,000 steps to leave its plateau), shared by the transfer tests."""
+    """A vit-nano/4 pre-trained for 150 supervised steps on the embedded digits' train split at 16px, with 360
+    validation images at the end (~8 s; the tiny shapes demo needs ~1,000 steps to leave its plateau)."""
     from vitx.runner import pretrain
 
     out = tmp_path_factory.mktemp("pretrained") / "run"
-    pretrain({**TINY, "data": "embedded:digits", "output_dir": str(out), "steps": 150, "batch_size": 64, "warmup_steps": 10, "save_every": 150,
-              "log_every": 50, "eval_samples": 0})
+    pretrain({**TINY, "data": "embedded:digits", "output_dir": str(out), "steps": 150, "batch_size": 64,
+              "warmup_steps": 10, "save_every": 150, "log_every": 10, "eval_samples": 360})
     return out
+
+
+MPP_OVERRIDES = {"steps": 60, "batch_size": 64, "warmup_steps": 6, "lr": 2e-3, "log_every": 10}
+
+
+@pytest.fixture(scope="session")
+def mpp_run(tmp_path_factory) -> Path:
+    """The CPU MPP recipe (`recipes/cpu/pretrain-mpp.toml`, vit-nano/4 on dead leaves at 16px), shortened to 60
+    steps of 64 with `--set`, run through the command as a user types it (~15 s: dead leaves are drawn in Python)."""
+    out = tmp_path_factory.mktemp("mpp") / "run"
+    sets = [a for k, v in MPP_OVERRIDES.items() for a in ("--set", f"{k}={v}")]
+    proc = vitx_cli("pretrain", "--recipe", "recipes/cpu/pretrain-mpp.toml", *sets, "--workers", "1",
+                    "--log-with", "none", "--output-dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+TRANSFER = dict(task="vtab/dsprites_loc", shots=40, batch_size=8, lrs=[0.003, 0.03], sweep_steps=[2, 4],
+                test_samples=64, workers=0, save_every=2, log_every=1)
+
+
+@pytest.fixture(scope="session")
+def transfer_run(tmp_path_factory, pretrained_run) -> tuple[Path, dict]:
+    """The VTAB protocol (a 2 lr × 2 steps sweep, retrain, test) from `pretrained_run` to dSprites location at
+    32px (position embeddings interpolated 4×4 → 8×8): its output directory and the returned results."""
+    from vitx.transfer import TransferConfig, transfer
+
+    out = tmp_path_factory.mktemp("transfer") / "t"
+    cfg = TransferConfig(start=str(pretrained_run), image_size=32, output_dir=str(out), **TRANSFER)
+    return out, transfer(cfg)

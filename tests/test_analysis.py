@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 import vitx
-from tests.conftest import run_vitx
+from tests.conftest import vitx_cli
 from vitx.analysis import (attention_maps, filter_components, mean_attention_distance, position_similarity, recording,
                            rollout, row_column_structure)
 from vitx.analysis.inspection import attention_statistics
@@ -122,7 +122,7 @@ def test_vitx_inspect_writes_four_figures_and_the_numbers(pretrained_run, tmp_pa
     picture = tmp_path / "picture.png"
     Image.fromarray((np.random.default_rng(0).random((40, 30, 3)) * 255).astype(np.uint8)).save(picture)
     out = tmp_path / "inspect"
-    proc = run_vitx("inspect", str(pretrained_run), "--image", str(picture), "--samples", "16",
+    proc = vitx_cli("inspect", str(pretrained_run), "--image", str(picture), "--samples", "16",
                     "--output-dir", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     for name in vitx.analysis.FIGURES:
@@ -140,7 +140,7 @@ def test_vitx_inspect_user_errors_are_one_line(tmp_path, pretrained_run):
     for args, needle in [(["/no/such/run"], "no such checkpoint directory"),
                          ([str(pretrained_run), "--image", str(tmp_path / "missing.png")], "no such file"),
                          ([str(pretrained_run), "--samples", "0"], "--samples and --components must be at least 1")]:
-        proc = run_vitx("inspect", *args, "--output-dir", str(tmp_path / "o"))
+        proc = vitx_cli("inspect", *args, "--output-dir", str(tmp_path / "o"))
         assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 

@@ -1,11 +1,16 @@
-"""The command line: user errors are one line and a non-zero exit, never a traceback."""
+"""The command line: user errors are one line and a non-zero exit, never a traceback; the console script itself
+starts and answers without importing the training stack."""
+import shutil
+import subprocess
+import sys
+
 import pytest
 
-from .conftest import run_vitx
+from .conftest import ROOT, vitx_cli
 
 
 def _one_line_error(result, needle):
-    assert result.returncode != 0
+    assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr and lines[0].startswith("error: ")
@@ -22,23 +27,43 @@ def _one_line_error(result, needle):
     (["--objective", "supervised(colour=1)"], "no option(s) colour"),
 ])
 def test_user_errors_are_one_line(tmp_path, args, needle):
-    result = run_vitx("pretrain", "--output-dir", str(tmp_path / "run"), "--log-with", "none", *args)
+    result = vitx_cli("pretrain", "--output-dir", str(tmp_path / "run"), "--log-with", "none", *args)
     _one_line_error(result, needle)
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
-def test_version_and_models():
-    version = run_vitx("--version")
-    assert version.returncode == 0 and version.stdout.startswith("vitx 0.")
-    table = run_vitx("models")
-    assert table.returncode == 0
+def test_console_script_answers_without_the_training_stack():
+    """The installed `vitx` script (not an entry function): --version, and that neither it nor `vitx models`
+    imports torch, timm, datasets or matplotlib (what made every command take 5 s to start)."""
+    script = shutil.which("vitx") or str(ROOT / "no-vitx-script")
+    version = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.startswith("vitx 0."), version.stderr
+    probe = ("import sys; from vitx.cli import main\n"
+             "try: main(sys.argv[1:])\n"
+             "except SystemExit: pass\n"
+             "heavy = [m for m in ('torch', 'timm', 'datasets', 'matplotlib', 'lightly') if m in sys.modules]\n"
+             "print('heavy:', ','.join(heavy) or 'none', file=sys.stderr)")
+    for args in (["--help"], ["pretrain", "--help"], ["transfer", "--help"], ["models"], ["tasks"]):
+        proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60,
+                              cwd=ROOT)
+        assert proc.stderr.strip().splitlines()[-1] == "heavy: none", (args, proc.stderr[-2000:])
+    # the library too: `import vitx` and the registries' listings load the built-ins without torch
+    library = ("import sys, vitx; print(len(vitx.BACKBONES.names()), len(vitx.TASKS.names()), "
+               "'torch' in sys.modules, 'timm' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", library], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.stdout.split() == ["13", "20", "False", "False"], proc.stderr[-2000:]
+
+
+def test_models_lists_every_paper_backbone_with_exact_sizes():
+    table = vitx_cli("models")
+    assert table.returncode == 0, table.stderr
     for name in ["vit-ti/16", "vit-s/16", "vit-s/32", "vit-b/16", "vit-b/32", "vit-b/8", "vit-l/16", "vit-l/32",
                  "vit-h/14", "r50+vit-b/16", "vit-micro/4", "vit-nano/4", "timm:"]:
         assert name in table.stdout, name
-    assert "85.8M" in table.stdout and "630.8M" in table.stdout
+    assert "85.8M" in table.stdout and "630.8M" in table.stdout and "97.9M" in table.stdout
 
 
 def test_objectives_listed():
-    listing = run_vitx("objectives")
+    listing = vitx_cli("objectives")
     assert listing.returncode == 0
     assert "supervised" in listing.stdout and "mpp" in listing.stdout and "masked patch prediction" in listing.stdout

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import vitx
-from tests.conftest import run_vitx
+from tests.conftest import vitx_cli
 from vitx.adapters import AdaptContext, create_adapter, trainable_parameters
 from vitx.checkpoint import export_state, read_weights
 from vitx.objectives.supervised import Supervised
@@ -64,7 +64,7 @@ def test_bad_options_are_one_line_errors():
 
 def test_transfer_with_lora_saves_a_loadable_backbone(tmp_path, pretrained_run):
     out = tmp_path / "out"
-    proc = run_vitx("transfer", "--task", "vtab/dsprites_loc", "--from", str(pretrained_run), "--shots", "40",
+    proc = vitx_cli("transfer", "--task", "vtab/dsprites_loc", "--from", str(pretrained_run), "--shots", "40",
                     "--adapter", "lora(rank=4)", "--batch-size", "16", "--no-sweep", "--lr", "0.03", "--steps", "6",
                     "--test-samples", "64", "--workers", "0", "--output-dir", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,6 +1,7 @@
 """Entry-point discovery: a broken plugin is one warning line, the others still load."""
 import vitx.plugins as plugins
 from vitx.registry import OBJECTIVES
+from vitx.registry import temporary as vitx_temporary
 
 
 class FakeEntryPoint:
@@ -18,13 +19,22 @@ def test_broken_plugin_is_reported_and_others_load(monkeypatch, capsys):
     def bad():
         raise ImportError("No module named 'missing_dependency'")
 
-    monkeypatch.setattr(plugins, "entry_points", lambda group: [FakeEntryPoint("broken", bad),
-                                                                FakeEntryPoint("good", good)])
-    monkeypatch.setattr(plugins, "_done", False)
+    asked = []
+
+    def entry_points(group):
+        asked.append(group)
+        return [FakeEntryPoint("broken", bad), FakeEntryPoint("good", good)] if group == "vitx.objectives" else []
+
+    monkeypatch.setattr(plugins, "entry_points", entry_points)
+    monkeypatch.setattr(plugins, "_done", set())
     monkeypatch.setattr(plugins, "loaded", {})
     monkeypatch.setattr(plugins, "failed", {})
     try:
-        plugins.load_plugins()
+        plugins.load_plugins("backbone")  # metadata only: no objective plugin is imported for a backbone
+        assert asked == ["vitx.plugins", "vitx.backbones"] and not plugins.loaded and not plugins.failed
+        plugins.load_plugins("objective")
+        plugins.load_plugins()  # every group; each is read once
+        assert sorted(asked) == sorted(["vitx.plugins", *plugins.KIND_GROUPS.values()])
         err = capsys.readouterr().err.strip().splitlines()
         assert err == ["warning: vitx plugin 'broken' failed to load: ImportError: No module named 'missing_dependency'"]
         assert OBJECTIVES.get("fake-good").source == "entry point good (good_module)"
@@ -47,48 +57,67 @@ class SmoothSup(Supervised):
 
 
 def test_file_plugin_objective_pretrains_then_transfers(tmp_path):
-    from tests.conftest import as_flags, run_vitx, tiny
+    from tests.conftest import as_flags, vitx_cli, tiny
 
     plugin = tmp_path / "my_objective.py"
     plugin.write_text(PLUGIN)
     run = tmp_path / "run"
-    proc = run_vitx("pretrain", "--plugin", str(plugin), "--objective", "smooth-sup",
+    proc = vitx_cli("pretrain", "--plugin", str(plugin), "--objective", "smooth-sup",
                     *as_flags(tiny(tmp_path, output_dir=str(run), steps=3, save_every=3)))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (run / "model.safetensors").exists()
-    proc = run_vitx("transfer", "--task", "vtab/dsprites_loc", "--from", str(run), "--shots", "20",
+    proc = vitx_cli("transfer", "--task", "vtab/dsprites_loc", "--from", str(run), "--shots", "20",
                     "--batch-size", "8", "--no-sweep", "--steps", "2", "--test-samples", "32", "--workers", "0",
                     "--output-dir", str(tmp_path / "t"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "t" / "vtab-dsprites_loc" / "result.json").exists()
-    listed = run_vitx("--plugin", str(plugin), "objectives")
+    listed = vitx_cli("--plugin", str(plugin), "objectives")
     assert "smooth-sup" in listed.stdout and "file" in listed.stdout
 
 
 def test_a_plugin_file_that_raises_is_one_line(tmp_path):
-    from tests.conftest import run_vitx
+    from tests.conftest import vitx_cli
 
     bad = tmp_path / "bad.py"
     bad.write_text("raise RuntimeError('this plugin is broken')\n")
-    proc = run_vitx("objectives", "--plugin", str(bad))
+    proc = vitx_cli("objectives", "--plugin", str(bad))
     assert proc.returncode == 0 and "supervised" in proc.stdout
     lines = [line for line in proc.stderr.splitlines() if "bad.py" in line]
     assert lines == [f"warning: vitx plugin '{bad}' failed to load: RuntimeError: this plugin is broken"]
 
 
 def test_vitx_plugins_lists_origins_and_components(tmp_path):
-    from tests.conftest import run_vitx
+    from tests.conftest import vitx_cli
 
     plugin = tmp_path / "my_objective.py"
     plugin.write_text(PLUGIN)
     bad = tmp_path / "bad.py"
     bad.write_text("raise RuntimeError('broken on purpose')\n")
-    proc = run_vitx("plugins", "--plugin", str(plugin), "--plugin", str(bad))
+    proc = vitx_cli("plugins", "--plugin", str(plugin), "--plugin", str(bad))
     assert proc.returncode == 0, proc.stderr
     assert "objective smooth-sup" in proc.stdout and "built-in" in proc.stdout and "20 tasks" in proc.stdout
     assert "entry point mae" in proc.stdout and "failed" in proc.stdout
     assert "objective simclr" in proc.stdout and "adapter lora" in proc.stdout  # the first-party packages
     assert sum("bad.py" in line for line in proc.stderr.splitlines()) == 1
+
+
+def test_plugin_first_imported_inside_temporary_stays_registered(monkeypatch):
+    """An installed plugin that a `temporary()` block happens to import first is part of the environment: it
+    must still be there after the block (Python will not import it a second time)."""
+    def register():
+        OBJECTIVES.register("fake-installed", object, description="an installed plugin", overwrite=True)
+
+    monkeypatch.setattr(plugins, "entry_points",
+                        lambda group: [FakeEntryPoint("installed", register)] if group == "vitx.objectives" else [])
+    monkeypatch.setattr(plugins, "_done", set())
+    monkeypatch.setattr(plugins, "loaded", {})
+    try:
+        with vitx_temporary():
+            assert OBJECTIVES.get("fake-installed").source == "entry point installed (installed_module)"
+            OBJECTIVES.register("made-inside", object)
+        assert "fake-installed" in OBJECTIVES and "made-inside" not in OBJECTIVES
+    finally:
+        OBJECTIVES._entries.pop("fake-installed", None)
 
 
 def test_temporary_undoes_registrations():

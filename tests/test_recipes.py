@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from tests.conftest import ROOT, run_vitx
+from tests.conftest import MPP_OVERRIDES, ROOT, metrics, saved_model_accuracy, vitx_cli
 from vitx.errors import VitxError
 from vitx.recipe import load_recipe, parse_sets, resolve, tomllib
 from vitx.runner.config import PretrainConfig
@@ -75,7 +75,7 @@ def test_recipe_file_errors_are_one_line(tmp_path):
              "broken.toml": ("[pretrain\nlr = 0.1\n", "is not a valid TOML recipe")}
     for name, (text, message) in cases.items():
         (tmp_path / name).write_text(text)
-        proc = run_vitx("pretrain", "--recipe", str(tmp_path / name), "--output-dir", str(tmp_path / "run"))
+        proc = vitx_cli("pretrain", "--recipe", str(tmp_path / name), "--output-dir", str(tmp_path / "run"))
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "run").exists()
@@ -83,24 +83,33 @@ def test_recipe_file_errors_are_one_line(tmp_path):
 
 @pytest.mark.parametrize("command", ["pretrain", "transfer"])
 def test_unknown_set_key_exits_non_zero_with_one_line(command, tmp_path):
-    proc = run_vitx(command, "--set", "lrr=0.1", "--output-dir", str(tmp_path / "run"))
+    proc = vitx_cli(command, "--set", "lrr=0.1", "--output-dir", str(tmp_path / "run"))
     assert proc.returncode == 2
     line = proc.stderr.strip()
     assert line.startswith("error: --set: unknown key 'lrr' (did you mean lr") and "\n" not in line, line
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("name", ["pretrain-supervised", "pretrain-mpp"])
-def test_cpu_pretrain_recipes_run(name, tmp_path):
+def test_cpu_supervised_recipe_runs_with_its_settings(tmp_path):
     run = tmp_path / "run"
-    proc = run_vitx("pretrain", "--recipe", f"recipes/cpu/{name}.toml", "--set", "steps=3", "--set", "batch_size=16",
-                    "--set", "warmup_steps=1", "--set", "eval_samples=16", "--workers", "0", "--log-with", "none",
-                    "--output-dir", str(run))
+    proc = vitx_cli("pretrain", "--recipe", "recipes/cpu/pretrain-supervised.toml", "--set", "steps=3", "--set",
+                    "batch_size=16", "--set", "warmup_steps=1", "--set", "eval_samples=16", "--workers", "0",
+                    "--log-with", "none", "--output-dir", str(run))
     assert proc.returncode == 0, proc.stderr[-2000:]
     saved = json.loads((run / "config.json").read_text())["run"]
-    recipe = tomllib.loads((ROOT / f"recipes/cpu/{name}.toml").read_text())["pretrain"]
+    recipe = tomllib.loads((ROOT / "recipes/cpu/pretrain-supervised.toml").read_text())["pretrain"]
     expected = {**recipe, "steps": 3, "batch_size": 16, "warmup_steps": 1, "eval_samples": 16,
                 "output_dir": str(run)}
+    assert {k: saved[k] for k in expected} == expected
+    log = metrics(run)
+    assert [m["step"] for m in log] == [3] and "val_top1" in log[-1]  # the last step is logged and evaluated
+
+
+def test_cpu_mpp_recipe_runs_with_its_settings(mpp_run):
+    """The session's `mpp_run` is the CPU MPP recipe with --set overrides: every other setting is the recipe's."""
+    saved = json.loads((mpp_run / "config.json").read_text())["run"]
+    recipe = tomllib.loads((ROOT / "recipes/cpu/pretrain-mpp.toml").read_text())["pretrain"]
+    expected = {**recipe, **MPP_OVERRIDES, "output_dir": str(mpp_run)}
     assert {k: saved[k] for k in expected} == expected
 
 
@@ -109,7 +118,7 @@ def test_cpu_transfer_recipes_run(name, tmp_path, pretrained_run):
     out = tmp_path / "out"
     small = ["--set", "shots=20", "--set", "batch_size=8", "--set", "test_samples=32", "--set", "steps=2",
              "--set", "sweep_steps=[2]", "--set", "lrs=[0.03]", "--workers", "0"]
-    proc = run_vitx("transfer", "--recipe", f"recipes/cpu/{name}.toml", "--from", str(pretrained_run), *small,
+    proc = vitx_cli("transfer", "--recipe", f"recipes/cpu/{name}.toml", "--from", str(pretrained_run), *small,
                     "--output-dir", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     recipe = tomllib.loads((ROOT / f"recipes/cpu/{name}.toml").read_text())["transfer"]
@@ -117,4 +126,6 @@ def test_cpu_transfer_recipes_run(name, tmp_path, pretrained_run):
     assert result["image_size"] == recipe["image_size"] == 32  # from the recipe: 16px checkpoint, 8×8 grid
     assert len(result["sweep"]) == (1 if recipe.get("sweep", True) else 0)  # --set lrs=[0.03] sweep_steps=[2]
     assert result["chosen"] == {"lr": 0.03, "steps": 2} and result["shots"] == 20
-    assert 0.0 <= result["test_top1"] <= 1.0 and result["test_samples"] == 32
+    assert result["test_samples"] == 32
+    final = out / recipe["task"].replace("/", "-") / "final"  # the reported number is the saved model's
+    assert result["test_top1"] == pytest.approx(saved_model_accuracy(final, recipe["task"], 32), abs=1e-6)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.conftest import run_vitx
+from tests.conftest import saved_model_accuracy, vitx_cli
 from vitx.errors import VitxError
 from vitx.registry import TASKS
 from vitx.tasks import get_task, open_task, select_tasks
@@ -119,7 +119,7 @@ def test_hub_format_copy_through_the_online_code_path(hub_copy):
 
 def test_transfer_protocol_on_a_hub_format_copy(hub_copy, tmp_path):
     out = tmp_path / "out"
-    proc = run_vitx("transfer", "--task", "vtab/dsprites_loc", "--data-dir", str(hub_copy), "--from", "scratch",
+    proc = vitx_cli("transfer", "--task", "vtab/dsprites_loc", "--data-dir", str(hub_copy), "--from", "scratch",
                     "--model", "vit-nano/4", "--image-size", "16", "--shots", "20", "--batch-size", "8",
                     "--lrs", "0.01,0.03", "--sweep-steps", "3", "--workers", "0", "--output-dir", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -127,5 +127,8 @@ def test_transfer_protocol_on_a_hub_format_copy(hub_copy, tmp_path):
     assert [(p["lr"], p["steps"]) for p in result["sweep"]] == [(0.01, 3), (0.03, 3)]
     best = max(result["sweep"], key=lambda p: p["val_top1"])
     assert result["chosen"] == {"lr": best["lr"], "steps": 3}
-    assert result["test_samples"] == 40 and 0.0 <= result["test_top1"] <= 1.0
+    assert result["test_samples"] == 40
+    final = out / "vtab-dsprites_loc" / "final"  # the reported number is the saved model's, on the copy's test split
+    assert result["test_top1"] == pytest.approx(
+        saved_model_accuracy(final, "vtab/dsprites_loc", 40, data_dir=str(hub_copy)), abs=1e-6)
     assert "test top-1" in proc.stdout + proc.stderr

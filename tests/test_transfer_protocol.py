@@ -3,28 +3,25 @@ directory it leaves, --resume, linear probing, learning above chance, and one-li
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import run_vitx
+from tests.conftest import TRANSFER as QUICK
+from tests.conftest import saved_model_accuracy, vitx_cli
 from vitx.checkpoint import load_backbone, read_weights
 from vitx.errors import VitxError
 from vitx.transfer import TransferConfig, transfer
 
-QUICK = dict(task="vtab/dsprites_loc", shots=40, batch_size=8, lrs=[0.003, 0.03], sweep_steps=[2, 4],
-             test_samples=64, workers=0, save_every=2, log_every=1)
 
-
-def test_protocol_from_a_checkpoint(pretrained_run, tmp_path):
-    cfg = TransferConfig(start=str(pretrained_run), image_size=32, output_dir=str(tmp_path / "t"), **QUICK)
-    out = transfer(cfg)
+def test_protocol_from_a_checkpoint(transfer_run):
+    """The session's `transfer_run`: sweep → choose on val → retrain → test, and the directory it leaves."""
+    out_dir, out = transfer_run
     result = out["tasks"][0]
     assert [(p["lr"], p["steps"]) for p in result["sweep"]] == [(0.003, 2), (0.03, 2), (0.003, 4), (0.03, 4)]
     best = max(result["sweep"], key=lambda p: p["val_top1"])
     assert result["chosen"] == {"lr": best["lr"], "steps": best["steps"]}
-    root = tmp_path / "t" / "vtab-dsprites_loc"
+    root = out_dir / "vtab-dsprites_loc"
     for point in (root / "sweep").iterdir():  # sweep points keep their numbers, not their weights
         assert (point / "point.json").exists() and (point / "metrics.jsonl").exists()
         assert not (point / "checkpoints").exists() and not (point / "model.safetensors").exists()
@@ -35,10 +32,17 @@ def test_protocol_from_a_checkpoint(pretrained_run, tmp_path):
     config = json.loads((root / "final" / "config.json").read_text())
     assert config["transfer"]["phase"] == "final" and config["run"]["optimizer"] == "sgd"
     assert config["run"]["weight_decay"] == 0.0 and config["run"]["grad_clip"] == 1.0
-    summary = json.loads((tmp_path / "t" / "summary.json").read_text())
+    summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["mean"] == pytest.approx(result["test_top1"])
     assert summary["group_means"] == {"structured": pytest.approx(result["test_top1"])}
+    # the reported test accuracy is the saved final model's, recomputed from its files on the 64 test images
+    assert result["test_top1"] == pytest.approx(saved_model_accuracy(root / "final", QUICK["task"], 64), abs=1e-6)
 
+
+def test_a_finished_transfer_is_not_run_again_and_keeps_its_settings(transfer_run, pretrained_run):
+    out_dir, out = transfer_run
+    result = out["tasks"][0]
+    cfg = TransferConfig(start=str(pretrained_run), image_size=32, output_dir=str(out_dir), **QUICK)
     with pytest.raises(VitxError, match="pass --resume"):
         transfer(cfg)
     again = transfer(cfg, resume=True)  # finished: nothing is retrained
@@ -112,7 +116,7 @@ def test_fine_tuning_learns_dsprites_location(tmp_path):
 def test_transfer_user_errors_are_one_line(tmp_path, args, needle):
     (tmp_path / "x.safetensors").write_bytes(b"not weights")
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    proc = run_vitx("transfer", *args, "--output-dir", str(tmp_path / "out"))
+    proc = vitx_cli("transfer", *args, "--output-dir", str(tmp_path / "out"))
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("warning")]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
@@ -124,22 +128,22 @@ def test_not_a_vit_checkpoint(tmp_path):
     run.mkdir()
     (run / "config.json").write_text(json.dumps({"backbone": {"name": "vit-nano/4", "overrides": {}}}))
     (run / "model.safetensors").write_bytes(b"\x00" * 16)
-    proc = run_vitx("transfer", "--task", "vtab/dsprites_loc", "--from", str(run), "--output-dir", str(tmp_path / "o"))
+    proc = vitx_cli("transfer", "--task", "vtab/dsprites_loc", "--from", str(run), "--output-dir", str(tmp_path / "o"))
     assert proc.returncode == 2 and "not a readable safetensors file" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_listings():
-    tasks = run_vitx("tasks")
+    tasks = vitx_cli("tasks")
     assert tasks.returncode == 0 and "vtab/dsprites_loc" in tasks.stdout and "structured" in tasks.stdout
     assert "clip-benchmark/wds_vtab-dtd" in tasks.stdout
-    adapters = run_vitx("adapters")
+    adapters = vitx_cli("adapters")
     for name in ("resize-posemb", "zero-head", "finetune", "linear-probe", "fewshot"):
         assert name in adapters.stdout
 
 
 def test_eval_fewshot_command(pretrained_run, tmp_path):
     out = tmp_path / "fs.json"
-    proc = run_vitx("eval", "fewshot", "--from", str(pretrained_run), "--data", "embedded:digits",
+    proc = vitx_cli("eval", "fewshot", "--from", str(pretrained_run), "--data", "embedded:digits",
                     "--shots", "1,5", "--seeds", "2", "--output", str(out))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
@@ -149,7 +153,7 @@ def test_eval_fewshot_command(pretrained_run, tmp_path):
 
 
 def test_eval_fewshot_on_a_task(pretrained_run, tmp_path):
-    proc = run_vitx("eval", "fewshot", "--from", str(pretrained_run), "--task", "vtab/dsprites_loc", "--shots", "2",
+    proc = vitx_cli("eval", "fewshot", "--from", str(pretrained_run), "--task", "vtab/dsprites_loc", "--shots", "2",
                     "--seeds", "1", "--test-samples", "100", "--output", str(tmp_path / "f.json"))
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "f.json").read_text())

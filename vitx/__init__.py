@@ -1,18 +1,28 @@
-"""vitx: pre-train Vision Transformers and transfer them to new tasks (Dosovitskiy et al., 2021)."""
+"""vitx: pre-train Vision Transformers and transfer them to new tasks (Dosovitskiy et al., 2021).
+
+`import vitx` is cheap: the registry and errors load at once; what needs torch or timm (building a backbone,
+an objective, loading a checkpoint) is imported on first use."""
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 try:
     __version__ = version("vitx")
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0+source"
 
-from .backbones import create_backbone  # noqa: E402
-from .checkpoint import load_backbone  # noqa: E402
 from .errors import VitxError  # noqa: E402
-from .objectives import Objective, create_objective  # noqa: E402
+from .lazy import lazy_exports  # noqa: E402
 from .registry import (ADAPTERS, BACKBONES, OBJECTIVES, TASKS, Registry, register_adapter,  # noqa: E402
                        register_backbone, register_objective, register_task, temporary)
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
+    from .backbones import create_backbone
+    from .checkpoint import load_backbone
+    from .objectives import Objective, create_objective
 
 __all__ = ["__version__", "ADAPTERS", "BACKBONES", "OBJECTIVES", "TASKS", "register_adapter", "register_task",
            "temporary", "Objective", "Registry", "VitxError", "create_backbone",
            "create_objective", "load_backbone", "register_backbone", "register_objective"]
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "create_backbone": ".backbones", "load_backbone": ".checkpoint", "Objective": ".objectives",
+    "create_objective": ".objectives"})

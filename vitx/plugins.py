@@ -1,9 +1,12 @@
-"""Plugin discovery: installed packages that declare an entry point in the group `vitx.plugins`, and single files
-or modules named with `--plugin` or the VITX_PLUGINS environment variable (separated by the path separator, ':').
+"""Plugin discovery: installed packages that declare an entry point, and single files or modules named with
+`--plugin` or the VITX_PLUGINS environment variable (separated by the path separator, ':').
 
-Importing a plugin registers its components (objectives, backbones, adapters, tasks). Entry points load once, on
-the first registry lookup or listing. A plugin that fails to import is reported in one line naming it, and the
-others still load. Set VITX_NO_PLUGINS=1 to skip entry-point discovery.
+Importing a plugin registers its components (objectives, backbones, adapters, tasks). Entry points are package
+metadata, read without importing anything; the group says what a plugin registers, so a plugin is imported only
+when a component of its kind is needed: `vitx.objectives`, `vitx.backbones`, `vitx.adapters`, `vitx.tasks`, or
+`vitx.plugins` for a plugin that may register any kind (imported at the first lookup of any kind). Each loads
+once. A plugin that fails to import is reported in one line naming it, and the others still load. Set
+VITX_NO_PLUGINS=1 to skip entry-point discovery.
 """
 from __future__ import annotations
 
@@ -14,22 +17,34 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-GROUP = "vitx.plugins"
+GROUP = "vitx.plugins"  # a plugin that may register any kind
+KIND_GROUPS = {"backbone": "vitx.backbones", "objective": "vitx.objectives", "adapter": "vitx.adapters",
+               "task": "vitx.tasks"}  # a plugin that registers only that kind
 loaded: dict[str, str] = {}  # plugin name → where it came from
 failed: dict[str, str] = {}  # plugin name → one-line error
 origins: dict[str, str] = {}  # plugin name → where it came from, loaded or not
-_done = False
+_done: set[str] = set()  # entry-point groups already imported
 
 
-def load_plugins() -> None:
-    """Import every installed `vitx.plugins` entry point, once."""
-    global _done
-    if _done or os.environ.get("VITX_NO_PLUGINS") == "1":
+def load_plugins(kind: str | None = None) -> None:
+    """Import the installed plugins that may register components of `kind` ("objective", ...; every plugin
+    when None), each once."""
+    if os.environ.get("VITX_NO_PLUGINS") == "1":
         return
-    _done = True
+    groups = [GROUP, *([KIND_GROUPS[kind]] if kind in KIND_GROUPS else KIND_GROUPS.values())]
+    for group in groups:
+        if group not in _done:
+            _done.add(group)
+            _load_group(group)
+
+
+def _load_group(group: str) -> None:
     from . import registry
 
-    for ep in entry_points(group=GROUP):
+    for ep in entry_points(group=group):
+        if ep.name in loaded or ep.name in failed:  # a package may name itself in several groups
+            continue
+        registry.load_builtins()
         origin = f"entry point {ep.name} ({ep.dist.name if ep.dist else ep.value})"
         registry.current_source = origins[ep.name] = origin
         try:
@@ -49,6 +64,7 @@ def load_plugin(target: str) -> bool:
 
     if target in loaded or target in failed:
         return target in loaded
+    registry.load_builtins()
     is_file = target.endswith(".py") or os.sep in target
     origin = f"file {target}" if is_file else f"module {target}"
     registry.current_source = origins[target] = origin

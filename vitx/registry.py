@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import fnmatch
+import importlib
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -17,10 +18,10 @@ from .errors import UnknownNameError
 current_source = "built-in"  # set by the plugin loader while a plugin registers its components
 
 
-def _plugins() -> None:
+def _plugins(kind: str) -> None:
     from .plugins import load_plugins
 
-    load_plugins()
+    load_plugins(kind)
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,22 @@ class Entry:
 
 
 class Registry:
-    """Name → component for one kind of plugin."""
+    """Name → component for one kind of plugin.
 
-    def __init__(self, kind: str) -> None:
+    `builtins` names the module whose import registers vitx's own components of this kind. It is imported on
+    the registry's first use, not with vitx: `vitx models` never imports torch, `vitx --help` nothing at all.
+    """
+
+    def __init__(self, kind: str, builtins: str | None = None) -> None:
         self.kind = kind
         self._entries: dict[str, Entry] = {}
+        self._builtins = builtins
+
+    def _load_builtins(self) -> None:
+        """Register the built-ins first, so they come first in listings and a plugin may replace one."""
+        if self._builtins:
+            module, self._builtins = self._builtins, None  # before the import: it registers through us
+            importlib.import_module(module)
 
     def register(
         self,
@@ -52,6 +64,7 @@ class Registry:
         **info: Any,
     ) -> Any:
         """Register `obj` under `name`; without `obj`, return a decorator that does so."""
+        self._load_builtins()
 
         def add(target: Any) -> Any:
             if name in self._entries and not overwrite:
@@ -65,8 +78,9 @@ class Registry:
 
     def get(self, name: str) -> Entry:
         """The entry for `name`, or an error naming the closest registered names."""
+        self._load_builtins()
         if name not in self._entries:
-            _plugins()
+            _plugins(self.kind)
         try:
             return self._entries[name]
         except KeyError:
@@ -79,32 +93,41 @@ class Registry:
 
     def names(self, pattern: str = "*") -> list[str]:
         """Registered names matching an fnmatch `pattern`, in registration order."""
-        _plugins()
+        self._load_builtins()
+        _plugins(self.kind)
         return [n for n in self._entries if fnmatch.fnmatchcase(n, pattern)]
 
     @contextlib.contextmanager
     def temporary(self) -> Iterator["Registry"]:
-        """Registrations made inside the block are undone at its end (tests, notebooks)."""
+        """Registrations made inside the block are undone at its end (tests, notebooks). Installed plugins that
+        the block happened to import first stay registered: they are part of the environment, and Python
+        will not import them a second time."""
+        self._load_builtins()
         saved = dict(self._entries)
         try:
             yield self
         finally:
-            self._entries = saved
+            discovered = {k: e for k, e in self._entries.items()
+                          if k not in saved and e.source.startswith("entry point")}
+            self._entries = {**saved, **discovered}
 
     def __contains__(self, name: object) -> bool:
+        self._load_builtins()
         return name in self._entries
 
     def __iter__(self) -> Iterator[Entry]:
+        self._load_builtins()
         return iter(list(self._entries.values()))
 
     def __len__(self) -> int:
+        self._load_builtins()
         return len(self._entries)
 
 
-BACKBONES = Registry("backbone")
-OBJECTIVES = Registry("objective")
-ADAPTERS = Registry("adapter")
-TASKS = Registry("task")
+BACKBONES = Registry("backbone", builtins="vitx.backbones")
+OBJECTIVES = Registry("objective", builtins="vitx.objectives")
+ADAPTERS = Registry("adapter", builtins="vitx.adapters")
+TASKS = Registry("task", builtins="vitx.tasks")
 
 
 def register_backbone(name: str, **kw: Any) -> Callable[[Any], Any]:
@@ -118,6 +141,13 @@ def register_objective(name: str, **kw: Any) -> Callable[[Any], Any]:
 
 
 KINDS = {"backbones": BACKBONES, "objectives": OBJECTIVES, "adapters": ADAPTERS, "tasks": TASKS}
+
+
+def load_builtins() -> None:
+    """Register vitx's own components of every kind. The plugin loader calls it before importing a plugin, so
+    that what a plugin imports from vitx is registered as built-in, not as the plugin's."""
+    for reg in KINDS.values():
+        reg._load_builtins()
 
 
 @contextlib.contextmanager

@@ -6,10 +6,7 @@ Contract (timm's VisionTransformer): `forward_features(x) -> (B, N + prefix, D)`
 """
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-import torch.nn as nn
+from typing import TYPE_CHECKING, Any
 
 from ..registry import BACKBONES
 from . import vit, hybrid  # noqa: F401,I001  (registers the built-in names, paper ViTs first)
@@ -17,10 +14,13 @@ from .spec import BackboneSpec, check_image_size
 from .timm_any import PREFIX as TIMM_PREFIX
 from .timm_any import create_timm_backbone
 
+if TYPE_CHECKING:
+    import torch.nn as nn
+
 __all__ = ["BackboneSpec", "create_backbone", "backbone_record", "count_parameters", "check_image_size"]
 
 
-def create_backbone(name: str, **overrides: Any) -> nn.Module:
+def create_backbone(name: str, **overrides: Any) -> "nn.Module":
     """Build a registered backbone (or `timm:<arch>`) with `overrides` such as `img_size`, `patch_size`.
 
     The result carries `vitx_record`: what config.json needs to build it again, in vitx and in timm.
@@ -44,13 +44,15 @@ def create_backbone(name: str, **overrides: Any) -> nn.Module:
     return model
 
 
-def backbone_record(model: nn.Module) -> dict[str, Any]:
+def backbone_record(model: "nn.Module") -> dict[str, Any]:
     """How to rebuild `model`: its registry name and overrides, and its timm architecture and arguments."""
     return dict(model.vitx_record)
 
 
 def count_parameters(name: str, **overrides: Any) -> int:
     """Parameter count without allocating weights (built on the meta device)."""
+    import torch
+
     if not name.startswith(TIMM_PREFIX):
         overrides.setdefault("weight_init", "skip")  # nothing to initialise on the meta device
     with torch.device("meta"):

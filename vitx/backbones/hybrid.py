@@ -10,6 +10,7 @@ from .spec import BackboneSpec
 
 BACKBONES.register(
     "r50+vit-b/16",
-    BackboneSpec("vit_base_r50_s16_224", 12, 768, 3072, 12, patch=1, stride=16, img_size=224),
+    BackboneSpec("vit_base_r50_s16_224", 12, 768, 3072, 12, patch=1, stride=16, img_size=224,
+                 resnet_layers=(3, 4, 9)),
     description="R50 (stages 3,4,9) feature map at stride 16, 1x1 patches, ViT-B",
 )

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-import timm
-import torch.nn as nn
+from typing import TYPE_CHECKING, Any
 
 from ..errors import VitxError
+
+if TYPE_CHECKING:
+    import torch.nn as nn
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class BackboneSpec:
     patch: int
     img_size: int = 224
     stride: int | None = None  # pixels per token when it differs from `patch` (hybrids)
+    resnet_layers: tuple[int, ...] = ()  # a hybrid's ResNet stages (blocks per stage), before the ViT
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def timm_kwargs(self, **overrides: Any) -> dict[str, Any]:
@@ -45,10 +46,34 @@ class BackboneSpec:
         args.update(overrides)
         return args
 
-    def build(self, **overrides: Any) -> nn.Module:
+    def build(self, **overrides: Any) -> "nn.Module":
+        import timm  # seconds to import: only when a network is built
+
         args = self.timm_kwargs(**overrides)
         check_image_size(args["img_size"], args.get("patch_size", self.stride or self.patch))
         return timm.create_model(self.timm_arch, pretrained=False, **args)
+
+    def num_parameters(self, img_size: int | None = None) -> int:
+        """The parameter count, from the table row alone (no torch): `vitx models` lists it without building
+        anything. Tested equal to the built network's count for every registered spec."""
+        side = img_size or self.img_size
+        d, m, tokens = self.width, self.mlp, (side // (self.stride or self.patch)) ** 2
+        if self.resnet_layers:  # ResNetV2 stem and bottleneck stages (GroupNorm), then a 1x1 projection
+            stem, width = 3 * 64 * 7 * 7 + 2 * 64, 64
+            params = stem
+            for i, blocks in enumerate(self.resnet_layers):
+                out = 256 * 2 ** i
+                mid = out // 4
+                params += width * out + 2 * out  # downsampling shortcut, first block
+                for b in range(blocks):
+                    params += (width if b == 0 else out) * mid + 9 * mid * mid + mid * out + 2 * (2 * mid + out)
+                width = out
+            params += width * d + d  # HybridEmbed's 1x1 projection
+        else:
+            params = 3 * self.patch ** 2 * d + d  # patch embedding: a p×p conv with bias
+        params += d + (tokens + 1) * d  # [class] token, position embeddings
+        params += self.depth * (4 * d * d + 2 * d * m + 9 * d + m)  # blocks: LN, qkv, proj, LN, MLP
+        return params + 2 * d  # final LayerNorm
 
 
 def check_image_size(img_size: int | tuple[int, int], patch: int) -> None:

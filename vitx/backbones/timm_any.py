@@ -2,19 +2,21 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any
-
-import timm
-import torch.nn as nn
+from typing import TYPE_CHECKING, Any
 
 from ..errors import VitxError
 from .spec import check_image_size
 
+if TYPE_CHECKING:
+    import torch.nn as nn
+
 PREFIX = "timm:"
 
 
-def create_timm_backbone(arch: str, **overrides: Any) -> nn.Module:
+def create_timm_backbone(arch: str, **overrides: Any) -> "nn.Module":
     """Build timm's `arch` with `num_classes=0`; `pretrained=True` downloads its weights (online users)."""
+    import timm  # seconds to import: only when a network is built
+
     if not timm.is_model(arch):
         close = difflib.get_close_matches(arch, timm.list_models("*vit*"), n=4, cutoff=0.6)
         hint = f"; did you mean {', '.join(PREFIX + c for c in close)}?" if close else ""

@@ -6,9 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..adapters import DEFAULTS, ROLES
 from ..registry import ADAPTERS, TASKS
-from ..tasks import get_task
 
 
 def _wide() -> Console:
@@ -19,6 +17,8 @@ def _wide() -> Console:
 
 def adapters(pattern: str = typer.Argument("*", help="fnmatch filter.")) -> None:
     """List the transfer adapters (use with `vitx transfer --adapter NAME(options)`)."""
+    from ..adapters import DEFAULTS, ROLES
+
     table = Table(title="vitx adapters")
     for col in ("name", "role", "default", "description", "from"):
         table.add_column(col)
@@ -37,6 +37,8 @@ def adapters(pattern: str = typer.Argument("*", help="fnmatch filter.")) -> None
 
 def tasks(pattern: str = typer.Argument("*", help="fnmatch filter, e.g. 'vtab/*'.")) -> None:
     """List the transfer tasks with their group, classes, label definition and data."""
+    from ..tasks import get_task
+
     table = Table(title="vitx tasks")
     for col in ("name", "group", "classes", "label", "data"):
         table.add_column(col, justify="right" if col == "classes" else "left")

@@ -9,14 +9,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..adapters import resize_backbone
-from ..checkpoint import atomic_write_text
-from ..data import Preprocess, open_source
 from ..errors import VitxError
 from ..runner.config import default_workers
-from ..tasks import get_task, open_full_splits
-from ..transfer.fewshot import DEFAULT_REG, evaluate_sources
-from ..transfer.start import load_start
+from ..transfer.config import FEWSHOT_REG
 from .transfer import number_list
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate frozen features.")
@@ -31,12 +26,19 @@ def fewshot(
     data_dir: Optional[str] = typer.Option(None, help="Local copy of the task's data."),
     shots: str = typer.Option("1,5,10,25", help="Images per class."),
     seeds: int = typer.Option(3, help="Draws of the shots per count (seeds 0..N-1)."),
-    reg: float = typer.Option(DEFAULT_REG, help="L2 regularisation of the least-squares head."),
+    reg: float = typer.Option(FEWSHOT_REG, help="L2 regularisation of the least-squares head."),
     image_size: Optional[int] = typer.Option(None, help="Resolution; position embeddings are interpolated. [default: the checkpoint's]"),
     test_samples: int = typer.Option(0, help="Evaluate on the first N test images; 0: all."),
     output: Optional[str] = typer.Option(None, help="Write the numbers as JSON here."),
 ) -> None:
     """Regularised least squares on frozen pre-logit features: accuracy at 1/5/10/25 shots over seeds."""
+    from ..adapters import resize_backbone
+    from ..checkpoint import atomic_write_text
+    from ..data import Preprocess, open_source
+    from ..tasks import get_task, open_full_splits
+    from ..transfer.fewshot import evaluate_sources
+    from ..transfer.start import load_start
+
     shot_list = number_list(shots, int, "--shots")
     if seeds <= 0:
         raise VitxError(f"--seeds must be positive, got {seeds}")

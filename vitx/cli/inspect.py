@@ -8,15 +8,14 @@ import typer
 from rich.console import Console
 from rich.progress import Progress
 
-from ..analysis import FIGURES, inspect_backbone
-from ..checkpoint import read_config
-from ..transfer.start import load_start
 
 
 def _default_data(start: str) -> str:
     """The checkpoint's own data when it is embedded (available offline), else the embedded shapes."""
     path = Path(start)
     if (path / "config.json").is_file():
+        from ..checkpoint import read_config
+
         data = read_config(path).get("run", {}).get("data", "")
         if isinstance(data, str) and data.startswith("embedded:"):
             return data
@@ -33,6 +32,9 @@ def inspect(
     output_dir: Optional[str] = typer.Option(None, help="Where the figures and analysis.json go. [default: CHECKPOINT/inspect, or runs/inspect/<name>]"),
 ) -> None:
     """Embedding filters, position-embedding similarity, mean attention distance, attention rollout."""
+    from ..analysis import FIGURES, inspect_backbone
+    from ..transfer.start import load_start
+
     backbone = load_start(start, model)
     name = start if start != "scratch" else f"scratch-{model}"
     out = Path(output_dir) if output_dir else (

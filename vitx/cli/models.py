@@ -5,7 +5,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..backbones import BackboneSpec, count_parameters
+from ..backbones import BackboneSpec
 from ..registry import BACKBONES
 
 
@@ -19,8 +19,11 @@ def models(pattern: str = typer.Argument("*", help="fnmatch filter, e.g. 'vit-b*
         if isinstance(spec, BackboneSpec):
             patch = f"{spec.patch}" if spec.stride is None else f"1 (s{spec.stride})"
             cells = [spec.depth, spec.width, spec.mlp, spec.heads, patch, spec.img_size]
-        else:
-            cells = ["-"] * 6
-        table.add_row(name, *map(str, cells), f"{count_parameters(name) / 1e6:.1f}M")
+            params = spec.num_parameters()  # from the table row: no network is built
+        else:  # a user factory: built on the meta device
+            from ..backbones import count_parameters
+
+            cells, params = ["-"] * 6, count_parameters(name)
+        table.add_row(name, *map(str, cells), f"{params / 1e6:.1f}M")
     table.caption = "also: timm:<any timm ViT name>, e.g. timm:vit_small_patch16_224 (params: backbone, no head)"
     Console().print(table)

@@ -11,6 +11,8 @@ from ..registry import OBJECTIVES
 
 def objectives(pattern: str = typer.Argument("*", help="fnmatch filter.")) -> None:
     """List the pre-training objectives (use with `vitx pretrain --objective NAME(options)`)."""
+    import vitx.objectives  # noqa: F401  (registers the built-in objectives)
+
     table = Table(title="vitx objectives")
     for col in ("name", "labels", "description", "from"):
         table.add_column(col)

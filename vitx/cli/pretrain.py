@@ -6,7 +6,6 @@ from typing import List, Optional
 import typer
 
 from ..recipe import resolve
-from ..runner import pretrain as run_pretrain
 from ..runner.config import PretrainConfig
 from .options import RECIPE, SET
 
@@ -45,4 +44,7 @@ def pretrain(
 ) -> None:
     """Pre-train a ViT. Defaults: a 2-minute CPU demo (vit-nano/4, supervised, embedded shapes at 16px)."""
     options = {k: v for k, v in locals().items() if k not in ("resume", "recipe", "set_") and v is not None}
-    run_pretrain(resolve(PretrainConfig, "pretrain", recipe, set_, options), resume=resume)
+    chosen = resolve(PretrainConfig, "pretrain", recipe, set_, options)
+    from ..runner import pretrain as run_pretrain  # torch, timm, accelerate: seconds, so only here
+
+    run_pretrain(chosen, resume=resume)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import typer
 
-from ..reproduce import CPU, QUICK, reproduce as run_reproduce
+from ..reproduce import CPU, QUICK
 
 
 def reproduce(
@@ -12,6 +12,8 @@ def reproduce(
 ) -> None:
     """Pre-train (supervised, MPP), transfer (scratch / MPP / supervised; higher resolution), inspect, and report
     which of the paper's findings reproduce. About 12 minutes on 2 CPU cores."""
+    from ..reproduce import reproduce as run_reproduce
+
     results = run_reproduce(output_dir, QUICK if quick else CPU)
     for c in results["claims"]:
         typer.echo(f"{'reproduces' if c['holds'] else 'does not reproduce'}: {c['claim']}")

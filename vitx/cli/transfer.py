@@ -7,8 +7,7 @@ import typer
 
 from ..errors import VitxError
 from ..recipe import resolve
-from ..transfer import TransferConfig
-from ..transfer import transfer as run_transfer
+from ..transfer.config import TransferConfig
 from .options import RECIPE, SET
 
 D = TransferConfig()
@@ -61,4 +60,6 @@ def transfer(
     if sweep_steps is not None:
         options["sweep_steps"] = number_list(sweep_steps, int, "--sweep-steps")
     chosen = resolve(TransferConfig, "transfer", recipe, set_, options)
+    from ..transfer import transfer as run_transfer  # torch, timm, accelerate: seconds, so only here
+
     run_transfer(TransferConfig(**chosen), resume=resume)

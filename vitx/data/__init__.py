@@ -1,9 +1,12 @@
 """The data layer: sources (embedded, local, hub) → preprocessing → deterministic, sharded loaders."""
-from .memory import TensorSplit, decode_split, memory_batches, memory_eval_batches
-from .loader import StreamSampler, eval_loader, train_loader
-from .procedural import EMBEDDED, DeadLeaves, Digits, Shapes
-from .sources import HFImageSource, ImageSource, open_source
-from .transforms import Preprocess
+from ..lazy import lazy_exports
 
 __all__ = ["EMBEDDED", "DeadLeaves", "Digits", "Shapes", "HFImageSource", "ImageSource", "Preprocess",
-           "StreamSampler", "TensorSplit", "decode_split", "eval_loader", "memory_batches", "memory_eval_batches", "open_source", "train_loader"]
+           "StreamSampler", "TensorSplit", "decode_split", "eval_loader", "memory_batches", "memory_eval_batches",
+           "open_source", "train_loader"]
+__getattr__, __dir__ = lazy_exports(__name__, {
+    **dict.fromkeys(["TensorSplit", "decode_split", "memory_batches", "memory_eval_batches"], ".memory"),
+    **dict.fromkeys(["StreamSampler", "eval_loader", "train_loader"], ".loader"),
+    **dict.fromkeys(["EMBEDDED", "DeadLeaves", "Digits", "Shapes"], ".procedural"),
+    **dict.fromkeys(["HFImageSource", "ImageSource", "open_source"], ".sources"),
+    "Preprocess": ".transforms"})

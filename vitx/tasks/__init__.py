@@ -7,7 +7,6 @@ trainNvalN = both; test = the whole test split.
 """
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass
 from typing import Any
 

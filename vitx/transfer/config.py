@@ -6,6 +6,8 @@ from typing import Any
 
 from ..errors import VitxError
 
+FEWSHOT_REG = 2.0 ** 10  # big_vision's L2 regularisation of the few-shot least-squares head
+
 
 @dataclass
 class TransferConfig:

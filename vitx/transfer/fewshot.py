@@ -16,8 +16,9 @@ import torch
 import torch.nn as nn
 
 from ..errors import VitxError
+from .config import FEWSHOT_REG
 
-DEFAULT_REG = 2.0 ** 10
+DEFAULT_REG = FEWSHOT_REG
 DEFAULT_SHOTS = (1, 5, 10, 25)
 DEFAULT_SEEDS = (0, 1, 2)
 BIAS = 100.0

@@ -12,8 +12,6 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from lightly.models import utils
-from lightly.models.modules import MAEDecoderTIMM, MaskedVisionTransformerTIMM
 
 from vitx import Objective, VitxError, register_objective
 
@@ -26,6 +24,10 @@ class MAE(Objective):
             raise VitxError(f"mae has no option(s) {', '.join(sorted(options))}")
         if not 0.0 < mask_ratio < 1.0:
             raise VitxError(f"mae mask_ratio must be in (0, 1), got {mask_ratio}")
+        # lightly (and torchvision through it) takes seconds to import: only when an MAE is built, not when
+        # `vitx objectives` lists this plugin
+        from lightly.models.modules import MAEDecoderTIMM, MaskedVisionTransformerTIMM
+
         super().__init__(backbone, mask_ratio=mask_ratio, decoder_dim=decoder_dim, decoder_depth=decoder_depth,
                          decoder_heads=decoder_heads, norm_pix_loss=norm_pix_loss)
         self.mask_ratio, self.norm_pix_loss = mask_ratio, norm_pix_loss
@@ -41,6 +43,8 @@ class MAE(Objective):
             num_prefix_tokens=self.prefix)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        from lightly.models import utils
+
         images = batch["image"]  # (B, 3, H, W)
         b, seq = images.shape[0], self.encoder.sequence_length
         idx_keep, idx_mask = utils.random_token_mask(size=(b, seq), mask_ratio=self.mask_ratio, device=images.device)

@@ -18,8 +18,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from lightly.loss import NTXentLoss
-from lightly.models.modules import SimCLRProjectionHead
 
 from vitx import Objective, VitxError, register_objective
 
@@ -39,6 +37,10 @@ class SimCLR(Objective):
             raise VitxError("simclr needs temperature > 0, crop_scale in (0, 1], jitter in [0, 1), gray in [0, 1]")
         super().__init__(backbone, temperature=temperature, proj_dim=proj_dim, crop_scale=crop_scale,
                          jitter=jitter, gray=gray)
+        # lightly (and torchvision through it) takes seconds to import: only when a SimCLR is built
+        from lightly.loss import NTXentLoss
+        from lightly.models.modules import SimCLRProjectionHead
+
         dim = backbone.embed_dim
         self.head = SimCLRProjectionHead(input_dim=dim, hidden_dim=dim, output_dim=proj_dim)
         self.criterion = NTXentLoss(temperature=temperature, gather_distributed=True)
