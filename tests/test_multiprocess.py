@@ -1,5 +1,7 @@
-"""Acceptance: `accelerate launch` with 2 CPU processes gives the 1-process loss curve at the same global batch."""
+"""Acceptance: `accelerate launch` with 2 CPU processes gives the 1-process loss curve at the same global batch,
+and each process draws its own randomness."""
 import json
+import os
 import shutil
 import subprocess
 
@@ -33,6 +35,49 @@ def test_two_processes_match_one(tmp_path):
         assert y["loss"] == pytest.approx(x["loss"], rel=1e-4, abs=1e-5), (x, y)
         assert y["top1"] == pytest.approx(x["top1"], abs=1e-6)
     assert b[-1]["val_loss"] == pytest.approx(a[-1]["val_loss"], rel=1e-4)
+
+
+RECORDING_MPP = '''
+"""MPP that writes every corruption plan it draws to $VITX_TEST_PLANS/rank<r>.txt (a test plugin)."""
+import os
+
+import torch.distributed as dist
+
+import vitx
+from vitx.objectives.mpp import MaskedPatchPrediction
+
+
+@vitx.register_objective("mpp-recording")
+class RecordingMPP(MaskedPatchPrediction):
+    def sample_corruption(self, b, device):
+        plan = super().sample_corruption(b, device)
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        with open(os.path.join(os.environ["VITX_TEST_PLANS"], f"rank{rank}.txt"), "a") as f:
+            f.write(" ".join(map(str, plan.index.flatten().tolist())) + "\\n")
+        return plan
+'''
+
+
+@pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate CLI not on PATH")
+def test_each_process_draws_its_own_mpp_corruption(tmp_path):
+    """Two processes, two micro-steps each: the ranks' MPP corruption plans differ (they were identical when
+    every process seeded the same generator), and a rank's plans differ from step to step."""
+    plugin, plans = tmp_path / "recording.py", tmp_path / "plans"
+    plugin.write_text(RECORDING_MPP)
+    plans.mkdir()
+    opts = dict(objective="mpp-recording", model="vit-nano/4", data="embedded:leaves", batch_size=16, steps=2,
+                warmup_steps=1, save_every=2, eval_samples=0, workers=0, log_with="none",
+                output_dir=str(tmp_path / "run"))
+    res = subprocess.run(["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                          "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29518",
+                          "-m", "vitx", "--plugin", str(plugin), "pretrain", *as_flags(opts)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "VITX_TEST_PLANS": str(plans)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    rank0, rank1 = ((plans / f"rank{r}.txt").read_text().splitlines() for r in (0, 1))
+    assert len(rank0) == len(rank1) == 2  # one plan per micro-step on each rank
+    assert rank0[0] != rank1[0] and rank0[1] != rank1[1]  # 8 images × 8 of 16 patches: equal by chance ~1e-31
+    assert rank0[0] != rank0[1]
 
 
 @pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate CLI not on PATH")

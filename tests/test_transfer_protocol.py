@@ -171,3 +171,39 @@ def test_a_suite_prints_group_means_and_writes_a_summary(tmp_path):
     skipped = transfer(TransferConfig(**{**cfg.to_dict(), "task": "vtab/all", "skip_missing": True,
                                          "output_dir": str(tmp_path / "all")}))
     assert [r["task"] for r in skipped["tasks"]] == ["vtab/dsprites_loc", "vtab/dsprites_ori"]  # offline: the rest
+
+
+def test_eval_fewshot_from_scratch_is_the_same_every_time(tmp_path):
+    """A from-scratch baseline is one network per --seed (it was a new draw on every call)."""
+    numbers = []
+    for i, seed in enumerate([0, 0, 1]):
+        out = tmp_path / f"fs{i}.json"
+        proc = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4", "--data", "embedded:digits",
+                        "--shots", "10", "--seeds", "1", "--test-samples", "200", "--seed", str(seed),
+                        "--output", str(out))
+        assert proc.returncode == 0, proc.stderr
+        numbers.append(json.loads(out.read_text())["shots"]["10"]["per_seed"])
+    assert numbers[0] == numbers[1] and numbers[0] != numbers[2]
+
+
+def test_a_timm_start_is_saved_so_that_it_reloads_offline(monkeypatch):
+    """timm's weights travel in model.safetensors; the saved record must not ask timm to fetch them again."""
+    import timm
+
+    from vitx.backbones import create_backbone
+    from vitx.transfer.start import load_start
+
+    real = timm.create_model
+    fetched = []
+
+    def offline_create(name, pretrained=False, **kw):  # stands in for the download
+        fetched.append(pretrained)
+        return real(name, pretrained=False, **kw)
+
+    monkeypatch.setattr(timm, "create_model", offline_create)
+    backbone = load_start("timm:vit_tiny_patch16_224(img_size=32, patch_size=8)")
+    assert fetched == [True]  # the start itself uses timm's pretrained weights
+    record = backbone.vitx_record
+    assert "pretrained" not in record["overrides"]
+    rebuilt = create_backbone(record["name"], **record["overrides"])  # as load_backbone does: no fetch
+    assert fetched == [True, False] and tuple(rebuilt.patch_embed.img_size) == (32, 32)

@@ -30,6 +30,7 @@ def fewshot(
     image_size: Optional[int] = typer.Option(None, help="Resolution; position embeddings are interpolated. [default: the checkpoint's]"),
     test_samples: int = typer.Option(0, help="Evaluate on the first N test images; 0: all."),
     output: Optional[str] = typer.Option(None, help="Write the numbers as JSON here."),
+    seed: int = typer.Option(0, help="Initialisation of --from scratch (the shots are drawn with seeds 0..N-1)."),
 ) -> None:
     """Regularised least squares on frozen pre-logit features: accuracy at 1/5/10/25 shots over seeds."""
     from ..adapters import resize_backbone
@@ -42,7 +43,7 @@ def fewshot(
     shot_list = number_list(shots, int, "--shots")
     if seeds <= 0:
         raise VitxError(f"--seeds must be positive, got {seeds}")
-    backbone = load_start(start, model)
+    backbone = load_start(start, model, seed)
     size = image_size or int(backbone.patch_embed.img_size[0])
     backbone = resize_backbone(backbone, size)
     if task and data:

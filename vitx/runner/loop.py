@@ -29,6 +29,7 @@ from ..objectives import Objective, create_objective
 from ..spec import parse_spec
 from .config import PretrainConfig, default_workers, merge_for_resume
 from .optim import build_optimizer, build_schedule
+from .randomness import EVAL, TRAIN, seed_position
 from .reporting import MetricsLog, make_console, progress_bar
 from .rundir import RunDir
 
@@ -214,7 +215,9 @@ class Trainer:
         """One optimiser step over `grad_accum` micro-batches (drawn from the stream when not given)."""
         s, acc = self.s, self.s.accelerator
         batches = micro_batches or [next(self.batches()) for _ in range(s.cfg.grad_accum)]
-        for batch in batches:
+        for j, batch in enumerate(batches):
+            # the randomness contract (randomness.py): draws depend on (seed, process, micro-step) only
+            seed_position(s.cfg.seed, acc.process_index, self.step_count * s.cfg.grad_accum + j, TRAIN)
             self.skipped += batch["skipped"].sum()
             batch = {"image": batch["image"].to(acc.device, non_blocking=True),
                      "label": batch["label"].to(acc.device, non_blocking=True)}
@@ -268,6 +271,7 @@ class Trainer:
                                  world=acc.num_processes, limit=limit, workers=self.workers,
                                  skip_corrupt=s.cfg.skip_corrupt)
         s.model.eval()
+        seed_position(s.cfg.seed, acc.process_index, self.step_count, EVAL)  # e.g. MPP's corruption at evaluation
         sums: dict[str, torch.Tensor] = {}
         count = torch.zeros((), device=acc.device)
         for batch in loader:

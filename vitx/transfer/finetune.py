@@ -51,7 +51,7 @@ class Prepared:
 
 def prepare(cfg: TransferConfig, task: Task, splits: TaskSplits | None = None) -> Prepared:
     splits = splits or open_task(task, cfg.shots, cfg.data_dir)
-    start = load_start(cfg.start, cfg.model)
+    start = load_start(cfg.start, cfg.model, cfg.seed)
     size = cfg.image_size or int(start.patch_embed.img_size[0])
     adapters = resolve_adapters(cfg.adapters)
     # VTAB preprocessing: the whole image resized to a square, no augmentation (see data/memory.py)

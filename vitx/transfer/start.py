@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 import torch.nn as nn
 
 from ..backbones import create_backbone
@@ -17,19 +18,26 @@ from ..spec import parse_spec
 SCRATCH = "scratch"
 
 
-def load_start(start: str, model: str | None = None) -> nn.Module:
-    """The backbone a transfer starts from, at its own resolution (interpolation comes later, as an adapter)."""
+def load_start(start: str, model: str | None = None, seed: int = 0) -> nn.Module:
+    """The backbone a transfer starts from, at its own resolution (interpolation comes later, as an adapter).
+
+    `scratch` is initialised from `seed` alone (the caller's generators are left as they were), so a
+    from-scratch baseline is the same network every time it is asked for."""
     if model and start != SCRATCH:
         raise VitxError(f"--model is for --from scratch; --from {start} brings its own backbone (drop --model)")
     if start == SCRATCH:
         if not model:
             raise VitxError("--from scratch needs --model (e.g. --model vit-nano/4)")
         name, options = parse_spec(model)
-        backbone = create_backbone(name, **options)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            backbone = create_backbone(name, **options)
     elif start.startswith("timm:"):
         name, options = parse_spec(start)
         options.setdefault("pretrained", True)
         backbone = create_backbone(name, **options)
+        # the weights travel in model.safetensors: rebuilding the saved model must not fetch them again (offline)
+        backbone.vitx_record["overrides"].pop("pretrained", None)
     else:
         path = Path(start).expanduser()
         if not path.exists():
