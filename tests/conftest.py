@@ -125,7 +125,7 @@ def pretrained_run(tmp_path_factory) -> Path:
     return out
 
 
-MPP_OVERRIDES = {"steps": 60, "batch_size": 64, "warmup_steps": 6, "lr": 2e-3, "log_every": 10}
+MPP_OVERRIDES = {"steps": 60, "batch_size": 64, "warmup_steps": 6, "log_every": 10}
 
 
 @pytest.fixture(scope="session")

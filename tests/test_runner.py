@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import timm
@@ -220,3 +221,67 @@ def test_runner_calls_objective_hooks_once_per_optimiser_step(tmp_path):
     finally:
         OBJECTIVES._entries.pop("counting-test")
     assert calls["after_backward"] == 6 and calls["step_end"] == [1, 2, 3, 4, 5, 6]
+
+
+NAN_OBJECTIVE = '''
+"""Supervised, but the loss is NaN on the training forwards listed in NAN_AT (1-based), as a diverging run's is."""
+import os
+
+import vitx
+from vitx.objectives.supervised import Supervised
+
+NAN_AT = {int(x) for x in os.environ.get("VITX_TEST_NAN_AT", "").split(",") if x}
+
+
+@vitx.register_objective("nan-sometimes")
+class NanSometimes(Supervised):
+    calls = 0
+
+    def forward(self, batch):
+        out = super().forward(batch)
+        if self.training:
+            NanSometimes.calls += 1
+            if NanSometimes.calls in NAN_AT or (NAN_AT and -1 in NAN_AT and NanSometimes.calls >= max(NAN_AT)):
+                out["loss"] = out["loss"] * float("nan")
+        return out
+'''
+
+
+def _all_finite(path: Path) -> bool:
+    return all(bool(torch.isfinite(t).all()) for t in load_file(str(path)).values())
+
+
+def test_nonfinite_steps_are_skipped_and_never_checkpointed(tmp_path, monkeypatch):
+    """NaN loss on 3 micro-steps (2 of them in one accumulated step): those 2 optimiser steps are skipped on
+    the weights, counted in metrics.jsonl, and every checkpoint is finite; the run finishes."""
+    plugin = tmp_path / "nan_objective.py"
+    plugin.write_text(NAN_OBJECTIVE)
+    monkeypatch.setenv("VITX_TEST_NAN_AT", "3,4,9")  # micro-steps 3, 4 → step 2; micro-step 9 → step 5
+    out = tmp_path / "run"
+    proc = vitx_cli("--plugin", str(plugin), "pretrain", *as_flags(tiny(tmp_path, objective="nan-sometimes",
+                    grad_accum=2, steps=8, save_every=2, keep_checkpoints=10, eval_samples=0, output_dir=str(out))))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = _metrics(out)
+    assert [m["step"] for m in log] == list(range(1, 9))
+    assert [m.get("skipped_nonfinite", 0) for m in log] == [0, 1, 1, 1, 2, 2, 2, 2]
+    assert all(math.isfinite(m["loss"]) for m in log if m["step"] not in (2, 5))  # skipped steps leave no mean
+    checkpoints = sorted((out / "checkpoints").iterdir())
+    assert [c.name for c in checkpoints] == [f"step_{s:08d}" for s in (2, 4, 6, 8)]
+    assert all(_all_finite(c / "model.safetensors") and _all_finite(c / "heads.safetensors") for c in checkpoints)
+
+
+def test_a_diverged_run_stops_in_one_line_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    plugin = tmp_path / "nan_objective.py"
+    plugin.write_text(NAN_OBJECTIVE)
+    monkeypatch.setenv("VITX_TEST_NAN_AT", "-1,5")  # every training forward from the 5th on
+    out = tmp_path / "run"
+    proc = vitx_cli("--plugin", str(plugin), "pretrain", *as_flags(tiny(tmp_path, objective="nan-sometimes",
+                    steps=20, save_every=2, eval_samples=0, max_nonfinite_steps=3, output_dir=str(out))))
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "3 optimiser steps in a row (up to step 7)" in lines[0], proc.stderr[-2000:]
+    assert "step_00000006" in lines[0]  # the last good checkpoint, named
+    # step 6 fell inside the streak: its weights are step 4's (skipped steps change nothing), so it is good
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000004", "step_00000006"]
+    assert _all_finite(out / "model.safetensors")
+    assert json.loads((out / "config.json").read_text())["step"] == 6

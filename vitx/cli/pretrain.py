@@ -39,6 +39,7 @@ def pretrain(
     grad_checkpointing: Optional[bool] = typer.Option(None, "--grad-checkpointing/--no-grad-checkpointing", help="Trade compute for memory."),
     crop_scale: Optional[float] = typer.Option(None, help=f"Smallest random-crop area fraction. [default: {D.crop_scale}]"),
     log_with: Optional[str] = typer.Option(None, help="Accelerate tracker: auto (tensorboard if installed), none, wandb, ..."),
+    max_nonfinite_steps: Optional[int] = typer.Option(None, help=f"Steps with a non-finite loss or gradient are skipped; stop after this many in a row. [default: {D.max_nonfinite_steps}]"),
     recipe: Optional[str] = RECIPE,
     set_: List[str] = SET,
 ) -> None:

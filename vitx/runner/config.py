@@ -49,13 +49,15 @@ class PretrainConfig:
     grad_checkpointing: bool = False
     crop_scale: float = 0.8
     log_with: str = "auto"  # auto: tensorboard when installed; none; or any Accelerate tracker name
+    max_nonfinite_steps: int = 10  # consecutive optimiser steps skipped for a non-finite loss/gradient before stopping
 
     def validate(self) -> "PretrainConfig":
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise VitxError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}, "
                                 f"got '{getattr(self, name)}'")
-        positive = ("batch_size", "steps", "grad_accum", "save_every", "log_every", "keep_checkpoints")
+        positive = ("batch_size", "steps", "grad_accum", "save_every", "log_every", "keep_checkpoints",
+                    "max_nonfinite_steps")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise VitxError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
@@ -79,7 +81,8 @@ class PretrainConfig:
 
 
 # Options that may differ between a run and its resumption without changing the result.
-RESUME_FREE = {"output_dir", "workers", "log_with", "log_every", "save_every", "keep_checkpoints", "eval_samples"}
+RESUME_FREE = {"output_dir", "workers", "log_with", "log_every", "save_every", "keep_checkpoints", "eval_samples",
+               "max_nonfinite_steps"}
 
 
 def merge_for_resume(saved: PretrainConfig, explicit: dict[str, Any]) -> PretrainConfig:

@@ -192,6 +192,8 @@ class Trainer:
         self._sums: dict[str, torch.Tensor] = {}
         self._n = 0
         self.skipped = torch.zeros((), dtype=torch.long)
+        self.nonfinite = 0  # optimiser steps skipped for a non-finite loss or gradient norm, this session
+        self.nonfinite_streak = 0  # of them, consecutive up to now
 
     # ---- one optimiser step ------------------------------------------------------------------------------
     def batches(self) -> Iterator[dict[str, Any]]:
@@ -212,9 +214,14 @@ class Trainer:
         return self._batches
 
     def step(self, micro_batches: list[dict[str, Any]] | None = None) -> None:
-        """One optimiser step over `grad_accum` micro-batches (drawn from the stream when not given)."""
+        """One optimiser step over `grad_accum` micro-batches (drawn from the stream when not given).
+
+        A non-finite loss on any micro-batch, or a non-finite gradient norm, on any process, skips the update on
+        every process (one decision, like AMP's loss scaler): the weights stay as they were, the schedule and
+        the data move on, and the step is counted in `skipped_nonfinite`."""
         s, acc = self.s, self.s.accelerator
         batches = micro_batches or [next(self.batches()) for _ in range(s.cfg.grad_accum)]
+        outs, bad, skip = [], torch.zeros((), device=acc.device), False
         for j, batch in enumerate(batches):
             # the randomness contract (randomness.py): draws depend on (seed, process, micro-step) only
             seed_position(s.cfg.seed, acc.process_index, self.step_count * s.cfg.grad_accum + j, TRAIN)
@@ -223,22 +230,50 @@ class Trainer:
                      "label": batch["label"].to(acc.device, non_blocking=True)}
             with acc.accumulate(s.model):
                 out = s.model(batch)
+                bad = bad + (~torch.isfinite(out["loss"].detach())).float()
                 acc.backward(out["loss"])
                 if acc.sync_gradients:
                     s.objective.on_after_backward()
-                    if s.cfg.grad_clip > 0:
-                        out["grad_norm"] = acc.clip_grad_norm_(s.model.parameters(), s.cfg.grad_clip)
+                    out["grad_norm"] = self._clip_gradients()
                     out["lr"] = torch.tensor(s.optimizer.param_groups[0]["lr"])
-                s.optimizer.step()
-                if acc.sync_gradients:
+                    bad = bad + (~torch.isfinite(out["grad_norm"])).float()
+                    skip = bool(acc.reduce(bad, reduction="sum") > 0)  # the same decision on every process
+                    if not skip:
+                        s.optimizer.step()
                     s.scheduler.step()
                 s.optimizer.zero_grad(set_to_none=True)
-            for k, v in out.items():
-                v = v.detach().float().reshape(()).to(acc.device)
-                self._sums[k] = self._sums[k] + v if k in self._sums else v
-            self._n += 1
+            outs.append(out)
         self.step_count += 1
+        if skip:
+            self._nonfinite_step()
+        else:
+            self.nonfinite_streak = 0
+            for out in outs:
+                for k, v in out.items():
+                    v = v.detach().float().reshape(()).to(acc.device)
+                    self._sums[k] = self._sums[k] + v if k in self._sums else v
+                self._n += 1
         s.objective.on_step_end(self.step_count)
+
+    def _clip_gradients(self) -> torch.Tensor:
+        """The global gradient norm before clipping; clipped to --grad-clip (0: measured, not clipped)."""
+        s, acc = self.s, self.s.accelerator
+        norm = acc.clip_grad_norm_(s.model.parameters(), s.cfg.grad_clip if s.cfg.grad_clip > 0 else float("inf"))
+        if norm is None:  # DeepSpeed clips inside its engine and reports nothing here: the loss check remains
+            return torch.zeros((), device=acc.device)
+        return torch.as_tensor(norm, dtype=torch.float32, device=acc.device)
+
+    def _nonfinite_step(self) -> None:
+        """Count a skipped step; stop the run when too many come in a row (it has diverged)."""
+        self.nonfinite += 1
+        self.nonfinite_streak += 1
+        limit = self.s.cfg.max_nonfinite_steps
+        if self.nonfinite_streak >= limit:
+            latest = self.s.run.latest()
+            where = f"the last good checkpoint is {latest}" if latest else "no checkpoint was written"
+            raise VitxError(f"{limit} optimiser steps in a row (up to step {self.step_count}) had a non-finite loss "
+                            f"or gradient and were skipped: the run has diverged; {where} (lower --lr, check the "
+                            f"data, or raise --max-nonfinite-steps)")
 
     def pop_metrics(self) -> dict[str, float]:
         """Means since the last call, averaged over processes. grad_norm and lr are per step, not per micro-step."""
@@ -299,6 +334,13 @@ class Trainer:
         state = acc.get_state_dict(s.model)  # full weights, gathered when sharded
         state = export_state(acc.unwrap_model(s.model), state)  # e.g. LoRA factors merged into their layers
         final = None
+        broken = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())] \
+            if acc.is_main_process else []
+        if acc.reduce(torch.tensor(float(len(broken)), device=acc.device), reduction="sum") > 0:
+            # never publish non-finite weights (every process stops here together); earlier checkpoints stay
+            raise VitxError(f"step {self.step_count}: weights are not finite ({', '.join(broken[:2]) or 'see rank 0'});"
+                            f" no checkpoint written. The last good one is {s.run.latest() or 'none'}; lower --lr "
+                            "and resume from it")
         if acc.is_main_process:
             back = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
             heads = {k: v for k, v in state.items() if not k.startswith("backbone.")}
@@ -337,13 +379,15 @@ class Trainer:
                     tick, done_at_tick = now, step
                     if cfg.skip_corrupt:
                         metrics["skipped_images"] = float(acc.reduce(self.skipped.to(acc.device), "sum"))
+                    if self.nonfinite:
+                        metrics["skipped_nonfinite"] = float(self.nonfinite)  # one decision: the same on every process
                     if saving:
                         metrics.update(self.evaluate())
                     last = {"step": step, **metrics}
                     if log:
                         log.write(last)
                     acc.log(metrics, step=step)
-                    bar.update(task, loss=f"{metrics['loss']:.4f}", lr=f"{metrics.get('lr', 0):.2e}",
+                    bar.update(task, loss=f"{metrics.get('loss', float('nan')):.4f}", lr=f"{metrics.get('lr', 0):.2e}",
                                speed=f"{metrics['images_per_s']:.1f}")
                 if saving:
                     self.save()
