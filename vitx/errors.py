@@ -5,6 +5,9 @@ from __future__ import annotations
 class VitxError(Exception):
     """A problem with the user's input (names, paths, sizes, files) rather than a bug in vitx."""
 
+    exit_code = 2  # what the CLI exits with
+    label = "error"  # how the CLI's line starts
+
     def user_message(self) -> str:
         """One line for the terminal.
 
@@ -23,6 +26,14 @@ class UnknownNameError(VitxError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
+
+
+class Preempted(VitxError):
+    """The run was asked to stop (SIGTERM, SIGUSR1: a scheduler's preemption) and saved a checkpoint first.
+    Exit status 75 (EX_TEMPFAIL, "try again"): a requeue script can tell it from a failure."""
+
+    exit_code = 75
+    label = "stopped"
 
 
 class CorruptImageError(VitxError):

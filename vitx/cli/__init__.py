@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> None:
             load_plugin(target)
         app(args=argv, prog_name="vitx")
     except VitxError as exc:
-        print(f"error: {exc.user_message()}", file=sys.stderr)
-        sys.exit(2)
+        print(f"{exc.label}: {exc.user_message()}", file=sys.stderr)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print("interrupted; the last checkpoint is intact: continue with --resume", file=sys.stderr)
         sys.exit(130)

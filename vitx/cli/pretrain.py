@@ -31,6 +31,8 @@ def pretrain(
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --output-dir from its last checkpoint."),
     seed: Optional[int] = typer.Option(None, help=f"[default: {D.seed}]"),
     save_every: Optional[int] = typer.Option(None, help=f"Checkpoint every N steps (and at the end). [default: {D.save_every}]"),
+    save_every_minutes: Optional[float] = typer.Option(None, help="Also checkpoint when this many minutes have passed since the last save; 0: off. [default: 0]"),
+    stop_signals: Optional[str] = typer.Option(None, help=f"On these signals, checkpoint at the next step and exit 75 (a second one exits at once); '' to leave them alone. [default: {D.stop_signals}]"),
     keep_checkpoints: Optional[int] = typer.Option(None, help=f"How many checkpoints to keep. [default: {D.keep_checkpoints}]"),
     log_every: Optional[int] = typer.Option(None, help=f"Log metrics every N steps. [default: {D.log_every}]"),
     eval_samples: Optional[int] = typer.Option(None, help=f"Validation images evaluated at each checkpoint; 0 disables. [default: {D.eval_samples}]"),

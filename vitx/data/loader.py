@@ -7,6 +7,7 @@ batches, and a resumed run continues at exactly the next position.
 """
 from __future__ import annotations
 
+import signal
 from typing import Any, Iterator
 
 import numpy as np
@@ -95,12 +96,21 @@ def _sample(image: torch.Tensor, label: Any, skipped: int) -> dict[str, Any]:
     return {"image": image, "label": torch.as_tensor(label), "skipped": skipped}
 
 
+def _worker_init(worker_id: int) -> None:
+    """Loader workers leave stop signals to the main process: a scheduler that signals the whole process group
+    (SLURM's scancel) must not kill a worker while the main process finishes its step and checkpoint. Workers
+    still end with the main process (PyTorch watches their parent)."""
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def train_loader(source: ImageSource, preprocess: Preprocess, *, global_micro_batch: int, rank: int, world: int,
                  seed: int, start_micro_step: int, workers: int, skip_corrupt: bool) -> DataLoader:
     """An endless loader of this process's share of each global micro-batch."""
     sampler = StreamSampler(len(source), global_micro_batch, rank, world, seed, start_micro_step)
     return DataLoader(TrainSet(source, preprocess, seed, skip_corrupt), batch_sampler=sampler, num_workers=workers,
-                      persistent_workers=workers > 0, prefetch_factor=4 if workers > 0 else None)
+                      persistent_workers=workers > 0, prefetch_factor=4 if workers > 0 else None,
+                      worker_init_fn=_worker_init if workers > 0 else None)
 
 
 def eval_loader(source: ImageSource, preprocess: Preprocess, *, batch: int, rank: int, world: int, limit: int,
@@ -108,4 +118,4 @@ def eval_loader(source: ImageSource, preprocess: Preprocess, *, batch: int, rank
     """This process's strided share of the first `limit` validation samples."""
     data = EvalSet(source, preprocess, limit, skip_corrupt)
     shard = torch.utils.data.Subset(data, list(range(rank, len(data), world)))
-    return DataLoader(shard, batch_size=batch, num_workers=workers)
+    return DataLoader(shard, batch_size=batch, num_workers=workers, worker_init_fn=_worker_init if workers > 0 else None)

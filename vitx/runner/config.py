@@ -50,6 +50,8 @@ class PretrainConfig:
     crop_scale: float = 0.8
     log_with: str = "auto"  # auto: tensorboard when installed; none; or any Accelerate tracker name
     max_nonfinite_steps: int = 10  # consecutive optimiser steps skipped for a non-finite loss/gradient before stopping
+    save_every_minutes: float = 0.0  # also checkpoint when this much time has passed since the last save; 0: off
+    stop_signals: str = "TERM,USR1"  # checkpoint at the next step and exit 75 on these; "" leaves them alone
 
     def validate(self) -> "PretrainConfig":
         for name, allowed in CHOICES.items():
@@ -67,6 +69,11 @@ class PretrainConfig:
             raise VitxError(f"--lr must be positive, got {self.lr}")
         if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
             raise VitxError("--warmup-steps, --weight-decay and --grad-clip must not be negative")
+        if self.save_every_minutes < 0:
+            raise VitxError(f"--save-every-minutes must not be negative, got {self.save_every_minutes}")
+        from .preemption import parse_signals
+
+        parse_signals(self.stop_signals)
         if not 0 < self.crop_scale <= 1:
             raise VitxError(f"--crop-scale must be in (0, 1], got {self.crop_scale}")
         return self
@@ -82,7 +89,7 @@ class PretrainConfig:
 
 # Options that may differ between a run and its resumption without changing the result.
 RESUME_FREE = {"output_dir", "workers", "log_with", "log_every", "save_every", "keep_checkpoints", "eval_samples",
-               "max_nonfinite_steps"}
+               "max_nonfinite_steps", "save_every_minutes", "stop_signals"}
 
 
 def merge_for_resume(saved: PretrainConfig, explicit: dict[str, Any]) -> PretrainConfig:

@@ -24,11 +24,12 @@ from ..backbones import backbone_record, create_backbone
 from ..checkpoint import export_state, read_config, save_weights
 from ..data import (Preprocess, TensorSplit, eval_loader, memory_batches, memory_eval_batches, open_source,
                     train_loader)
-from ..errors import VitxError
+from ..errors import Preempted, VitxError
 from ..objectives import Objective, create_objective
 from ..spec import parse_spec
 from .config import PretrainConfig, default_workers, merge_for_resume
 from .optim import build_optimizer, build_schedule
+from .preemption import StopRequests, parse_signals
 from .randomness import EVAL, TRAIN, seed_position
 from .reporting import MetricsLog, make_console, progress_bar
 from .rundir import RunDir
@@ -194,6 +195,10 @@ class Trainer:
         self.skipped = torch.zeros((), dtype=torch.long)
         self.nonfinite = 0  # optimiser steps skipped for a non-finite loss or gradient norm, this session
         self.nonfinite_streak = 0  # of them, consecutive up to now
+        self.requests: StopRequests | None = None  # set while fit() runs
+        self.stop_requested = False  # a stop signal reached some process: every process stops after this step
+        self.save_due = False  # --save-every-minutes has passed (by the main process's clock)
+        self._last_save = time.monotonic()
 
     # ---- one optimiser step ------------------------------------------------------------------------------
     def batches(self) -> Iterator[dict[str, Any]]:
@@ -237,7 +242,7 @@ class Trainer:
                     out["grad_norm"] = self._clip_gradients()
                     out["lr"] = torch.tensor(s.optimizer.param_groups[0]["lr"])
                     bad = bad + (~torch.isfinite(out["grad_norm"])).float()
-                    skip = bool(acc.reduce(bad, reduction="sum") > 0)  # the same decision on every process
+                    skip = self._agree(bad)
                     if not skip:
                         s.optimizer.step()
                     s.scheduler.step()
@@ -254,6 +259,20 @@ class Trainer:
                     self._sums[k] = self._sums[k] + v if k in self._sums else v
                 self._n += 1
         s.objective.on_step_end(self.step_count)
+
+    def _agree(self, nonfinite: torch.Tensor) -> bool:
+        """One collective per optimiser step makes the run's decisions the same on every process: skip this
+        update (a non-finite loss or gradient anywhere), stop after it (a stop signal anywhere), save after it
+        (--save-every-minutes on the main process's clock). Returns whether to skip."""
+        s, acc = self.s, self.s.accelerator
+        asked = self.requests is not None and self.requests.received is not None
+        minutes = s.cfg.save_every_minutes
+        due = acc.is_main_process and minutes > 0 and time.monotonic() - self._last_save >= minutes * 60
+        local = torch.stack([nonfinite, torch.tensor(float(asked), device=acc.device),
+                             torch.tensor(float(due), device=acc.device)])
+        skip, stop, save = (v > 0 for v in acc.reduce(local, reduction="sum").tolist())
+        self.stop_requested, self.save_due = stop, save
+        return skip
 
     def _clip_gradients(self) -> torch.Tensor:
         """The global gradient norm before clipping; clipped to --grad-clip (0: measured, not clipped)."""
@@ -350,6 +369,7 @@ class Trainer:
                 save_weights(heads, staged / "heads.safetensors", meta)
             final = s.run.publish(staged, self.step_count, _config_record(s, self.step_count), s.cfg.keep_checkpoints)
         acc.wait_for_everyone()
+        self._last_save = time.monotonic()
         return final
 
     # ---- the whole run -----------------------------------------------------------------------------------
@@ -365,13 +385,17 @@ class Trainer:
             acc.init_trackers("vitx", config={k: v for k, v in cfg.to_dict().items() if v is not None})
         last: dict[str, float] = {}
         tick, done_at_tick = time.perf_counter(), self.step_count
-        with progress_bar(self.console, main) as bar:
+        self._last_save = time.monotonic()
+        stopping, saved = False, None
+        with progress_bar(self.console, main) as bar, StopRequests(parse_signals(cfg.stop_signals)) as requests:
+            self.requests = requests
             task = bar.add_task(f"{self.label} (resumed)" if resumed else self.label, total=cfg.steps, completed=self.step_count,
                                 loss="-", lr="-", speed="-")
             while self.step_count < cfg.steps:
                 self.step()
                 step = self.step_count
-                saving = step % cfg.save_every == 0 or step == cfg.steps
+                stopping = self.stop_requested and step < cfg.steps  # at the last step: just finish
+                saving = step % cfg.save_every == 0 or step == cfg.steps or self.save_due or stopping
                 if saving or step % cfg.log_every == 0:  # checkpoint steps are always logged, with validation
                     metrics = self.pop_metrics()
                     now = time.perf_counter()
@@ -381,7 +405,7 @@ class Trainer:
                         metrics["skipped_images"] = float(acc.reduce(self.skipped.to(acc.device), "sum"))
                     if self.nonfinite:
                         metrics["skipped_nonfinite"] = float(self.nonfinite)  # one decision: the same on every process
-                    if saving:
+                    if saving and not stopping:  # a preempted job has seconds: no validation pass
                         metrics.update(self.evaluate())
                     last = {"step": step, **metrics}
                     if log:
@@ -390,11 +414,18 @@ class Trainer:
                     bar.update(task, loss=f"{metrics.get('loss', float('nan')):.4f}", lr=f"{metrics.get('lr', 0):.2e}",
                                speed=f"{metrics['images_per_s']:.1f}")
                 if saving:
-                    self.save()
+                    saved = self.save()
                 bar.update(task, completed=step)
+                if stopping:
+                    break
+        self.requests = None
         if log:
             log.close()
         acc.end_training()
+        if stopping:
+            signame = requests.received or "a stop signal (on another process)"
+            raise Preempted(f"{signame} at step {step}: checkpoint {saved or RunDir(cfg.output_dir).latest()} "
+                            "written; run the same command with --resume to continue")
         return last
 
 

@@ -1,0 +1,52 @@
+"""Stop requests: the signals a scheduler sends before it kills a job (SLURM, Kubernetes and spot instances send
+SIGTERM, or SIGUSR1 with `--signal`), turned into a request that the loop answers at the next step boundary:
+finish the optimiser step in progress, write a checkpoint at that step (every process takes part), exit 75.
+A second signal exits at once, as the signal's default action would have."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from types import FrameType, TracebackType
+
+from ..errors import VitxError
+
+
+def parse_signals(names: str) -> list[signal.Signals]:
+    """`"TERM,USR1"` → [SIGTERM, SIGUSR1]; empty: none. An unknown name is a user error."""
+    chosen = []
+    for name in filter(None, (n.strip().upper().removeprefix("SIG") for n in names.split(","))):
+        sig = getattr(signal, f"SIG{name}", None)
+        if not isinstance(sig, signal.Signals) or sig in (signal.SIGKILL, signal.SIGSTOP):
+            raise VitxError(f"--stop-signals: '{name}' is not a signal a process can catch (e.g. TERM,USR1,INT)")
+        chosen.append(sig)
+    return chosen
+
+
+class StopRequests:
+    """While active, the chosen signals set `received` instead of killing the process; the previous handlers
+    come back on exit. Only the main thread can install handlers: elsewhere (a notebook's worker thread) the
+    signals keep their default action."""
+
+    def __init__(self, signals: list[signal.Signals]) -> None:
+        self.signals = signals
+        self.received: str | None = None
+        self._previous: dict[signal.Signals, object] = {}
+
+    def __enter__(self) -> "StopRequests":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.signals:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is not None:  # asked twice: stop now, without the checkpoint
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self.received = signal.Signals(signum).name
