@@ -95,6 +95,19 @@ def test_kill_during_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
     assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]  # partial one cleaned
 
 
+def _start_pretrain_until(flags: list[str], ready) -> subprocess.Popen:
+    """`vitx pretrain FLAGS` in a new process (the process is what these tests kill or signal), returned once
+    `ready()` holds; polled every 20 ms."""
+    proc = subprocess.Popen([sys.executable, "-m", "vitx", "pretrain", *flags], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not ready():
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        assert time.time() < deadline
+        time.sleep(0.02)
+    return proc
+
+
 KILL_9 = {  # objective → data: every built-in and first-party objective, each drawing its own randomness
     "supervised": "embedded:shapes",
     "mpp": "embedded:leaves",
@@ -117,13 +130,7 @@ def test_kill_9_then_resume_gives_identical_weights(objective, tmp_path):
 
     broken = tmp_path / "broken"
     flags = as_flags({**opts, "output_dir": str(broken)})
-    proc = subprocess.Popen([sys.executable, "-m", "vitx", "pretrain", *flags], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 240
-    while not (broken / "checkpoints" / "step_00000008").exists():
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-        assert time.time() < deadline
-        time.sleep(0.02)
+    proc = _start_pretrain_until(flags, lambda: (broken / "checkpoints" / "step_00000008").exists())
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL
     steps_logged = [m["step"] for m in _metrics(broken)]
@@ -300,13 +307,8 @@ def test_stop_signal_checkpoints_the_step_reached_and_resumes_exactly(tmp_path):
 
     stopped = tmp_path / "stopped"
     flags = as_flags({**opts, "output_dir": str(stopped)})
-    proc = subprocess.Popen([sys.executable, "-m", "vitx", "pretrain", *flags], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 240
-    while not (stopped / "metrics.jsonl").exists() or len((stopped / "metrics.jsonl").read_text().splitlines()) < 20:
-        assert proc.poll() is None, proc.stderr.read()[-2000:]
-        assert time.time() < deadline
-        time.sleep(0.02)
+    log = stopped / "metrics.jsonl"
+    proc = _start_pretrain_until(flags, lambda: log.exists() and len(log.read_text().splitlines()) >= 20)
     sent = time.time()
     os.kill(proc.pid, getattr(signal, sig))
     _, err = proc.communicate(timeout=30)
