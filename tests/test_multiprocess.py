@@ -12,8 +12,9 @@ from .conftest import ROOT, as_flags
 
 @pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate CLI not on PATH")
 def test_two_processes_match_one(tmp_path):
+    # 33 validation images: 17 and 16 per process, 3 and 2 batches of 8; the short process runs a filler forward
     opts = dict(model="vit-nano/4", data="embedded:shapes", batch_size=16, steps=8, warmup_steps=2, save_every=8,
-                log_every=1, eval_samples=64, workers=0, log_with="none")
+                log_every=1, eval_samples=33, workers=0, log_with="none")
     from vitx.runner import pretrain
 
     pretrain({**opts, "output_dir": str(tmp_path / "one")})  # one process: this one
@@ -35,6 +36,24 @@ def test_two_processes_match_one(tmp_path):
         assert y["loss"] == pytest.approx(x["loss"], rel=1e-4, abs=1e-5), (x, y)
         assert y["top1"] == pytest.approx(x["top1"], abs=1e-6)
     assert b[-1]["val_loss"] == pytest.approx(a[-1]["val_loss"], rel=1e-4)
+
+
+@pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate CLI not on PATH")
+def test_one_validation_image_on_two_processes(tmp_path):
+    """--eval-samples 1 on 2 processes: the process with no image takes part in the reduction (it used to
+    return early and leave the other waiting) and the result is the 1-process value."""
+    from vitx.runner import pretrain
+
+    opts = dict(model="vit-nano/4", data="embedded:shapes", batch_size=8, steps=2, warmup_steps=1, save_every=2,
+                eval_samples=1, workers=0, log_with="none")
+    one = pretrain({**opts, "output_dir": str(tmp_path / "one")})
+    two = subprocess.run(["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                          "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29519",
+                          "-m", "vitx", "pretrain", *as_flags({**opts, "output_dir": str(tmp_path / "two")})],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    last = json.loads((tmp_path / "two" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["val_loss"] == pytest.approx(one["val_loss"], rel=1e-5) and last["val_top1"] == one["val_top1"]
 
 
 RECORDING_MPP = '''

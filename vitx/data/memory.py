@@ -70,6 +70,16 @@ def memory_batches(split: TensorSplit, preprocess: Preprocess, *, global_micro_b
                "skipped": torch.zeros(len(keys), dtype=torch.long)}
 
 
+def first_sample_batch(source: TensorSplit | ImageSource, preprocess: Preprocess) -> dict[str, Any]:
+    """A batch of one: the split's first sample, as evaluation sees it. A process whose share of an evaluation
+    ran out forwards it (and counts it for nothing) so that every process runs the same number of forwards,
+    which sharded models (FSDP) need."""
+    if isinstance(source, TensorSplit):
+        return {"image": preprocess.normalise_uint8(source.images[:1]), "label": source.labels[:1]}
+    img, label, _ = _load(source, 0, skip_corrupt=True)
+    return {"image": preprocess.eval(img)[None], "label": torch.as_tensor([-1 if label is None else label])}
+
+
 def memory_eval_batches(split: TensorSplit, preprocess: Preprocess, *, batch: int, rank: int, world: int,
                         limit: int) -> Iterator[dict[str, Any]]:
     """This process's strided share of the first `limit` samples, in batches."""

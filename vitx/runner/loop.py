@@ -24,6 +24,7 @@ from ..backbones import backbone_record, create_backbone
 from ..checkpoint import export_state, read_config, save_weights
 from ..data import (Preprocess, TensorSplit, eval_loader, memory_batches, memory_eval_batches, open_source,
                     train_loader)
+from ..data.memory import first_sample_batch
 from ..errors import Preempted, VitxError
 from ..objectives import Objective, create_objective
 from ..spec import parse_spec
@@ -328,13 +329,27 @@ class Trainer:
         seed_position(s.cfg.seed, acc.process_index, self.step_count, EVAL)  # e.g. MPP's corruption at evaluation
         sums: dict[str, torch.Tensor] = {}
         count = torch.zeros((), device=acc.device)
-        for batch in loader:
-            n = batch["image"].shape[0]
+
+        def forward(batch: dict[str, torch.Tensor], weight: int) -> None:
             with acc.autocast():
                 out = s.model({"image": batch["image"].to(acc.device), "label": batch["label"].to(acc.device)})
-            for k, v in out.items():
-                sums[k] = sums.get(k, 0) + v.detach().float() * n
+            for k, v in out.items():  # objectives report batch means: weighted by the batch's real samples
+                sums[k] = sums.get(k, 0) + v.detach().float() * weight
+
+        forwards = 0
+        for batch in loader:
+            n = batch["image"].shape[0]
+            forward(batch, n)
             count += n
+            forwards += 1
+        # shards differ by a sample, and a process may have none (--eval-samples 1): every process runs as many
+        # forwards as the busiest one, the extra ones on a filler counted for nothing (FSDP needs each forward
+        # on every process); the weighted sums then equal a 1-process evaluation
+        most = int(acc.gather(torch.tensor([forwards], device=acc.device)).max())
+        if most > forwards:
+            filler = first_sample_batch(source, s.preprocess)
+            for _ in range(most - forwards):
+                forward(filler, 0)
         s.model.train()
         if not sums:
             return {}
