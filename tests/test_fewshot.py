@@ -57,3 +57,6 @@ def test_fewshot_on_digits_from_a_pretrained_checkpoint(pretrained_run):
     assert result["test_samples"] == 360 and result["num_classes"] == 10
     assert ten > 0.5, result  # chance is 0.10; from random initialisation about 0.42
     assert result["shots"]["1"]["mean"] > 0.35, result
+    # the needed train images are decoded a chunk at a time (memory at ImageNet scale): the same numbers
+    chunked = evaluate_sources(backbone, train, test, pre, shots=(1, 10), seeds=(0, 1), reg=2.0 ** 10, chunk=7)
+    assert chunked["shots"] == result["shots"]

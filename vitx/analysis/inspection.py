@@ -99,12 +99,11 @@ def rollout_maps(backbone: nn.Module, images: torch.Tensor) -> list[np.ndarray]:
 def inspect_backbone(backbone: nn.Module, out_dir: str | Path, data: str = "embedded:shapes", samples: int = 128,
                      image_paths: list[str] | None = None, components: int = 28,
                      progress: Progress | None = None) -> dict[str, Any]:
-    """Write the four figures and analysis.json for `backbone` into `out_dir`; returns the numbers."""
+    """Write the four figures and analysis.json for `backbone` into `out_dir`; returns the numbers. Runs on
+    the device the backbone is on (the command puts it on its process's device)."""
     if samples < 1 or components < 1:
         raise VitxError(f"--samples and --components must be at least 1, got {samples} and {components}")
     backbone = backbone.eval().float()
-    if torch.cuda.is_available():
-        backbone = backbone.cuda()
     size, grid = _image_size(backbone), patch_grid(backbone)
     shown, pictures = load_images(image_paths, size) if image_paths else sample_images(data, size, 6, seed=1)
     out = Path(out_dir)

@@ -37,8 +37,12 @@ def fewshot(
     from ..checkpoint import atomic_write_text
     from ..data import Preprocess, open_source
     from ..tasks import get_task, open_full_splits
+    from ..runner.launch import is_main_process, process_device
     from ..transfer.fewshot import evaluate_sources
     from ..transfer.start import load_start
+
+    if not is_main_process():  # under a launcher: one process does the (small) work, on its own device
+        return
 
     shot_list = number_list(shots, int, "--shots")
     if seeds <= 0:
@@ -62,7 +66,7 @@ def fewshot(
             raise VitxError(f"{what} has no labels")
         preprocess = Preprocess(image_size=size)
     result = evaluate_sources(backbone, train, test, preprocess, shot_list, range(seeds), reg, test_samples,
-                              workers=default_workers())
+                              workers=default_workers(), device=process_device())
     result = {"from": start, "data": what, "image_size": size, **result}
     table = Table(title=f"few-shot linear evaluation: {what} from {start}")
     table.add_column("shots", justify="right")

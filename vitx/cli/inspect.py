@@ -33,9 +33,12 @@ def inspect(
 ) -> None:
     """Embedding filters, position-embedding similarity, mean attention distance, attention rollout."""
     from ..analysis import FIGURES, inspect_backbone
+    from ..runner.launch import is_main_process, process_device
     from ..transfer.start import load_start
 
-    backbone = load_start(start, model)
+    if not is_main_process():  # under a launcher: one process inspects, on its own device
+        return
+    backbone = load_start(start, model).to(process_device())
     name = start if start != "scratch" else f"scratch-{model}"
     out = Path(output_dir) if output_dir else (
         Path(start) / "inspect" if Path(start).is_dir() else Path("runs/inspect") / name.replace("/", "-").replace(":", "-"))

@@ -17,6 +17,7 @@ from ..analysis import inspect_backbone
 from ..backbones import create_backbone
 from ..checkpoint import atomic_write_text, load_backbone
 from ..runner import pretrain
+from ..runner.launch import process_device
 from ..runner.reporting import make_console
 from ..runner.rundir import RunDir
 from ..transfer import TransferConfig, transfer
@@ -84,7 +85,7 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
     backbones = {"init": create_backbone(plan.model, img_size=plan.image_size),
                  "supervised": load_backbone(runs["supervised"]), "mpp": load_backbone(runs["mpp"])}
     for name, backbone in backbones.items():
-        numbers = inspect_backbone(backbone, out / "inspect" / name, data=plan.data, samples=plan.attention_images)
+        numbers = inspect_backbone(backbone.to(process_device()), out / "inspect" / name, data=plan.data, samples=plan.attention_images)
         results["inspect"][name] = {k: v for k, v in numbers.items() if k != "attention_rollout"}
         results["inspect"][name]["position_similarity"].pop("matrix", None)
 

@@ -5,9 +5,6 @@ nothing about what the objective computes.
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,8 +12,6 @@ from typing import Any, Iterator
 
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
-from accelerate.utils import ProjectConfiguration, set_seed
 from rich.console import Console
 
 from .. import __version__
@@ -29,6 +24,7 @@ from ..errors import Preempted, VitxError
 from ..objectives import Objective, create_objective
 from ..spec import parse_spec
 from .config import PretrainConfig, default_workers, merge_for_resume
+from .launch import make_accelerator
 from .optim import build_optimizer, build_schedule
 from .preemption import StopRequests, parse_signals
 from .randomness import EVAL, TRAIN, seed_position
@@ -67,57 +63,6 @@ def resolve_config(explicit: dict[str, Any], resume: bool) -> tuple[PretrainConf
                         "pass --resume to continue it, or choose another --output-dir")
     saved = PretrainConfig.from_dict(read_config(latest)["run"])
     return merge_for_resume(saved, explicit).validate(), latest
-
-
-def _trackers(name: str) -> list[str] | None:
-    if name == "none":
-        return None
-    if name == "auto":
-        have_tb = any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX"))
-        return ["tensorboard"] if have_tb else None
-    return [name]
-
-
-def _reset_single_process_state() -> None:
-    """Accelerate keeps process-wide singletons; a second run in the same (non-distributed) process, as in
-    tests, notebooks and sweeps, must not inherit the first run's precision or accumulation settings."""
-    if not torch.distributed.is_initialized():
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
-
-
-def _warn_single_process_cpu_launch() -> None:
-    """`accelerate launch --cpu --num_processes N` without mpirun starts ONE process (Accelerate leaves several
-    CPU processes to mpirun); it only leaves MASTER_ADDR behind. Say so rather than train with 1/N of the plan."""
-    env = os.environ
-    mpi = any(k in env for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"))
-    if env.get("ACCELERATE_USE_CPU", "").lower() == "true" and "MASTER_ADDR" in env and "WORLD_SIZE" not in env \
-            and not mpi:
-        print("warning: `accelerate launch --cpu` started a single process (it needs mpirun for several); "
-              "for several CPU processes use `accelerate launch --multi_gpu --num_processes N -m vitx ...`",
-              file=sys.stderr)
-
-
-def make_accelerator(cfg: PretrainConfig) -> Accelerator:
-    """The Accelerator for a run (fresh process-wide state), after checking the batch divides over processes."""
-    if cfg.precision == "fp16" and not torch.cuda.is_available():
-        raise VitxError("fp16 mixed precision needs a GPU; on CPU use --precision bf16 or no")
-    _reset_single_process_state()
-    _warn_single_process_cpu_launch()
-    accelerator = Accelerator(
-        cpu=not torch.cuda.is_available(),
-        mixed_precision=cfg.precision,
-        gradient_accumulation_steps=cfg.grad_accum,
-        step_scheduler_with_optimizer=False,
-        log_with=_trackers(cfg.log_with),
-        project_config=ProjectConfiguration(project_dir=cfg.output_dir, logging_dir=f"{cfg.output_dir}/logs"),
-    )
-    world = accelerator.num_processes
-    if cfg.batch_size % (world * cfg.grad_accum):
-        raise VitxError(f"--batch-size {cfg.batch_size} must divide evenly over {world} process(es) × "
-                        f"{cfg.grad_accum} accumulation step(s)")
-    set_seed(cfg.seed)
-    return accelerator
 
 
 def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective, preprocess: Preprocess,

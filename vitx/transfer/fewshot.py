@@ -9,7 +9,7 @@ Prediction is the argmax of the test features (whitened with the train statistic
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -74,13 +74,17 @@ def sample_shots(labels: np.ndarray, shots: int, seed: int, num_classes: int) ->
 
 
 @torch.no_grad()
-def extract_features(backbone: nn.Module, images: Any, batch: int = 256,
-                     device: torch.device | str = "cpu") -> np.ndarray:
-    """Pooled pre-logit features (the [class] token after the final norm) of normalised (N, 3, S, S) images,
-    or of an iterable of such batches. Returns (N, D) float32."""
+def extract_features(backbone: nn.Module, images: Any, batch: int = 256, device: torch.device | str = "cpu",
+                     normalise: Callable[[torch.Tensor], torch.Tensor] | None = None) -> np.ndarray:
+    """Pooled pre-logit features (the [class] token after the final norm) of (N, 3, S, S) images, or of an
+    iterable of such batches. `normalise` (e.g. `Preprocess.normalise_uint8`) is applied a batch at a time, on
+    the device: uint8 images are never all held as floats. Returns (N, D) float32."""
     backbone.eval()
     chunks = images.split(batch) if isinstance(images, torch.Tensor) else images
-    out = [backbone(x.to(device)).float().cpu() for x in chunks]  # each (b, D)
+    out = []
+    for x in chunks:
+        x = x.to(device)
+        out.append(backbone(normalise(x) if normalise else x).float().cpu())  # (b, D)
     return torch.cat(out).numpy()
 
 
@@ -119,9 +123,11 @@ def fewshot_accuracy(train_features: np.ndarray, train_labels: np.ndarray, test_
 
 def evaluate_sources(backbone: nn.Module, train_source: Any, test_source: Any, preprocess: Any,
                      shots: Sequence[int] = DEFAULT_SHOTS, seeds: Sequence[int] = DEFAULT_SEEDS,
-                     reg: float = DEFAULT_REG, test_limit: int = 0, workers: int = 0) -> dict[str, Any]:
+                     reg: float = DEFAULT_REG, test_limit: int = 0, workers: int = 0,
+                     device: torch.device | str = "cpu", chunk: int = 4096) -> dict[str, Any]:
     """Few-shot accuracies of `backbone` on labelled sources: features are extracted only for the images some
-    (shots, seed) draw uses, and for the first `test_limit` test images (0: all)."""
+    (shots, seed) draw uses, `chunk` images decoded at a time, and for the first `test_limit` test images
+    (0: all), streamed."""
     from ..data import decode_split
     from ..data.sources import source_labels
 
@@ -129,10 +135,11 @@ def evaluate_sources(backbone: nn.Module, train_source: Any, test_source: Any, p
     labels = source_labels(train_source)
     draws = {(k, s): sample_shots(labels, k, s, num_classes) for k in shots for s in seeds}
     needed = np.unique(np.concatenate(list(draws.values())))
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     backbone = backbone.to(device)
-    train = decode_split(train_source, preprocess, needed, workers=workers)
-    train_feats = extract_features(backbone, preprocess.normalise_uint8(train.images), device=device)
+    train_feats = np.concatenate([  # (len(needed), D): at ImageNet scale the needed images are many GB decoded
+        extract_features(backbone, decode_split(train_source, preprocess, part, workers=workers).images,
+                         device=device, normalise=preprocess.normalise_uint8)
+        for part in np.array_split(needed, max(1, -(-len(needed) // chunk)))])
     position = {int(i): p for p, i in enumerate(needed)}
     n_test = min(test_limit or len(test_source), len(test_source))
     test_feats, test_labels = source_features(backbone, test_source, preprocess, n_test, workers, device)

@@ -18,7 +18,8 @@ from ..adapters import AdaptContext, Adapter, resolve_adapters, trainable_parame
 from ..data import Preprocess, TensorSplit, decode_split
 from ..objectives.supervised import Supervised
 from ..runner.config import PretrainConfig, default_workers
-from ..runner.loop import Trainer, assemble, make_accelerator
+from ..runner.launch import make_accelerator, process_device
+from ..runner.loop import Trainer, assemble
 from ..runner.rundir import RunDir
 from ..tasks import Task, TaskSplits, open_task
 from .config import TransferConfig
@@ -112,17 +113,13 @@ def test_metrics(trainer: Trainer, prep: Prepared, limit: int) -> dict[str, floa
     return trainer.evaluate(prep.test, limit=limit or len(prep.test), prefix="test_")
 
 
-def _device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 @torch.no_grad()
 def closed_form(prep: Prepared, limit: int) -> dict[str, float]:
     """Few-shot linear evaluation on the task: least squares on trainN ∪ valN features, accuracy on test."""
-    device = _device()
+    device = process_device()
     model = build_model(prep).to(device)
     data = prep.train_val
-    feats = extract_features(model.backbone, prep.preprocess.normalise_uint8(data.images), device=device)
+    feats = extract_features(model.backbone, data.images, device=device, normalise=prep.preprocess.normalise_uint8)
     head = fit_least_squares(feats, data.labels.numpy(), prep.task.num_classes, prep.method.reg)
     feats, labels = source_features(model.backbone, prep.test, prep.preprocess, limit or len(prep.test),
                                     default_workers(), device)
