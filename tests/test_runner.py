@@ -341,3 +341,23 @@ def test_stop_signals_are_checked_and_restored(tmp_path):
         os.kill(os.getpid(), signal.SIGUSR1)
         assert requests.received == "SIGUSR1"  # a request, not a death
     assert signal.getsignal(signal.SIGUSR1) is before
+
+
+def test_two_runs_cannot_write_one_directory(tmp_path):
+    """While a run holds its directory, a second one started on it stops in one line and writes nothing; once
+    the first is gone (killed, even), the directory is free."""
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom vitx.runner.rundir import RunDir\n"
+                               f"with RunDir({str(out)!r}).exclusive() as owned:\n"
+                               "    print(owned, flush=True); time.sleep(600)"],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)  # holds the lock as a training run does
+    try:
+        assert holder.stdout.readline().strip() == "True"
+        proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, output_dir=str(out))))
+        assert proc.returncode == 2, proc.stderr
+        assert f"another vitx process (pid {holder.pid}) is writing {out}" in proc.stderr
+        assert not (out / "checkpoints").exists() and not (out / "metrics.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert pretrain(tiny(tmp_path, output_dir=str(out)))["step"] == 6

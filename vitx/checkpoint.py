@@ -19,6 +19,24 @@ from safetensors.torch import load_file, save_file
 from .errors import VitxError
 
 
+def fsync_path(path: Path) -> None:
+    """Flush a file, or a directory's entries, to disk: a rename is only durable once both are (a power cut
+    after an un-synced rename can leave a checkpoint whose name exists and whose data does not)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and directory under `root` (files Accelerate wrote for the training state included)."""
+    for folder, _, files in os.walk(root, topdown=False):
+        for name in files:
+            fsync_path(Path(folder) / name)
+        fsync_path(Path(folder))
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a kill leaves the old file or the new one, never half."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -27,13 +45,17 @@ def atomic_write_text(path: Path, text: str) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+    fsync_path(path.parent)
 
 
 def save_weights(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
+    """safetensors, written under a temporary name, synced, then renamed into place."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp),
               metadata={"format": "pt", **(metadata or {})})
+    fsync_path(tmp)
     os.replace(tmp, path)
+    fsync_path(path.parent)
 
 
 def export_state(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -5,6 +5,7 @@ nothing about what the objective computes.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,11 @@ def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective
     if resume_from is not None:
         accelerator.load_state(str(resume_from / "accelerate"))
         start = RunDir.step_of(resume_from)
+    seen = accelerator.gather(torch.tensor([start], device=accelerator.device))  # every process's resume step
+    if bool((seen != seen[0]).any()):
+        raise VitxError(f"the processes see different checkpoints in {cfg.output_dir} (resume steps "
+                        f"{sorted(set(seen.tolist()))}): on several machines --output-dir must be on a filesystem "
+                        "they all share")
     return Setup(cfg, accelerator, model, objective, optimizer, scheduler, preprocess, RunDir(cfg.output_dir),
                  start, data_info, train_source, val_source, dict(record or {}))
 
@@ -334,10 +340,17 @@ class Trainer:
 
     # ---- the whole run -----------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
+        s, acc = self.s, self.s.accelerator
+        with s.run.exclusive() if acc.is_main_process else contextlib.nullcontext(True) as owned:
+            if acc.reduce(torch.tensor(0.0 if owned else 1.0, device=acc.device), reduction="sum") > 0:
+                raise VitxError(f"another vitx process (pid {s.run.holder()}) is writing {s.run.path}; wait for it "
+                                "to finish, or choose another --output-dir")
+            return self._fit()
+
+    def _fit(self) -> dict[str, Any]:
         s, cfg, acc = self.s, self.s.cfg, self.s.accelerator
         main = acc.is_main_process
         if main:
-            s.run.path.mkdir(parents=True, exist_ok=True)
             s.run.clean_partial()
         resumed = self.step_count > 0
         log = MetricsLog(s.run.path / "metrics.jsonl", self.step_count if resumed else None) if main else None

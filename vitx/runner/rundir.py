@@ -9,13 +9,15 @@ so a kill during a save leaves the previous checkpoints intact; leftovers are re
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from ..checkpoint import atomic_write_text
+from ..checkpoint import atomic_write_text, fsync_path, fsync_tree
 
 PREFIX = "step_"
 
@@ -32,6 +34,36 @@ class RunDir:
         done = [p for p in self.checkpoints.iterdir()
                 if p.name.startswith(PREFIX) and (p / "trainer_state.json").exists()]
         return max(done, key=lambda p: int(p.name[len(PREFIX):]), default=None)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[bool]:
+        """Hold the directory's lock (`.lock`) while writing to it; yields False, holding nothing, when another
+        process holds it: two runs must never interleave checkpoints in one directory. A POSIX record lock: it
+        belongs to this process alone (forked loader workers do not inherit it) and goes with it, so a killed
+        run never leaves a stale one."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(self.path / ".lock", "a+") as fh:
+            try:
+                fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # EACCES or EAGAIN: held by another process
+                yield False
+                return
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"{os.getpid()}\n")
+            fh.flush()
+            try:
+                yield True
+            finally:
+                fcntl.lockf(fh, fcntl.LOCK_UN)
+
+    def holder(self) -> str:
+        """The pid written by the process that holds (or last held) the lock. Only for a process that does not
+        hold it: closing any descriptor of the file releases a POSIX lock held by the process that closes it."""
+        try:
+            return (self.path / ".lock").read_text().strip() or "?"
+        except OSError:
+            return "?"
 
     def clean_partial(self) -> None:
         """Remove checkpoints that a killed save left half-written."""
@@ -53,7 +85,9 @@ class RunDir:
         final = self.checkpoints / f"{PREFIX}{step:08d}"
         if final.exists():
             shutil.rmtree(final)
+        fsync_tree(staged)  # everything on disk before the name says the checkpoint is complete
         os.replace(staged, final)
+        fsync_path(self.checkpoints)
         for name in ("model.safetensors", "heads.safetensors", "config.json"):
             src = final / name
             if src.exists():
@@ -61,6 +95,7 @@ class RunDir:
                 link.unlink(missing_ok=True)
                 os.link(src, link)  # no copy: the top-level file shares the checkpoint's data
                 os.replace(link, self.path / name)
+        fsync_path(self.path)
         steps = sorted((p for p in self.checkpoints.iterdir() if p.name.startswith(PREFIX)),
                        key=lambda p: int(p.name[len(PREFIX):]))
         for old in steps[:-keep]:
