@@ -361,3 +361,25 @@ def test_two_runs_cannot_write_one_directory(tmp_path):
         holder.kill()
         holder.wait()
     assert pretrain(tiny(tmp_path, output_dir=str(out)))["step"] == 6
+
+
+def test_deepspeed_is_told_the_micro_batch_and_the_clip():
+    """vitx hands DeepSpeed no DataLoader, so `train_micro_batch_size_per_gpu: auto` must be filled in; its
+    engine clips, so --grad-clip goes into its config, and a config that disagrees is refused (DeepSpeed is
+    not installed here: the plugin's config is what Accelerate would hold)."""
+    from types import SimpleNamespace
+
+    from vitx.runner.config import PretrainConfig
+    from vitx.runner.launch import configure_deepspeed
+
+    def accelerator(config):
+        plugin = SimpleNamespace(deepspeed_config=config)
+        return SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin), num_processes=4)
+
+    acc = accelerator({"train_micro_batch_size_per_gpu": "auto", "gradient_clipping": "auto"})
+    configure_deepspeed(acc, PretrainConfig(batch_size=512, grad_accum=2, grad_clip=1.0))
+    assert acc.state.deepspeed_plugin.deepspeed_config == {
+        "train_micro_batch_size_per_gpu": 64, "gradient_accumulation_steps": 2, "gradient_clipping": 1.0}
+    with pytest.raises(VitxError, match="clips gradients at 0.5 but --grad-clip is 1.0"):
+        configure_deepspeed(accelerator({"gradient_clipping": 0.5}), PretrainConfig(grad_clip=1.0))
+    configure_deepspeed(SimpleNamespace(state=SimpleNamespace()), PretrainConfig())  # no DeepSpeed: nothing

@@ -67,6 +67,24 @@ def make_accelerator(cfg: PretrainConfig) -> Accelerator:
     return accelerator
 
 
+def configure_deepspeed(accelerator: Accelerator, cfg: PretrainConfig) -> None:
+    """Tell DeepSpeed what it cannot learn from `prepare` (vitx hands it no DataLoader: the runner feeds its own
+    stream): the micro-batch per process and the accumulation. Gradient clipping happens inside DeepSpeed's
+    engine, so --grad-clip is written into its config; a config file that sets a different value is refused in
+    one line rather than silently overriding the run's setting. No-op without DeepSpeed."""
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if plugin is None:
+        return
+    ds = plugin.deepspeed_config
+    ds["train_micro_batch_size_per_gpu"] = cfg.batch_size // (accelerator.num_processes * cfg.grad_accum)
+    ds["gradient_accumulation_steps"] = cfg.grad_accum
+    clip = ds.get("gradient_clipping", "auto")
+    if clip not in ("auto", None) and float(clip) != float(cfg.grad_clip):
+        raise VitxError(f"the DeepSpeed config clips gradients at {clip} but --grad-clip is {cfg.grad_clip}; "
+                        "make them agree (or set gradient_clipping to auto)")
+    ds["gradient_clipping"] = float(cfg.grad_clip)
+
+
 def process_device() -> torch.device:
     """This process's device, as Accelerate assigns it (cuda:<local rank> under a launcher; the CPU without a
     GPU): for commands that compute but do not train (few-shot evaluation, inspection, closed-form transfer)."""

@@ -25,7 +25,7 @@ from ..errors import Preempted, VitxError
 from ..objectives import Objective, create_objective
 from ..spec import parse_spec
 from .config import PretrainConfig, default_workers, merge_for_resume
-from .launch import make_accelerator
+from .launch import configure_deepspeed, make_accelerator
 from .optim import build_optimizer, build_schedule
 from .preemption import StopRequests, parse_signals
 from .randomness import EVAL, TRAIN, seed_position
@@ -76,6 +76,7 @@ def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective
     """
     optimizer = build_optimizer(objective, cfg.optimizer, cfg.lr, cfg.weight_decay)
     scheduler = build_schedule(optimizer, cfg.steps, cfg.warmup_steps, cfg.schedule)
+    configure_deepspeed(accelerator, cfg)
     model, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
     start = 0
     if resume_from is not None:
