@@ -19,7 +19,8 @@ from ..data import Preprocess, TensorSplit, decode_split
 from ..objectives.supervised import Supervised
 from ..runner.config import PretrainConfig, default_workers
 from ..runner.launch import make_accelerator, process_device
-from ..runner.loop import Trainer, assemble
+from ..runner.loop import Trainer
+from ..runner.setup import assemble
 from ..runner.rundir import RunDir
 from ..tasks import Task, TaskSplits, open_task
 from .config import TransferConfig

@@ -1,0 +1,121 @@
+"""Everything a run needs before its first step: the config to run (and the checkpoint to resume), the
+backbone, data sources, objective, optimiser and schedule, prepared by Accelerate; and what config.json
+records about it. The loop (`loop.py`) takes a `Setup` and runs it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+
+from .. import __version__
+from ..backbones import backbone_record, create_backbone
+from ..checkpoint import read_config
+from ..data import Preprocess, open_source
+from ..errors import VitxError
+from ..objectives import Objective, create_objective
+from ..spec import parse_spec
+from .config import PretrainConfig, merge_for_resume
+from .launch import configure_deepspeed, make_accelerator
+from .optim import build_optimizer, build_schedule
+from .rundir import RunDir
+
+
+@dataclass
+class Setup:
+    """Everything built for a run before its first step (shared by the CLI, the tests and the benchmark)."""
+
+    cfg: PretrainConfig
+    accelerator: Accelerator
+    model: torch.nn.Module  # the prepared (possibly DDP-wrapped) objective
+    objective: Objective  # the same objective, unwrapped
+    optimizer: Any
+    scheduler: Any
+    preprocess: Preprocess
+    run: RunDir
+    start_step: int
+    data_info: dict[str, Any]
+    train_source: Any  # an ImageSource, or a TensorSplit held in memory
+    val_source: Any
+    record: dict[str, Any] = field(default_factory=dict)  # extra config.json content
+
+
+def resolve_config(explicit: dict[str, Any], resume: bool) -> tuple[PretrainConfig, Path | None]:
+    """The config to run and the checkpoint to resume from (None: start fresh)."""
+    cfg = PretrainConfig(**explicit).validate()
+    run = RunDir(cfg.output_dir)
+    latest = run.latest()
+    if latest is None:
+        return cfg, None
+    if not resume:
+        raise VitxError(f"{cfg.output_dir} already holds a run (last checkpoint {latest.name}); "
+                        "pass --resume to continue it, or choose another --output-dir")
+    saved = PretrainConfig.from_dict(read_config(latest)["run"])
+    return merge_for_resume(saved, explicit).validate(), latest
+
+
+def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective, preprocess: Preprocess,
+             train_source: Any, val_source: Any, data_info: dict[str, Any],
+             resume_from: Path | None = None, record: dict[str, Any] | None = None) -> Setup:
+    """Optimiser, schedule and Accelerate preparation for a built objective (pre-training and transfer alike).
+
+    Only parameters that require gradients are optimised (frozen backbones, adapters). `record` is extra
+    config.json content (e.g. how a transfer run was set up).
+    """
+    optimizer = build_optimizer(objective, cfg.optimizer, cfg.lr, cfg.weight_decay)
+    scheduler = build_schedule(optimizer, cfg.steps, cfg.warmup_steps, cfg.schedule)
+    configure_deepspeed(accelerator, cfg)
+    model, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
+    start = 0
+    if resume_from is not None:
+        accelerator.load_state(str(resume_from / "accelerate"))
+        start = RunDir.step_of(resume_from)
+    seen = accelerator.gather(torch.tensor([start], device=accelerator.device))  # every process's resume step
+    if bool((seen != seen[0]).any()):
+        raise VitxError(f"the processes see different checkpoints in {cfg.output_dir} (resume steps "
+                        f"{sorted(set(seen.tolist()))}): on several machines --output-dir must be on a filesystem "
+                        "they all share")
+    return Setup(cfg, accelerator, model, objective, optimizer, scheduler, preprocess, RunDir(cfg.output_dir),
+                 start, data_info, train_source, val_source, dict(record or {}))
+
+
+def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
+    """Create the accelerator, data sources, backbone, objective, optimiser and schedule; load a checkpoint."""
+    accelerator = make_accelerator(cfg)
+    model_name, model_opts = parse_spec(cfg.model)
+    if cfg.image_size is not None:
+        model_opts["img_size"] = cfg.image_size
+    if cfg.grad_checkpointing:
+        model_opts["grad_checkpointing"] = True
+    backbone = create_backbone(model_name, **model_opts)
+    image_size = int(backbone.patch_embed.img_size[0])
+    preprocess = Preprocess(image_size=image_size, crop_scale=cfg.crop_scale)
+
+    train_source = open_source(cfg.data, "train", image_size=image_size, seed=cfg.seed)
+    if len(train_source) == 0:
+        raise VitxError(f"{cfg.data} has no training images")
+    val_source = open_source(cfg.data, "validation", image_size=image_size, seed=cfg.seed) \
+        if cfg.eval_samples > 0 else None
+    data_info = {"spec": cfg.data, "num_classes": train_source.num_classes,
+                 "class_names": train_source.class_names, "train_size": len(train_source)}
+
+    obj_name, obj_opts = parse_spec(cfg.objective)
+    objective = create_objective(obj_name, backbone, train_source.num_classes, **obj_opts)
+    preprocess = objective.configure_preprocess(preprocess)
+    return assemble(cfg, accelerator, objective, preprocess, train_source, val_source, data_info, resume_from)
+
+
+def config_record(s: Setup, step: int) -> dict[str, Any]:
+    obj_name, obj_opts = parse_spec(s.cfg.objective)
+    return {
+        "vitx_version": __version__,
+        "step": step,
+        "backbone": backbone_record(s.objective.backbone),
+        "preprocess": s.preprocess.to_dict(),
+        "objective": {"name": obj_name, "options": obj_opts},
+        "data": s.data_info,
+        "run": s.cfg.to_dict(),
+        **s.record,
+    }
