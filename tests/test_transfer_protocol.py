@@ -207,3 +207,38 @@ def test_a_timm_start_is_saved_so_that_it_reloads_offline(monkeypatch):
     assert "pretrained" not in record["overrides"]
     rebuilt = create_backbone(record["name"], **record["overrides"])  # as load_backbone does: no fetch
     assert fetched == [True, False] and tuple(rebuilt.patch_embed.img_size) == (32, 32)
+
+
+def test_a_stop_signal_in_a_sweep_keeps_the_finished_points(tmp_path, monkeypatch):
+    """A stop request (what SIGTERM/SIGUSR1 become) during the third sweep point: the transfer stops with exit
+    75's error after checkpointing that point's step; --resume keeps the two finished points, continues the
+    third from its checkpoint, and ends with the uninterrupted transfer's numbers."""
+    from vitx.errors import Preempted
+    from vitx.runner.loop import Trainer
+
+    def cfg(name):
+        return TransferConfig(start="scratch", model="vit-nano/4", output_dir=str(tmp_path / name), **QUICK)
+
+    whole = transfer(cfg("whole"))["tasks"][0]
+    step, runs = Trainer.step, []
+
+    def signalled_in_third_run(self, *args):
+        step(self, *args)
+        if not runs or runs[-1] is not self:
+            runs.append(self)
+        if len(runs) == 3 and self.step_count == 2:
+            self.stop_requested = True  # as _agree() sets it when a stop signal reached any process
+
+    monkeypatch.setattr(Trainer, "step", signalled_in_third_run)
+    with pytest.raises(Preempted, match=r"at step 2: checkpoint .*step_00000002.* --resume"):
+        transfer(cfg("stopped"))
+    root = tmp_path / "stopped" / "vtab-dsprites_loc" / "sweep"
+    finished = sorted(p.parent.name for p in root.glob("*/point.json"))
+    assert finished == ["lr0.003_steps2", "lr0.03_steps2"]
+    kept = {name: (root / name / "point.json").read_text() for name in finished}
+    monkeypatch.setattr(Trainer, "step", step)
+    again = transfer(cfg("stopped"), resume=True)["tasks"][0]
+    assert {name: (root / name / "point.json").read_text() for name in finished} == kept  # not run again
+    assert [p["val_loss"] for p in again["sweep"]] == pytest.approx([p["val_loss"] for p in whole["sweep"]],
+                                                                     rel=1e-6)
+    assert again["test_top1"] == whole["test_top1"]
