@@ -383,3 +383,12 @@ def test_deepspeed_is_told_the_micro_batch_and_the_clip():
     with pytest.raises(VitxError, match="clips gradients at 0.5 but --grad-clip is 1.0"):
         configure_deepspeed(accelerator({"gradient_clipping": 0.5}), PretrainConfig(grad_clip=1.0))
     configure_deepspeed(SimpleNamespace(state=SimpleNamespace()), PretrainConfig())  # no DeepSpeed: nothing
+
+
+def test_save_every_minutes_checkpoints_on_the_clock(tmp_path):
+    """--save-every-minutes: a checkpoint whenever that much time has passed since the last one, whatever
+    --save-every says (here a hair of a minute: every step)."""
+    out = tmp_path / "run"
+    pretrain(tiny(tmp_path, steps=4, save_every=1000, save_every_minutes=1e-9, keep_checkpoints=10,
+                  eval_samples=0, output_dir=str(out)))
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [f"step_{s:08d}" for s in (1, 2, 3, 4)]
