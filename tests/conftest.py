@@ -95,6 +95,7 @@ def saved_model_accuracy(final: Path, task: str, limit: int, data_dir: str | Non
     import torch
 
     from vitx.checkpoint import load_backbone, read_config, read_weights
+    from vitx.data import decode
     from vitx.data.transforms import Preprocess
     from vitx.tasks import get_task, open_full_splits
 
@@ -105,7 +106,7 @@ def saved_model_accuracy(final: Path, task: str, limit: int, data_dir: str | Non
     _, test, _ = open_full_splits(get_task(task), data_dir)
     images, labels = zip(*(test.load(i) for i in range(limit)))
     with torch.no_grad():
-        x = torch.stack([preprocess.eval(img.convert("RGB")) for img in images])  # (N, 3, S, S)
+        x = preprocess.normalise(torch.stack([preprocess.eval(decode(img)) for img in images]))  # (N, 3, S, S)
         logits = backbone(x) @ head["head.weight"].T + head["head.bias"]  # (N, K)
     return float((logits.argmax(-1) == torch.tensor(labels)).float().mean())
 

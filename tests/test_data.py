@@ -6,8 +6,8 @@ import pytest
 import torch
 from PIL import Image
 
-from vitx.data import DeadLeaves, Preprocess, Shapes, StreamSampler, open_source
-from vitx.data.loader import EvalSet, TrainSet
+from vitx.data import Batches, DeadLeaves, EncodedImage, Preprocess, Shapes, StreamSampler, decode, open_source
+from vitx.data.loader import eval_loader, train_loader
 from vitx.errors import CorruptImageError, VitxError
 
 
@@ -58,15 +58,52 @@ def test_digits_real_images():
     assert img.size == (32, 32) and 0 <= label < 10
 
 
-def test_transforms_are_seeded_per_sample():
+def test_transforms_are_seeded_per_sample_and_stay_uint8():
     pre = Preprocess(image_size=24)
-    img = Shapes(size=40).load(0)[0]
+    img = decode(Shapes(size=40).load(0)[0])  # (3, 40, 40) uint8
     a = pre.train(img, np.random.default_rng([0, 5]))
     b = pre.train(img, np.random.default_rng([0, 5]))
     c = pre.train(img, np.random.default_rng([0, 6]))
-    assert a.shape == (3, 24, 24) and torch.equal(a, b) and not torch.equal(a, c)
+    assert a.shape == (3, 24, 24) and a.dtype == torch.uint8 and torch.equal(a, b) and not torch.equal(a, c)
     e = pre.eval(img)
-    assert e.shape == (3, 24, 24) and -1.0 <= e.min() and e.max() <= 1.0  # mean/std 0.5 → [-1, 1]
+    assert e.shape == (3, 24, 24) and e.dtype == torch.uint8
+    x = pre.normalise(e[None])  # on the device, in the runner
+    assert x.dtype == torch.float32 and -1.0 <= x.min() and x.max() <= 1.0  # mean/std 0.5 → [-1, 1]
+    assert torch.allclose(x[0, :, 3, 5], (e[:, 3, 5].float() / 255 - 0.5) / 0.5)
+    flat = Preprocess(image_size=24, augment=False)  # transfer: training sees the eval transform
+    assert torch.equal(Batches(Shapes(size=40), flat, seed=0).__getitems__([(0, 9)])["image"][0], flat.eval(img))
+
+
+def test_jpeg_decodes_like_pil_and_crops_like_the_box(tmp_path):
+    """torchvision's libjpeg-turbo decode agrees with PIL's; the eval crop is the centre square, resized."""
+    rng = np.random.default_rng(0)
+    picture = (rng.random((30, 40, 3)) * 255).astype(np.uint8)
+    Image.fromarray(picture).save(tmp_path / "a.jpg", quality=95)
+    encoded = EncodedImage.from_file(str(tmp_path / "a.jpg"))
+    ours = decode(encoded)  # (3, 30, 40)
+    pil = torch.from_numpy(np.asarray(Image.open(tmp_path / "a.jpg").convert("RGB")).copy()).permute(2, 0, 1)
+    assert ours.shape == (3, 30, 40) and (ours.int() - pil.int()).abs().max() <= 2
+    same = Preprocess(image_size=30, eval_crop_pct=1.0).eval(ours)
+    assert torch.equal(same, ours[:, :, 5:35])  # the centre 30×30, no resize needed
+    with pytest.raises(CorruptImageError, match="cannot decode image half.jpg"):
+        decode(EncodedImage((tmp_path / "a.jpg").read_bytes()[:200], "half.jpg"))
+
+
+def test_batches_arrive_as_uint8_and_are_pinned_for_a_gpu():
+    src = Shapes(size=20, length=64)
+    pre = Preprocess(image_size=16)
+    loader = train_loader(src, pre, global_micro_batch=8, rank=0, world=1, seed=0, start_micro_step=0, workers=1,
+                          skip_corrupt=False, pin=False)
+    batch = next(iter(loader))
+    assert batch["image"].dtype == torch.uint8 and batch["image"].shape == (8, 3, 16, 16)
+    assert batch["label"].shape == (8,) and batch["skipped"].sum() == 0
+    ev = next(iter(eval_loader(src, pre, batch=5, rank=1, world=2, limit=11, workers=0, skip_corrupt=False)))
+    assert ev["image"].dtype == torch.uint8 and ev["label"].tolist() == [src.load(i)[1] for i in (1, 3, 5, 7, 9)]
+    pinned = train_loader(src, pre, global_micro_batch=8, rank=0, world=1, seed=0, start_micro_step=0, workers=1,
+                          skip_corrupt=False, pin=True)
+    assert pinned.pin_memory  # the runner asks for it when the device is CUDA
+    if torch.cuda.is_available():
+        assert next(iter(pinned))["image"].is_pinned()
 
 
 def test_stream_is_the_same_for_any_process_count():
@@ -95,7 +132,8 @@ def test_image_folder(tmp_path):
     src = open_source(str(_write_image_folder(tmp_path / "imgs")), "train")
     assert len(src) == 8 and src.num_classes == 2 and sorted(src.class_names) == ["blue", "red"]
     img, label = src.load(0)
-    assert img.size == (20, 20) and src.class_names[label] in ("blue", "red")
+    assert isinstance(img, EncodedImage)  # decoded in the loader's workers, not where the source is read
+    assert decode(img).shape == (3, 20, 20) and src.class_names[label] in ("blue", "red")
     assert open_source(str(tmp_path / "imgs"), "validation") is None
 
 
@@ -103,14 +141,15 @@ def test_corrupt_image_is_named_or_skipped(tmp_path):
     src = open_source(str(_write_image_folder(tmp_path / "imgs", corrupt=True)), "train")
     bad = next(i for i in range(len(src)) if "broken" in str(src.ds[i]["image"]["path"]))
     with pytest.raises(CorruptImageError, match=r"cannot decode image .*broken\.png"):
-        src.load(bad)
-    strict = TrainSet(src, Preprocess(16), seed=0)
+        decode(src.load(bad)[0])
     with pytest.raises(CorruptImageError):
-        strict[(bad, 0)]
-    lenient = TrainSet(src, Preprocess(16), seed=0, skip_corrupt=True)
-    sample = lenient[(bad, 0)]
-    assert sample["skipped"] == 1 and sample["image"].shape == (3, 16, 16)
-    assert EvalSet(src, Preprocess(16), limit=100, skip_corrupt=True)[bad]["skipped"] == 1
+        Batches(src, Preprocess(16), seed=0)[(bad, 0)]
+    sample = Batches(src, Preprocess(16), seed=0, skip_corrupt=True).__getitems__([(bad, 0), (bad, None)])
+    assert sample["skipped"].tolist() == [1, 1] and sample["image"].shape == (2, 3, 16, 16)
+    record = src.load(bad)  # a stream's record: replaced by another record of the same batch
+    good = src.load((bad + 1) % len(src))
+    sample = Batches(src, Preprocess(16), seed=0, skip_corrupt=True).__getitems__([(record, 0), (good, 1)])
+    assert sample["skipped"].tolist() == [1, 0] and sample["label"].tolist() == [good[1], good[1]]
 
 
 def test_save_to_disk_folder_in_hub_format(tmp_path):
@@ -125,7 +164,7 @@ def test_save_to_disk_folder_in_hub_format(tmp_path):
     src = open_source(str(tmp_path / "ds"), "train")
     assert len(src) == 6 and src.class_names == ["a", "b", "c"]
     img, label = src.load(4)
-    assert img.size == (12, 12) and label == 1
+    assert decode(img).shape == (3, 12, 12) and label == 1
     assert len(open_source(str(tmp_path / "ds"), "validation")) == 6  # falls back to the test split
 
 

@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from tests.conftest import saved_model_accuracy, vitx_cli
+from vitx.data import decode
 from vitx.errors import VitxError
 from vitx.registry import TASKS
 from vitx.tasks import get_task, open_task, select_tasks
@@ -114,7 +115,7 @@ def test_hub_format_copy_through_the_online_code_path(hub_copy):
     expected = DSprites("train").labels()[:16]
     np.testing.assert_array_equal(splits.train.labels(), expected)  # raw hub labels binned to VTAB's 16
     img, label = splits.test.load(3)
-    assert img.size == (64, 64) and label == DSprites("train").labels()[63]
+    assert decode(img).shape == (3, 64, 64) and label == DSprites("train").labels()[63]
 
 
 def test_transfer_protocol_on_a_hub_format_copy(hub_copy, tmp_path):

@@ -13,7 +13,7 @@ from PIL import Image, UnidentifiedImageError
 from rich.progress import Progress
 
 from ..checkpoint import atomic_write_text
-from ..data import Preprocess, open_source
+from ..data import Preprocess, decode, open_source
 from ..errors import VitxError
 from .attention import mean_attention_distance, recording, rollout, uniform_distance
 from .embeddings import filter_components, patch_grid, position_embeddings, position_similarity, row_column_structure
@@ -38,14 +38,19 @@ def _prefix(backbone: nn.Module) -> int:
 
 def _as_batch(prep: Preprocess, pictures: list[np.ndarray]) -> torch.Tensor:
     """uint8 (H, W, 3) pictures -> normalised (B, 3, H, W)."""
-    return prep.normalise_uint8(torch.from_numpy(np.stack(pictures)).permute(0, 3, 1, 2))
+    return prep.normalise(torch.from_numpy(np.stack(pictures)).permute(0, 3, 1, 2))
+
+
+def _picture(prep: Preprocess, image: object) -> np.ndarray:
+    """Any image a source gives → the eval crop as a (S, S, 3) uint8 picture."""
+    return prep.eval(decode(image)).permute(1, 2, 0).numpy()
 
 
 def sample_images(spec: str, size: int, count: int, seed: int = 0) -> tuple[torch.Tensor, list[np.ndarray]]:
     """`count` evaluation images of a data spec at `size`: normalised (B, 3, S, S) and as uint8 pictures."""
     source = open_source(spec, "validation", size, seed) or open_source(spec, "train", size, seed)
     prep = Preprocess(image_size=size)
-    pictures = [np.asarray(prep.eval_image(source.load(i)[0].convert("RGB"))) for i in range(min(count, len(source)))]
+    pictures = [_picture(prep, source.load(i)[0]) for i in range(min(count, len(source)))]
     return _as_batch(prep, pictures), pictures
 
 
@@ -56,7 +61,7 @@ def load_images(paths: list[str], size: int) -> tuple[torch.Tensor, list[np.ndar
     for p in paths:
         try:
             with Image.open(p) as img:
-                pictures.append(np.asarray(prep.eval_image(img.convert("RGB"))))
+                pictures.append(_picture(prep, img.convert("RGB")))
         except FileNotFoundError:
             raise VitxError(f"--image {p}: no such file") from None
         except (UnidentifiedImageError, OSError) as exc:

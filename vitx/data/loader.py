@@ -1,25 +1,36 @@
-"""Batches for the runner: a deterministic global sample stream, sharded across processes.
+"""Batches for the runner: a deterministic global sample stream, sharded across processes, as uint8.
 
 Position p of the stream is sample `perm_e[p mod n]` of epoch e = p // n, where `perm_e` is a seeded shuffle.
 Micro-step m of the run covers positions [m·G, (m+1)·G) (G = global micro-batch) and process r takes its
 contiguous slice. The stream depends only on the seed, so one process and k processes see the same global
-batches, and a resumed run continues at exactly the next position.
+batches, and a resumed run continues at exactly the next position. Streamed sources (`streams.py`) have no
+index: there the sampler reads this process's share of the stream in order, and the position only seeds the
+augmentation.
+
+Every source (in memory, files, streams) goes through the same `DataLoader`: a sampler says which samples
+make a micro-batch, and `Batches` (in a worker) decodes, crops and stacks them as a (B, 3, S, S) uint8 batch,
+pinned when the model is on a GPU. The runner normalises on the device (`Preprocess.normalise`).
 """
 from __future__ import annotations
 
+import os
 import signal
-from typing import Any, Iterator
+import sys
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ..errors import CorruptImageError
+from ..errors import CorruptImageError, VitxError
+from .decoding import decode
 from .sources import ImageSource
 from .transforms import Preprocess
 
+Key = tuple[Any, Any]  # (sample index or a stream's (image, label) record, stream position or None for eval)
 
-class StreamSampler(Sampler[list[tuple[int, int]]]):
+
+class StreamSampler(Sampler[list[Key]]):
     """Yields, for this process, lists of (sample index, stream position) — one list per micro-step, forever."""
 
     def __init__(self, num_samples: int, global_micro_batch: int, rank: int, world: int, seed: int,
@@ -37,7 +48,7 @@ class StreamSampler(Sampler[list[tuple[int, int]]]):
             self._epoch, self._perm = epoch, np.random.default_rng([self.seed, 7919, epoch]).permutation(self.n)
         return int(self._perm[offset])
 
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+    def __iter__(self) -> Iterator[list[Key]]:
         step = self.start
         while True:
             first = step * self.g + self.rank * self.local
@@ -45,77 +56,114 @@ class StreamSampler(Sampler[list[tuple[int, int]]]):
             step += 1
 
 
-class TrainSet(Dataset):
-    """Maps (index, position) to an augmented sample; optionally skips (and counts) corrupt images."""
+class Batches(Dataset):
+    """Turns a micro-batch's keys into a batch {"image": (B, 3, S, S) uint8, "label": (B,) or (B, K),
+    "skipped": (B,)}: decoded, randomly cropped (keys with a position) or centre-cropped (position None).
 
-    def __init__(self, source: ImageSource, preprocess: Preprocess, seed: int, skip_corrupt: bool = False) -> None:
+    A corrupt image stops the run with its name, or with `skip_corrupt` is replaced and counted: by the next
+    decodable sample of the source, or, for a stream's record, by another record of the same batch."""
+
+    def __init__(self, source: ImageSource, preprocess: Preprocess, seed: int = 0, skip_corrupt: bool = False) -> None:
         self.source, self.pre, self.seed, self.skip_corrupt = source, preprocess, seed, skip_corrupt
 
     def __len__(self) -> int:
         return len(self.source)
 
-    def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
-        index, position = key
-        img, label, skipped = _load(self.source, index, self.skip_corrupt)
-        rng = np.random.default_rng([self.seed, position])
-        return _sample(self.pre.train(img, rng), label, skipped)
+    def __getitem__(self, key: Key) -> dict[str, torch.Tensor]:
+        return self.__getitems__([key])
+
+    def __getitems__(self, keys: Sequence[Key]) -> dict[str, torch.Tensor]:
+        size = self.pre.image_size
+        images = torch.empty((len(keys), 3, size, size), dtype=torch.uint8)  # (B, 3, S, S)
+        labels, skipped = [], torch.zeros(len(keys), dtype=torch.long)
+        for j, (item, position) in enumerate(keys):
+            image, label, skipped[j] = self._load(item, keys, j)
+            if position is None or not self.pre.augment:
+                images[j] = self.pre.eval(image)
+            else:
+                images[j] = self.pre.train(image, np.random.default_rng([self.seed, position]))
+            labels.append(-1 if label is None else label)
+        return {"image": images, "label": torch.as_tensor(labels), "skipped": skipped}
+
+    def _load(self, item: Any, keys: Sequence[Key], j: int) -> tuple[torch.Tensor, Any, int]:
+        """Decode `item` (an index, or a stream record), falling through to a replacement when skipping."""
+        for skipped in range(len(self.source) if isinstance(item, (int, np.integer)) else len(keys)):
+            try:
+                image, label = self.source.load(int(item)) if isinstance(item, (int, np.integer)) else item
+                return decode(image), label, skipped
+            except CorruptImageError:
+                if not self.skip_corrupt:
+                    raise
+            if isinstance(item, (int, np.integer)):
+                item = (int(item) + 1) % len(self.source)
+            else:
+                item = keys[(j + skipped + 1) % len(keys)][0]
+        raise CorruptImageError(f"no decodable image left to replace a corrupt one in {self._name()}")
+
+    def _name(self) -> str:
+        return str(getattr(self.source, "origin", type(self.source).__name__))
 
 
-class EvalSet(Dataset):
-    """The first `limit` samples of a split, centre-cropped, for validation during training."""
-
-    def __init__(self, source: ImageSource, preprocess: Preprocess, limit: int, skip_corrupt: bool = False) -> None:
-        self.source, self.pre, self.skip_corrupt = source, preprocess, skip_corrupt
-        self.n = min(len(source), limit)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        img, label, skipped = _load(self.source, index, self.skip_corrupt)
-        return _sample(self.pre.eval(img), label, skipped)
-
-
-def _load(source: ImageSource, index: int, skip_corrupt: bool) -> tuple[Any, Any, int]:
-    """Load sample `index`; when skipping, fall through to the next decodable one and count the skips."""
-    skipped = 0
-    while True:
-        try:
-            img, label = source.load(index)
-            return img, label, skipped
-        except CorruptImageError:
-            if not skip_corrupt or skipped >= len(source) - 1:
-                raise
-            skipped += 1
-            index = (index + 1) % len(source)
-
-
-def _sample(image: torch.Tensor, label: Any, skipped: int) -> dict[str, Any]:
-    if label is None:
-        label = -1
-    return {"image": image, "label": torch.as_tensor(label), "skipped": skipped}
+def _as_is(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return batch  # Batches already stacked it
 
 
 def _worker_init(worker_id: int) -> None:
     """Loader workers leave stop signals to the main process: a scheduler that signals the whole process group
     (SLURM's scancel) must not kill a worker while the main process finishes its step and checkpoint. Workers
-    still end with the main process (PyTorch watches their parent)."""
+    still end with the main process (PyTorch watches their parent). One thread each: the cores are the workers."""
     for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
+    torch.set_num_threads(1)
 
 
-def train_loader(source: ImageSource, preprocess: Preprocess, *, global_micro_batch: int, rank: int, world: int,
-                 seed: int, start_micro_step: int, workers: int, skip_corrupt: bool) -> DataLoader:
-    """An endless loader of this process's share of each global micro-batch."""
-    sampler = StreamSampler(len(source), global_micro_batch, rank, world, seed, start_micro_step)
-    return DataLoader(TrainSet(source, preprocess, seed, skip_corrupt), batch_sampler=sampler, num_workers=workers,
-                      persistent_workers=workers > 0, prefetch_factor=4 if workers > 0 else None,
+def make_loader(data: Batches, sampler: Iterable[list[Key]], *, workers: int, pin: bool,
+                prefetch: int = 2) -> DataLoader:
+    """The one DataLoader configuration every batch stream uses."""
+    return DataLoader(data, batch_sampler=sampler, num_workers=workers, collate_fn=_as_is, pin_memory=pin,
+                      persistent_workers=False, prefetch_factor=prefetch if workers > 0 else None,
                       worker_init_fn=_worker_init if workers > 0 else None)
 
 
+def train_loader(source: Any, preprocess: Preprocess, *, global_micro_batch: int, rank: int, world: int,
+                 seed: int, start_micro_step: int, workers: int, skip_corrupt: bool, pin: bool = False) -> DataLoader:
+    """An endless loader of this process's share of each global micro-batch (`source`: an ImageSource, a
+    TensorSplit, or a `StreamSource`)."""
+    if hasattr(source, "micro_batches"):  # a stream: its own reader yields the keys
+        sampler = source.micro_batches(global_micro_batch, rank, world, seed, start_micro_step)
+    else:
+        sampler = StreamSampler(len(source), global_micro_batch, rank, world, seed, start_micro_step)
+    check_shared_memory(global_micro_batch // world, preprocess.image_size, workers)
+    return make_loader(Batches(source, preprocess, seed, skip_corrupt), sampler, workers=workers, pin=pin)
+
+
 def eval_loader(source: ImageSource, preprocess: Preprocess, *, batch: int, rank: int, world: int, limit: int,
-                workers: int, skip_corrupt: bool) -> DataLoader:
-    """This process's strided share of the first `limit` validation samples."""
-    data = EvalSet(source, preprocess, limit, skip_corrupt)
-    shard = torch.utils.data.Subset(data, list(range(rank, len(data), world)))
-    return DataLoader(shard, batch_size=batch, num_workers=workers, worker_init_fn=_worker_init if workers > 0 else None)
+                workers: int, skip_corrupt: bool, pin: bool = False) -> DataLoader:
+    """This process's strided share of the first `limit` samples, centre-cropped, in batches."""
+    mine = list(range(rank, min(len(source), limit), world))
+    chunks = [[(i, None) for i in mine[k:k + batch]] for k in range(0, len(mine), batch)]
+    return make_loader(Batches(source, preprocess, skip_corrupt=skip_corrupt), chunks, workers=workers, pin=pin)
+
+
+def first_sample_batch(source: ImageSource, preprocess: Preprocess) -> dict[str, torch.Tensor]:
+    """A batch of one: the split's first sample, as evaluation sees it. A process whose share of an evaluation
+    ran out forwards it (and counts it for nothing) so that every process runs the same number of forwards,
+    which sharded models (FSDP) need."""
+    return Batches(source, preprocess, skip_corrupt=True).__getitems__([(0, None)])
+
+
+def check_shared_memory(batch: int, size: int, workers: int, prefetch: int = 2) -> None:
+    """Workers hand batches over through /dev/shm: say so in one line when it cannot hold what is in flight
+    (Docker's default is 64 MB; `docker run --shm-size 8g`)."""
+    if workers <= 0 or not sys.platform.startswith("linux"):
+        return
+    try:
+        stat = os.statvfs("/dev/shm")
+    except OSError:
+        return
+    need = batch * 3 * size * size * prefetch * workers * 2  # uint8 batches in flight, twice for the copy
+    have = stat.f_bavail * stat.f_frsize
+    if have < need:
+        raise VitxError(f"/dev/shm has {have / 2**20:.0f} MB free; {workers} loader workers with {batch} images of "
+                        f"{size}px in flight need about {need / 2**20:.0f} MB: give the container more (docker run "
+                        "--shm-size 8g) or pass fewer --workers / a smaller --batch-size")

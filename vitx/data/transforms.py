@@ -1,4 +1,8 @@
-"""Train and eval preprocessing, driven by an explicit random generator.
+"""Train and eval preprocessing on uint8 tensors, driven by an explicit random generator.
+
+Loader workers decode to (3, H, W) uint8 (`decode.py`), crop and resize with torchvision's `transforms.v2`
+kernels on uint8 (AVX2 paths, no float image on the CPU), and hand over uint8: a quarter of float32's shared
+memory and host-to-device traffic. Normalisation happens once, on the device, in `Preprocess.normalise`.
 
 Randomness comes from a generator seeded by (run seed, stream position) for every sample, so the same sample
 gets the same augmentation whichever process or worker loads it: runs are reproducible across process counts
@@ -11,9 +15,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from PIL import Image
 
-INTERPOLATION = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "nearest": Image.NEAREST}
+INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
 
 
 @dataclass(frozen=True)
@@ -34,52 +37,57 @@ class Preprocess:
     hflip: bool = True
     eval_crop_pct: float = 1.0
     squash: bool = False  # eval: resize the whole image to a square (VTAB) instead of centre-cropping it
+    augment: bool = True  # False: training sees the eval transform too (VTAB's protocol: resize only)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def train(self, img: Image.Image, rng: np.random.Generator) -> torch.Tensor:
-        """Random resized crop + horizontal flip + normalise. Returns (3, S, S)."""
-        box = self._random_box(img.size, rng)
-        out = img.resize((self.image_size, self.image_size), INTERPOLATION[self.interpolation], box=box)
+    def train(self, image: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        """Random resized crop + horizontal flip: (3, H, W) uint8 → (3, S, S) uint8."""
+        top, left, h, w = self._random_box(image.shape[-2:], rng)
+        out = self._resize(image[:, top:top + h, left:left + w])
         if self.hflip and rng.random() < 0.5:
-            out = out.transpose(Image.FLIP_LEFT_RIGHT)
-        return self._normalise(out)
+            out = out.flip(-1)
+        return out
 
-    def eval(self, img: Image.Image) -> torch.Tensor:
-        """Resize the short side to size / crop_pct, centre-crop to size, normalise. Returns (3, S, S)."""
-        return self._normalise(self.eval_image(img))
+    def eval(self, image: torch.Tensor) -> torch.Tensor:
+        """Centre crop of `eval_crop_pct` of the short side (or the whole image when `squash`), resized:
+        (3, H, W) uint8 → (3, S, S) uint8."""
+        h, w = image.shape[-2:]
+        if not self.squash:
+            side = max(1, round(min(h, w) * self.eval_crop_pct))
+            top, left = (h - side) // 2, (w - side) // 2
+            image = image[:, top:top + side, left:left + side]
+        return self._resize(image)
 
-    def eval_image(self, img: Image.Image) -> Image.Image:
-        """The eval crop and resize, before normalisation (what in-memory splits store, as uint8)."""
-        w, h = img.size
-        side = min(w, h) * self.eval_crop_pct
-        box = None if self.squash else ((w - side) / 2, (h - side) / 2, (w + side) / 2, (h + side) / 2)
-        return img.resize((self.image_size, self.image_size), INTERPOLATION[self.interpolation], box=box)
-
-    def normalise_uint8(self, x: torch.Tensor) -> torch.Tensor:
-        """(..., 3, S, S) uint8 → float, normalised like `eval`."""
+    def normalise(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., 3, S, S) uint8 → float32, (x/255 − mean)/std; run it on the device the model is on."""
         mean = torch.tensor(self.mean, device=x.device).view(3, 1, 1)
         std = torch.tensor(self.std, device=x.device).view(3, 1, 1)
         return (x.float().div_(255.0) - mean) / std
 
-    def _random_box(self, size: tuple[int, int], rng: np.random.Generator) -> tuple[float, float, float, float]:
-        """Inception-style crop: area in [crop_scale, 1], log-uniform aspect ratio; centre crop after 10 misses."""
-        w, h = size
+    def _resize(self, image: torch.Tensor) -> torch.Tensor:
+        from torchvision.transforms.v2 import InterpolationMode
+        from torchvision.transforms.v2.functional import resize
+
+        size = self.image_size
+        if tuple(image.shape[-2:]) == (size, size):
+            return image.contiguous()
+        mode = InterpolationMode(self.interpolation)
+        return resize(image, [size, size], interpolation=mode, antialias=mode != InterpolationMode.NEAREST)
+
+    def _random_box(self, size: tuple[int, int], rng: np.random.Generator) -> tuple[int, int, int, int]:
+        """Inception-style crop (top, left, height, width): area in [crop_scale, 1], log-uniform aspect ratio;
+        centre square after 10 misses."""
+        h, w = int(size[0]), int(size[1])
         area = w * h
         log_lo, log_hi = math.log(self.crop_ratio[0]), math.log(self.crop_ratio[1])
         for _ in range(10):
             target = area * rng.uniform(self.crop_scale, 1.0)
             ratio = math.exp(rng.uniform(log_lo, log_hi))
-            cw, ch = math.sqrt(target * ratio), math.sqrt(target / ratio)
-            if cw <= w and ch <= h:
-                x0, y0 = rng.uniform(0, w - cw), rng.uniform(0, h - ch)
-                return (x0, y0, x0 + cw, y0 + ch)
+            cw, ch = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
+            if 0 < cw <= w and 0 < ch <= h:
+                left, top = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+                return top, left, ch, cw
         side = min(w, h)
-        return ((w - side) / 2, (h - side) / 2, (w + side) / 2, (h + side) / 2)
-
-    def _normalise(self, img: Image.Image) -> torch.Tensor:
-        x = torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1).float().div_(255.0)  # (3, S, S)
-        mean = torch.tensor(self.mean).view(3, 1, 1)
-        std = torch.tensor(self.std).view(3, 1, 1)
-        return (x - mean) / std
+        return (h - side) // 2, (w - side) // 2, side, side

@@ -15,8 +15,15 @@ CHOICES = {
 
 
 def default_workers() -> int:
-    """One loader worker per spare core, at most 4: the main process needs the rest for compute."""
-    return max(1, min(4, (os.cpu_count() or 2) - 1))
+    """Loader workers per process: the cores this process may use (its CPU affinity, e.g. a SLURM or container
+    allotment), shared among the machine's local processes, less one for the process itself; at least 1.
+    A GPU step needs few host cycles, so decoding gets nearly all of them (`--workers` overrides)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 2
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return max(1, cores // local - 1)
 
 
 @dataclass
@@ -52,6 +59,8 @@ class PretrainConfig:
     max_nonfinite_steps: int = 10  # consecutive optimiser steps skipped for a non-finite loss/gradient before stopping
     save_every_minutes: float = 0.0  # also checkpoint when this much time has passed since the last save; 0: off
     stop_signals: str = "TERM,USR1"  # checkpoint at the next step and exit 75 on these; "" leaves them alone
+    stream: bool = False  # read a hub dataset (or a local copy of one) as a stream; tar shards always stream
+    shuffle_buffer: int = 5000  # streams: a seeded shuffle buffer of this many encoded images per process; 0: in order
 
     def validate(self) -> "PretrainConfig":
         for name, allowed in CHOICES.items():
@@ -74,6 +83,8 @@ class PretrainConfig:
         from .preemption import parse_signals
 
         parse_signals(self.stop_signals)
+        if self.shuffle_buffer < 0:
+            raise VitxError(f"--shuffle-buffer must not be negative, got {self.shuffle_buffer}")
         if not 0 < self.crop_scale <= 1:
             raise VitxError(f"--crop-scale must be in (0, 1], got {self.crop_scale}")
         return self

@@ -16,8 +16,7 @@ from rich.console import Console
 
 from .. import __version__
 from ..checkpoint import export_state, save_weights
-from ..data import TensorSplit, eval_loader, memory_batches, memory_eval_batches, train_loader
-from ..data.memory import first_sample_batch
+from ..data import TensorSplit, eval_loader, first_sample_batch, train_loader
 from ..errors import Preempted, VitxError
 from .config import default_workers
 from .preemption import StopRequests, parse_signals
@@ -51,21 +50,24 @@ class Trainer:
 
     # ---- one optimiser step ------------------------------------------------------------------------------
     def batches(self) -> Iterator[dict[str, Any]]:
+        """This process's micro-batches, uint8 on the host (pinned for a GPU); in-memory splits need no workers."""
         if self._batches is None:
             cfg, acc = self.s.cfg, self.s.accelerator
-            if isinstance(self.s.train_source, TensorSplit):
-                self._batches = memory_batches(self.s.train_source, self.s.preprocess,
-                                               global_micro_batch=self.micro * acc.num_processes,
-                                               rank=acc.process_index, world=acc.num_processes, seed=cfg.seed,
-                                               start_micro_step=self.step_count * cfg.grad_accum)
-                return self._batches
-            loader = train_loader(self.s.train_source, self.s.preprocess,
-                                  global_micro_batch=self.micro * acc.num_processes, rank=acc.process_index,
-                                  world=acc.num_processes, seed=cfg.seed,
-                                  start_micro_step=self.step_count * cfg.grad_accum, workers=self.workers,
-                                  skip_corrupt=cfg.skip_corrupt)
+            source = self.s.train_source
+            loader = train_loader(source, self.s.preprocess, global_micro_batch=self.micro * acc.num_processes,
+                                  rank=acc.process_index, world=acc.num_processes, seed=cfg.seed,
+                                  start_micro_step=self.step_count * cfg.grad_accum,
+                                  workers=0 if isinstance(source, TensorSplit) else self.workers,
+                                  skip_corrupt=cfg.skip_corrupt, pin=acc.device.type == "cuda")
             self._batches = iter(loader)
         return self._batches
+
+    def to_device(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Host uint8 batch → the model's input on the device: images normalised there (a quarter of float32's
+        transfer, and no float image on the host)."""
+        device = self.s.accelerator.device
+        image = batch["image"].to(device, non_blocking=True)
+        return {"image": self.s.preprocess.normalise(image), "label": batch["label"].to(device, non_blocking=True)}
 
     def step(self, micro_batches: list[dict[str, Any]] | None = None) -> None:
         """One optimiser step over `grad_accum` micro-batches (drawn from the stream when not given).
@@ -80,8 +82,7 @@ class Trainer:
             # the randomness contract (randomness.py): draws depend on (seed, process, micro-step) only
             seed_position(s.cfg.seed, acc.process_index, self.step_count * s.cfg.grad_accum + j, TRAIN)
             self.skipped += batch["skipped"].sum()
-            batch = {"image": batch["image"].to(acc.device, non_blocking=True),
-                     "label": batch["label"].to(acc.device, non_blocking=True)}
+            batch = self.to_device(batch)
             with acc.accumulate(s.model):
                 out = s.model(batch)
                 bad = bad + (~torch.isfinite(out["loss"].detach())).float()
@@ -166,13 +167,10 @@ class Trainer:
         limit = s.cfg.eval_samples if limit is None else limit
         if source is None or limit <= 0:
             return {}
-        if isinstance(source, TensorSplit):
-            loader = memory_eval_batches(source, s.preprocess, batch=max(self.micro, 256), rank=acc.process_index,
-                                         world=acc.num_processes, limit=limit)
-        else:
-            loader = eval_loader(source, s.preprocess, batch=self.micro, rank=acc.process_index,
-                                 world=acc.num_processes, limit=limit, workers=self.workers,
-                                 skip_corrupt=s.cfg.skip_corrupt)
+        loader = eval_loader(source, s.preprocess, batch=max(self.micro, 256) if isinstance(source, TensorSplit)
+                             else self.micro, rank=acc.process_index, world=acc.num_processes, limit=limit,
+                             workers=0 if isinstance(source, TensorSplit) else self.workers,
+                             skip_corrupt=s.cfg.skip_corrupt, pin=acc.device.type == "cuda")
         s.model.eval()
         seed_position(s.cfg.seed, acc.process_index, self.step_count, EVAL)  # e.g. MPP's corruption at evaluation
         sums: dict[str, torch.Tensor] = {}
@@ -180,7 +178,7 @@ class Trainer:
 
         def forward(batch: dict[str, torch.Tensor], weight: int) -> None:
             with acc.autocast():
-                out = s.model({"image": batch["image"].to(acc.device), "label": batch["label"].to(acc.device)})
+                out = s.model(self.to_device(batch))
             for k, v in out.items():  # objectives report batch means: weighted by the batch's real samples
                 sums[k] = sums.get(k, 0) + v.detach().float() * weight
 
@@ -299,6 +297,12 @@ class Trainer:
         return last
 
 
+def describe(source: Any) -> str:
+    if hasattr(source, "micro_batches"):
+        return f"streamed, {source.num_shards} shard(s)"
+    return f"{len(source)} images"
+
+
 def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | None = None) -> dict[str, Any]:
     """Run (or resume) a pre-training from explicitly given options; returns the last logged metrics."""
     cfg, resume_from = resolve_config(explicit, resume)
@@ -308,8 +312,11 @@ def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | 
         n_params = sum(p.numel() for p in setup.objective.backbone.parameters())
         what = f"resuming {cfg.output_dir} at step {setup.start_step}" if resume_from else f"run {cfg.output_dir}"
         console.print(f"vitx {__version__}: {what} | {cfg.objective} on {cfg.model} ({n_params / 1e6:.2f}M) "
-                      f"| {cfg.data} ({len(setup.train_source)} images, {setup.preprocess.image_size}px) "
+                      f"| {cfg.data} ({describe(setup.train_source)}, {setup.preprocess.image_size}px) "
                       f"| {setup.accelerator.num_processes} process(es) on {setup.accelerator.device}", soft_wrap=True)
+        note = getattr(setup.train_source, "sharding_note", lambda world: None)(setup.accelerator.num_processes)
+        if note:
+            console.print(f"note: {note}", soft_wrap=True)
         if resume and resume_from is None:
             console.print(f"nothing to resume in {cfg.output_dir}; starting a new run", soft_wrap=True)
     if setup.start_step >= cfg.steps:

@@ -93,18 +93,26 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     image_size = int(backbone.patch_embed.img_size[0])
     preprocess = Preprocess(image_size=image_size, crop_scale=cfg.crop_scale)
 
-    train_source = open_source(cfg.data, "train", image_size=image_size, seed=cfg.seed)
-    if len(train_source) == 0:
+    train_source = open_source(cfg.data, "train", image_size=image_size, seed=cfg.seed, stream=cfg.stream,
+                               shuffle_buffer=cfg.shuffle_buffer)
+    if getattr(train_source, "micro_batches", None) is None and len(train_source) == 0:
         raise VitxError(f"{cfg.data} has no training images")
-    val_source = open_source(cfg.data, "validation", image_size=image_size, seed=cfg.seed) \
+    val_source = open_source(cfg.data, "validation", image_size=image_size, seed=cfg.seed, stream=cfg.stream) \
         if cfg.eval_samples > 0 else None
+    if hasattr(val_source, "materialise"):  # a stream: its first --eval-samples images, the same at every eval
+        val_source = val_source.materialise(cfg.eval_samples)
     data_info = {"spec": cfg.data, "num_classes": train_source.num_classes,
-                 "class_names": train_source.class_names, "train_size": len(train_source)}
+                 "class_names": train_source.class_names, "train_size": source_size(train_source)}
 
     obj_name, obj_opts = parse_spec(cfg.objective)
     objective = create_objective(obj_name, backbone, train_source.num_classes, **obj_opts)
     preprocess = objective.configure_preprocess(preprocess)
     return assemble(cfg, accelerator, objective, preprocess, train_source, val_source, data_info, resume_from)
+
+
+def source_size(source: Any) -> int | None:
+    """Images in a source; None for a stream (not known without reading it)."""
+    return None if hasattr(source, "micro_batches") else len(source)
 
 
 def config_record(s: Setup, step: int) -> dict[str, Any]:

@@ -77,7 +77,7 @@ def sample_shots(labels: np.ndarray, shots: int, seed: int, num_classes: int) ->
 def extract_features(backbone: nn.Module, images: Any, batch: int = 256, device: torch.device | str = "cpu",
                      normalise: Callable[[torch.Tensor], torch.Tensor] | None = None) -> np.ndarray:
     """Pooled pre-logit features (the [class] token after the final norm) of (N, 3, S, S) images, or of an
-    iterable of such batches. `normalise` (e.g. `Preprocess.normalise_uint8`) is applied a batch at a time, on
+    iterable of such batches. `normalise` (e.g. `Preprocess.normalise`) is applied a batch at a time, on
     the device: uint8 images are never all held as floats. Returns (N, D) float32."""
     backbone.eval()
     chunks = images.split(batch) if isinstance(images, torch.Tensor) else images
@@ -99,7 +99,7 @@ def source_features(backbone: nn.Module, source: Any, preprocess: Any, limit: in
                          skip_corrupt=False)
     feats, labels = [], []
     for batch in loader:
-        feats.append(extract_features(backbone, batch["image"], device=device))
+        feats.append(extract_features(backbone, batch["image"], device=device, normalise=preprocess.normalise))
         labels.append(batch["label"].numpy())
     if not feats:
         return np.zeros((0, int(backbone.embed_dim)), np.float32), np.zeros((0,), np.int64)
@@ -138,7 +138,7 @@ def evaluate_sources(backbone: nn.Module, train_source: Any, test_source: Any, p
     backbone = backbone.to(device)
     train_feats = np.concatenate([  # (len(needed), D): at ImageNet scale the needed images are many GB decoded
         extract_features(backbone, decode_split(train_source, preprocess, part, workers=workers).images,
-                         device=device, normalise=preprocess.normalise_uint8)
+                         device=device, normalise=preprocess.normalise)
         for part in np.array_split(needed, max(1, -(-len(needed) // chunk)))])
     position = {int(i): p for p, i in enumerate(needed)}
     n_test = min(test_limit or len(test_source), len(test_source))

@@ -57,7 +57,7 @@ def prepare(cfg: TransferConfig, task: Task, splits: TaskSplits | None = None) -
     size = cfg.image_size or int(start.patch_embed.img_size[0])
     adapters = resolve_adapters(cfg.adapters)
     # VTAB preprocessing: the whole image resized to a square, no augmentation (see data/memory.py)
-    preprocess = Preprocess(image_size=size, crop_scale=1.0, hflip=False, squash=True)
+    preprocess = Preprocess(image_size=size, hflip=False, squash=True, augment=False)  # VTAB: resize only
     workers = default_workers() if cfg.workers < 0 else cfg.workers
     train = decode_split(splits.train, preprocess, workers=workers)
     val = decode_split(splits.val, preprocess, workers=workers)
@@ -120,7 +120,7 @@ def closed_form(prep: Prepared, limit: int) -> dict[str, float]:
     device = process_device()
     model = build_model(prep).to(device)
     data = prep.train_val
-    feats = extract_features(model.backbone, data.images, device=device, normalise=prep.preprocess.normalise_uint8)
+    feats = extract_features(model.backbone, data.images, device=device, normalise=prep.preprocess.normalise)
     head = fit_least_squares(feats, data.labels.numpy(), prep.task.num_classes, prep.method.reg)
     feats, labels = source_features(model.backbone, prep.test, prep.preprocess, limit or len(prep.test),
                                     default_workers(), device)

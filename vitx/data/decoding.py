@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from PIL import Image
 
 from ..errors import CorruptImageError
+
+if TYPE_CHECKING:
+    import torch
 
 JPEG_MAGIC = b"\xff\xd8\xff"
 
@@ -37,8 +39,10 @@ class EncodedImage:
             raise CorruptImageError(f"cannot read image {path}: {exc.strerror or exc}") from None
 
 
-def decode(image: Any) -> torch.Tensor:
+def decode(image: Any) -> "torch.Tensor":
     """An `EncodedImage`, PIL image, (H, W, 3) uint8 array or (3, H, W) uint8 tensor → (3, H, W) uint8 RGB."""
+    import torch
+
     if isinstance(image, EncodedImage):
         return _decode_bytes(image)
     if isinstance(image, torch.Tensor):
@@ -51,7 +55,8 @@ def decode(image: Any) -> torch.Tensor:
     return torch.from_numpy(arr.copy() if not arr.flags.writeable else arr).permute(2, 0, 1)  # (3, H, W)
 
 
-def _decode_bytes(image: EncodedImage) -> torch.Tensor:
+def _decode_bytes(image: EncodedImage) -> "torch.Tensor":
+    import torch
     from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 
     raw = torch.from_numpy(np.frombuffer(image.data, dtype=np.uint8).copy())  # (bytes,)
