@@ -1,0 +1,172 @@
+"""Streamed sources: WebDataset tar shards and a `datasets` stream (a local copy in the hub's parquet layout
+standing in for the hub). Each process reads its own shards, and a killed run resumes at the next sample."""
+import io
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vitx.data.sources import open_source
+from vitx.data.streams import expand_braces
+from vitx.errors import VitxError
+
+from .conftest import ROOT, as_flags
+
+SHARDS, PER_SHARD = 4, 24  # 96 samples; sample n has label n, so a label names its sample
+
+
+def _jpeg(n: int, size: int = 20) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray((np.random.default_rng(n).random((size, size, 3)) * 255).astype(np.uint8)).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    """WebDataset shards as `tar --sort=name` writes them: s00000.jpg, s00000.cls, ... and classnames.txt."""
+    root = tmp_path_factory.mktemp("shards")
+    for s in range(SHARDS):
+        with tarfile.open(root / f"train-{s:04d}.tar", "w") as tar:
+            for n in range(s * PER_SHARD, (s + 1) * PER_SHARD):
+                for ext, data in (("cls", str(n).encode()), ("jpg", _jpeg(n))):
+                    info = tarfile.TarInfo(f"s{n:05d}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    (root / "classnames.txt").write_text("\n".join(f"sample{n}" for n in range(SHARDS * PER_SHARD)))
+    return root
+
+
+@pytest.fixture(scope="module")
+def hub_copy(tmp_path_factory) -> Path:
+    """A local copy of a hub dataset as `huggingface-cli download` leaves it: data/<split>-0000i-of-0000k.parquet."""
+    import datasets
+
+    root = tmp_path_factory.mktemp("hub")
+    (root / "data").mkdir()
+    n = SHARDS * PER_SHARD
+    feats = datasets.Features({"image": datasets.Image(),
+                               "label": datasets.ClassLabel(names=[f"sample{i}" for i in range(n)])})
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": _jpeg(i), "path": None} for i in range(n)],
+                                     "label": list(range(n))}, features=feats)
+    for s in range(SHARDS):
+        ds.shard(SHARDS, s, contiguous=True).to_parquet(str(root / f"data/train-{s:05d}-of-{SHARDS:05d}.parquet"))
+    ds.select(range(8)).to_parquet(str(root / "data/validation-00000-of-00001.parquet"))
+    return root
+
+
+def _spec(kind: str, shards: Path, hub_copy: Path) -> tuple[str, bool]:
+    """(--data, --stream) for each kind of stream."""
+    return (str(shards / "train-{0000..0003}.tar"), False) if kind == "shards" else (str(hub_copy), True)
+
+
+def test_shard_patterns(shards):
+    assert expand_braces("a-{08..11}.tar") == ["a-08.tar", "a-09.tar", "a-10.tar", "a-11.tar"]
+    assert expand_braces("{x,y}/p{0..1}.tar") == ["x/p0.tar", "x/p1.tar", "y/p0.tar", "y/p1.tar"]
+    assert open_source(str(shards), "train").num_shards == SHARDS  # a folder of shards
+    assert open_source(str(shards), "validation") is None
+    with pytest.raises(VitxError, match=r"shard .*train-0004\.tar does not exist"):
+        open_source(str(shards / "train-{0000..0004}.tar"), "train")
+
+
+@pytest.mark.parametrize("kind", ["shards", "hub"])
+def test_each_process_reads_its_own_shards_and_resumes_at_its_position(kind, shards, hub_copy, monkeypatch):
+    monkeypatch.setattr("datasets.config.SLEEP_TIME_ON_THREADS_SHUTDOWN", 0)  # 5 s at a shuffled epoch's end
+    spec, stream = _spec(kind, shards, hub_copy)
+    source = open_source(spec, "train", stream=stream, shuffle_buffer=0)
+    assert source.num_classes == SHARDS * PER_SHARD and source.num_shards == SHARDS
+    epoch = {r: [label for _, label in itertools.islice(source.records(r, 2, seed=0), 2 * PER_SHARD)]
+             for r in range(2)}
+    shards_read = {r: {n // PER_SHARD for n in labels} for r, labels in epoch.items()}
+    assert shards_read[0] | shards_read[1] == set(range(SHARDS)) and not shards_read[0] & shards_read[1]
+    assert sorted(epoch[0] + epoch[1]) == list(range(SHARDS * PER_SHARD))  # an epoch: every sample once
+    assert source.sharding_note(2) is None and "not a multiple of 3" in source.sharding_note(3)
+
+    shuffled = open_source(spec, "train", stream=stream, shuffle_buffer=16)
+    run = list(itertools.islice(shuffled.micro_batches(8, rank=1, world=2, seed=3), 9))  # crosses an epoch
+    resumed = next(shuffled.micro_batches(8, rank=1, world=2, seed=3, start_micro_step=7))
+    assert [(label, p) for (_, label), p in resumed] == [(label, p) for (_, label), p in run[7]]
+    assert [p for _, p in run[7]] == list(range(7 * 8 + 4, 8 * 8))  # rank 1's half of micro-step 7
+    assert [label for (_, label), _ in run[0]] != sorted(label for (_, label), _ in run[0])  # shuffled
+
+
+RECORDING = '''
+"""Supervised, writing each optimiser step's labels to $VITX_TEST_SEEN/rank<r>.jsonl (a test plugin)."""
+import json
+import os
+
+import datasets.config
+import torch.distributed as dist
+
+datasets.config.SLEEP_TIME_ON_THREADS_SHUTDOWN = 0  # datasets sleeps 5 s when a shuffled parquet epoch ends
+
+import vitx
+from vitx.objectives.supervised import Supervised
+
+
+@vitx.register_objective("supervised-recording")
+class Recording(Supervised):
+    def forward(self, batch):
+        self.__dict__.setdefault("_seen", []).extend(batch["label"].tolist())
+        return super().forward(batch)
+
+    def on_step_end(self, step):
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        with open(os.path.join(os.environ["VITX_TEST_SEEN"], f"rank{rank}.jsonl"), "a") as f:
+            f.write(json.dumps({"step": step, "labels": self.__dict__.pop("_seen", [])}) + "\\n")
+'''
+
+
+@pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate CLI not on PATH")
+@pytest.mark.parametrize("kind", ["shards", pytest.param("hub", marks=pytest.mark.slow)])  # hub: 40 s, same reader
+def test_two_processes_stream_and_resume_at_the_right_sample_after_kill_9(kind, shards, hub_copy, tmp_path):
+    """Acceptance: 2 processes pre-train from a stream; killed with SIGKILL after a checkpoint and resumed, each
+    process continues with exactly the samples an uninterrupted run would read next, from its own shards."""
+    spec, stream = _spec(kind, shards, hub_copy)
+    plugin, seen = tmp_path / "recording.py", tmp_path / "seen"
+    plugin.write_text(RECORDING)
+    seen.mkdir()
+    run = tmp_path / "run"
+    opts = dict(objective="supervised-recording", model="vit-nano/4", data=spec, image_size=16, batch_size=8,
+                steps=16, warmup_steps=2, save_every=4, log_every=1, eval_samples=0, workers=1, shuffle_buffer=16,
+                log_with="none", output_dir=str(run))
+    cmd = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29521" if stream else "29522",
+           "-m", "vitx", "--plugin", str(plugin), "pretrain", *as_flags(opts), *(["--stream"] if stream else [])]
+    env = {**os.environ, "VITX_TEST_SEEN": str(seen)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 240
+    while not (run / "checkpoints" / "step_00000004").exists():
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both processes
+    proc.wait()
+    assert max(json.loads(line)["step"] for line in (seen / "rank0.jsonl").read_text().splitlines()) < 16
+
+    resumed = subprocess.run([*cmd, "--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming" in resumed.stderr
+
+    source = open_source(spec, "train", stream=stream, shuffle_buffer=16)
+    read = {}
+    for rank in range(2):
+        expected = [[label for (_, label), _ in keys]
+                    for keys in itertools.islice(source.micro_batches(8, rank, 2, seed=0), 16)]
+        lines = [json.loads(line) for line in (seen / f"rank{rank}.jsonl").read_text().splitlines()]
+        before, after = lines[:-12], lines[-12:]  # the resumed run's steps: 5..16, from the step-4 checkpoint
+        assert [m["step"] for m in after] == list(range(5, 17))
+        assert [m["labels"] for m in after] == expected[4:]
+        assert [m["step"] for m in before] == list(range(1, len(before) + 1)) and len(before) >= 4
+        assert [m["labels"] for m in before] == expected[:len(before)]
+        read[rank] = {n // PER_SHARD for m in lines[:12] for n in m["labels"]}  # 12 steps × 4 images: an epoch
+    assert len(read[0]) == len(read[1]) == 2 and not read[0] & read[1]  # two shards each, none shared
