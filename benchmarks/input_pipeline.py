@@ -1,0 +1,106 @@
+"""Input pipeline throughput against bare decoding of the same files, in one run.
+
+    python benchmarks/input_pipeline.py [--folder DIR] [--images 600] [--workers 1,15] [--batch 64]
+
+Writes (once) a folder of 500×375 JPEGs at quality 90 in `class/xxx.jpg` layout (photo-like content: smooth
+colour fields, occluding discs, sensor noise; ~55 KB each) unless --folder names one, then measures:
+  bare PIL decode   `Image.open(f).convert("RGB")` of every file on one core (file reads included), best of 2
+  vitx train loader the runner's loader (decode, random-resized crop to --size, flip, uint8 batches) with each
+                    worker count, consumed by a negligible model (the batch is only moved to the device)
+The ratio vitx(1 worker) / bare PIL is the issue-13 figure (target ≥ 0.6).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageFilter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def write_folder(root: Path, count: int) -> None:
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[:375, :500]
+    for i in range(count):
+        folder = root / f"class{i % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{i:05d}.jpg"
+        if path.exists():
+            continue
+        base = Image.fromarray((rng.random((17, 22, 3)) * 255).astype(np.uint8)).resize((500, 375), Image.BICUBIC)
+        arr = np.asarray(base).astype(np.float32)
+        for _ in range(30):
+            cx, cy, r = rng.uniform(0, 500), rng.uniform(0, 375), rng.uniform(5, 80)
+            disc = (xx - cx) ** 2 + (yy - cy) ** 2 < r * r
+            arr[disc] = arr[disc] * 0.3 + rng.uniform(0, 255, 3) * 0.7
+        arr += rng.normal(0, 12, arr.shape)
+        img = Image.fromarray(arr.clip(0, 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(0.6))
+        img.save(path, quality=90)
+
+
+def bare_pil(files: list[Path]) -> float:
+    best = 0.0
+    for _ in range(2):
+        start = time.perf_counter()
+        for f in files:
+            with Image.open(f) as img:
+                img.convert("RGB")
+        best = max(best, len(files) / (time.perf_counter() - start))
+    return best
+
+
+def vitx_loader(folder: Path, workers: int, batch: int, size: int, batches: int, device: torch.device) -> float:
+    from vitx.data import Preprocess, open_source, train_loader
+
+    source = open_source(str(folder), "train")
+    loader = train_loader(source, Preprocess(image_size=size, crop_scale=0.08), global_micro_batch=batch, rank=0,
+                          world=1, seed=0, start_micro_step=0, workers=workers, skip_corrupt=False,
+                          pin=device.type == "cuda")
+    it = iter(loader)
+    for _ in range(2 + workers):  # warm-up: start the workers, fill the prefetch queue once
+        next(it)
+    start = time.perf_counter()
+    for _ in range(batches):
+        b = next(it)
+        x = b["image"].to(device, non_blocking=True)  # (B, 3, S, S) uint8: the negligible model
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    rate = batches * batch / (time.perf_counter() - start)
+    assert x.dtype == torch.uint8
+    del it, loader
+    return rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--folder", default="/tmp/vitx-bench-jpegs")
+    parser.add_argument("--images", type=int, default=600)
+    parser.add_argument("--workers", default=f"1,{max(1, len(os.sched_getaffinity(0)) - 1)}")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--batches", type=int, default=0, help="batches timed per worker count (default: 2 passes)")
+    args = parser.parse_args()
+    folder = Path(args.folder)
+    write_folder(folder, args.images)
+    files = sorted(folder.glob("*/*.jpg"))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.set_num_threads(1)
+    print(f"{len(files)} JPEGs in {folder} (mean {np.mean([f.stat().st_size for f in files]) / 1e3:.0f} KB); "
+          f"{len(os.sched_getaffinity(0))} cores; device {device}; torch {torch.__version__}", flush=True)
+    pil = bare_pil(files)
+    print(f"bare PIL decode, one core: {pil:.0f} img/s", flush=True)
+    for w in [int(v) for v in args.workers.split(",")]:
+        batches = args.batches or max(4, 2 * len(files) // args.batch)
+        rate = vitx_loader(folder, w, args.batch, args.size, batches, device)
+        print(f"vitx train loader, {w} worker(s), {args.size}px: {rate:.0f} img/s = {rate / pil:.2f}x bare PIL "
+              f"(per worker {rate / w / pil:.2f}x)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
