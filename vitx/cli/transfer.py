@@ -40,7 +40,7 @@ def transfer(
     steps: Optional[int] = typer.Option(None, help=f"Steps with --no-sweep. [default: {D.steps}]"),
     warmup: Optional[float] = typer.Option(None, help=f"Warm-up, as a fraction of each run's steps. [default: {D.warmup}]"),
     precision: Optional[str] = typer.Option(None, help=f"no, bf16 or fp16 (GPU). [default: {D.precision}]"),
-    data_dir: Optional[str] = typer.Option(None, help="A local copy of the task's data (hub WebDataset layout or save_to_disk)."),
+    data_dir: Optional[str] = typer.Option(None, help="A local copy of the task's data: the VTAB-1k folder release, the hub's WebDataset layout, or save_to_disk; for a suite, their root."),
     output_dir: Optional[str] = typer.Option(None, help=f"Results, per-task runs and the final models. [default: {D.output_dir}]"),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted transfer in --output-dir."),
     seed: Optional[int] = typer.Option(None, help=f"[default: {D.seed}]"),

@@ -27,6 +27,7 @@ class Task:
     hub: str | None = None
     hub_label: Callable[[int], int] | None = None
     embedded: Callable[[str], ImageSource] | None = None
+    release: str | None = None  # its folder's name in the VTAB-1k folder release (folder_release.py)
     info: dict[str, Any] = field(default_factory=dict)
 
 

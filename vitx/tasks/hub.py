@@ -33,8 +33,9 @@ def open_hub_splits(repo: str, task: str, data_dir: str | None) -> dict[str, Any
         found = {split: next((d for d in dirs if list((base / d).glob("*.tar"))), None)
                  for split, dirs in SPLIT_DIRS.items()}
         if found["train"] is None or found["test"] is None:
-            raise VitxError(f"--data-dir {data_dir} does not hold {task} in the hub format (train/*.tar and "
-                            f"test/*.tar, as in {repo}) nor a save_to_disk folder")
+            raise VitxError(f"--data-dir {data_dir} does not hold {task}: expected the VTAB-1k folder release "
+                            f"(train800.txt, val200.txt, train800val200.txt, test.txt and images/), the hub format "
+                            f"(train/*.tar and test/*.tar, as in {repo}), or a save_to_disk folder")
         files = {split: sorted(str(p) for p in (base / d).glob("*.tar")) for split, d in found.items() if d}
         origin = str(base)
     else:

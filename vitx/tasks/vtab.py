@@ -41,6 +41,11 @@ TABLE = [
     ("smallnorb_ele", STRUCTURED, 9, "elevation (9 values)", "smallnorb:2.*.*", "smallnorb_label_elevation"),
 ]
 
+RELEASE = {  # vitx name → folder name in the VTAB-1k folder release (NOAH's get_vtab1k.py), where they differ
+    "cifar100": "cifar", "flowers102": "oxford_flowers102", "pets": "oxford_iiit_pet", "camelyon": "patch_camelyon",
+    "retinopathy": "diabetic_retinopathy", "kitti_dist": "kitti",
+}
+
 EMBEDDED = {
     "dsprites_loc": lambda split: DSprites(split=split, factor="x_position"),
     "dsprites_ori": lambda split: DSprites(split=split, factor="orientation"),
@@ -52,6 +57,7 @@ for _name, _group, _classes, _label, _tfds, _suffix in TABLE:
     register_task(f"vtab/{_name}", Task(
         name=f"vtab/{_name}", group=_group, num_classes=_classes, label=_label, tfds=_tfds,
         hub=hub_repo(_suffix) if _suffix else None, hub_label=HUB_LABELS.get(_name), embedded=EMBEDDED.get(_name),
+        release=RELEASE.get(_name, _name),
     ), description=_label, group=_group, suite="vtab")
 
 GROUPS = (NATURAL, SPECIALIZED, STRUCTURED)

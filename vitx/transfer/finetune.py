@@ -43,8 +43,17 @@ class Prepared:
 
     @property
     def train_val(self) -> TensorSplit:
-        return TensorSplit(torch.cat([self.train.images, self.val.images]),
+        """trainN ∪ valN in memory; for the VTAB-1k folder release, its own train800val200 list, in its order."""
+        both = TensorSplit(torch.cat([self.train.images, self.val.images]),
                            torch.cat([self.train.labels, self.val.labels]), self.train.num_classes)
+        listed = self.splits.release_train_val
+        if listed is None:
+            return both
+        decoded = {p: i for i, p in enumerate(self.splits.train.base.paths + self.splits.val.base.paths)}
+        order = [decoded.get(p) for p in listed.paths]
+        if None in order:  # the list names images outside train800 and val200: decode it as it is
+            return decode_split(listed, self.preprocess)
+        return both.subset(order)
 
     @property
     def method(self) -> Adapter:

@@ -1,0 +1,147 @@
+"""A task's splits: trainN / valN / trainNvalN / test, from a local copy, the embedded generator or the hub.
+
+Splits of an N-shot task (VTAB-1k: N = 1000): trainN = the first 4N/5 of the task's train split (VTAB's
+train800 = train[:800]); valN = the first N/5 of its validation split (val200), or, for copies without one
+(the hub copies hold train and test only), N/5 images drawn with a fixed seed from the rest of train;
+trainNvalN = both; test = the whole test split. The VTAB-1k folder release (`folder_release.py`) ships these
+lists itself, and they are used as they are.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..data.sources import HFImageSource
+from ..errors import VitxError
+from .base import SubsetSource, Task
+from .folder_release import is_release, open_release
+from .hub import missing_data_message, open_hub_splits
+
+SPLIT_SEED = 1000  # carving val from train: fixed, so every run of a task sees the same split
+
+
+@dataclass
+class TaskSplits:
+    """The N-shot splits of one task (ImageSources) and where the data came from."""
+
+    task: Task
+    train: Any  # trainN
+    val: Any  # valN
+    test: Any
+    origin: str
+    release_train_val: Any = None  # the folder release's own train800val200 list, when it is used whole
+
+    @property
+    def train_val(self) -> Any:
+        """trainN ∪ valN: what the final run trains on."""
+        if self.release_train_val is not None:
+            return self.release_train_val
+        return Concat(self.train, self.val, self.task.num_classes)
+
+
+class Concat(SubsetSource):
+    """Two sources one after the other (trainN then valN)."""
+
+    def __init__(self, a: SubsetSource, b: SubsetSource, num_classes: int) -> None:
+        self.a, self.b, self.num_classes = a, b, num_classes
+        self.class_names = a.class_names
+
+    def __len__(self) -> int:
+        return len(self.a) + len(self.b)
+
+    def labels(self) -> np.ndarray:
+        return np.concatenate([self.a.labels(), self.b.labels()])
+
+    def load(self, index: int):
+        return self.a.load(index) if index < len(self.a) else self.b.load(index - len(self.a))
+
+
+def task_folder(task: Task, data_dir: str) -> Path:
+    """The task's own folder under a suite's --data-dir (`<root>/<release folder name>` or `<root>/<short name>`),
+    or --data-dir itself."""
+    base = Path(data_dir).expanduser()
+    for name in (task.release, task.name.split("/")[-1]):
+        if name and (base / name).is_dir():
+            return base / name
+    return base
+
+
+def _pools(task: Task, data_dir: str | None, offline: bool) -> tuple[dict[str, Any], str]:
+    if data_dir is not None:
+        folder = task_folder(task, data_dir)
+        if is_release(folder):
+            return open_release(folder, task.num_classes), str(folder)
+        return open_hub_splits(task.hub or task.name, task.name, str(folder)), str(folder)
+    if task.embedded is not None:
+        return {split: task.embedded(split) for split in ("train", "val", "test")}, "embedded"
+    if task.hub is None:
+        raise VitxError(f"{task.name} has no public copy in VTAB's splits; pass --data-dir with a local copy "
+                        f"(train/*.tar and test/*.tar WebDataset shards, or a save_to_disk folder) of {task.tfds}")
+    if offline:
+        raise VitxError(missing_data_message(task.name, task.hub))
+    return open_hub_splits(task.hub, task.name, None), task.hub
+
+
+def _label_map(task: Task, source: Any):
+    """Hub copies store some labels raw (dSprites factors); embedded sources already give the task's labels."""
+    if isinstance(source, HFImageSource) and source.label_key == "cls":
+        return task.hub_label
+    return None
+
+
+def _offline() -> bool:
+    return any(os.environ.get(k, "") in ("1", "true", "True") for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+def open_full_splits(task: Task, data_dir: str | None = None) -> tuple[SubsetSource, SubsetSource, str]:
+    """The task's whole train and test splits, with the task's labels (few-shot evaluation draws from these)."""
+    pools, origin = _pools(task, data_dir, _offline())
+    train, test = pools["train"], pools["test"]
+    k = task.num_classes
+    return (SubsetSource(train, np.arange(len(train)), k, _label_map(task, train)),
+            SubsetSource(test, np.arange(len(test)), k, _label_map(task, test)), origin)
+
+
+def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool | None = None) -> TaskSplits:
+    """The N-shot splits of `task` from `data_dir`, its embedded generator, or the hub (in that order)."""
+    if offline is None:
+        offline = _offline()
+    if shots < 2:
+        raise VitxError(f"--shots must be at least 2 (train and validation images), got {shots}")
+    pools, origin = _pools(task, data_dir, offline)
+    train, val, test = pools["train"], pools.get("val"), pools["test"]
+    n_train = shots * 4 // 5
+    n_val = shots - n_train
+    if "train_val" in pools:  # the folder release: its own lists, the first N of each for other shot counts
+        if n_train > len(train) or n_val > len(val):
+            raise VitxError(f"--shots {shots} needs {n_train} train and {n_val} validation images; the release's "
+                            f"{task.name} lists hold {len(train)} and {len(val)}")
+        whole = n_train == len(train) and n_val == len(val)
+        return TaskSplits(task=task, train=SubsetSource(train, np.arange(n_train), task.num_classes),
+                          val=SubsetSource(val, np.arange(n_val), task.num_classes),
+                          test=SubsetSource(test, np.arange(len(test)), task.num_classes), origin=origin,
+                          release_train_val=pools["train_val"] if whole else None)
+    if val is not None:
+        if n_train > len(train) or n_val > len(val):
+            raise VitxError(f"--shots {shots} needs {n_train} train and {n_val} validation images; {task.name} has "
+                            f"{len(train)} and {len(val)}")
+        val_idx = np.arange(n_val)
+        val_base = val
+    else:
+        if shots > len(train):
+            raise VitxError(f"--shots {shots} is more than {task.name}'s train split holds ({len(train)} images)")
+        rest = np.arange(n_train, len(train))
+        val_idx = np.sort(np.random.default_rng([SPLIT_SEED, n_train]).choice(rest, n_val, replace=False))
+        val_base = train
+    k = task.num_classes
+    return TaskSplits(
+        task=task,
+        train=SubsetSource(train, np.arange(n_train), k, _label_map(task, train)),
+        val=SubsetSource(val_base, val_idx, k, _label_map(task, val_base)),
+        test=SubsetSource(test, np.arange(len(test)), k, _label_map(task, test)),
+        origin=origin,
+    )
