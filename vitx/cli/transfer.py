@@ -48,6 +48,8 @@ def transfer(
     save_every: Optional[int] = typer.Option(None, help=f"Checkpoint each run every N steps (for --resume). [default: {D.save_every}]"),
     workers: Optional[int] = typer.Option(None, help="Data worker processes; -1: cores - 1, at most 4. [default: -1]"),
     skip_missing: Optional[bool] = typer.Option(None, "--skip-missing", help="In a suite, skip tasks whose data is unavailable."),
+    compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile each run's training step."),
+    tf32: Optional[bool] = typer.Option(None, "--tf32/--no-tf32", help="On GPUs that have it, float32 matmuls in TF32. [default: on]"),
     recipe: Optional[str] = RECIPE,
     set_: List[str] = SET,
 ) -> None:

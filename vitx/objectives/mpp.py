@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from timm.models import checkpoint_seq
 
 from ..data.transforms import Preprocess
 from ..errors import VitxError
@@ -136,12 +137,21 @@ class MaskedPatchPrediction(Objective):
 
     # ---- the objective -------------------------------------------------------------------------------------
     def encode(self, images: torch.Tensor, plan: Corruption) -> torch.Tensor:
-        """Backbone tokens (B, prefix + N, D) with `plan` applied to the patch embeddings."""
-        hook = self.backbone.patch_embed.register_forward_hook(lambda module, args, out: self.corrupt(out, plan))
-        try:
-            return self.backbone.forward_features(images)
-        finally:
-            hook.remove()
+        """Backbone tokens (B, prefix + N, D) with `plan` applied to the patch embeddings.
+
+        timm's `forward_features`, stage by stage, with the corruption between the patch embedding and the
+        position embedding: no forward hook, so `torch.compile` sees one whole graph."""
+        bb = self.backbone
+        if not hasattr(bb, "_pos_embed"):  # a backbone outside timm's ViT contract: corrupt through a hook
+            hook = bb.patch_embed.register_forward_hook(lambda module, args, out: self.corrupt(out, plan))
+            try:
+                return bb.forward_features(images)
+            finally:
+                hook.remove()
+        x = self.corrupt(bb.patch_embed(images), plan)  # (B, N, D)
+        x = bb.norm_pre(bb.patch_drop(bb._pos_embed(x)))  # (B, prefix + N, D)
+        x = checkpoint_seq(bb.blocks, x) if getattr(bb, "grad_checkpointing", False) else bb.blocks(x)
+        return bb.norm(x)
 
     def loss(self, pred: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
         """Loss and metrics from predictions and targets of the corrupted patches only ((B, k, ...))."""
@@ -153,7 +163,9 @@ class MaskedPatchPrediction(Objective):
         labels = target.reshape(-1)
         loss = F.cross_entropy(logits, labels)
         accuracy = (logits.argmax(-1) == labels).float().mean()
-        baseline = torch.bincount(labels, minlength=classes).max().float() / labels.numel()  # most frequent colour
+        ones = torch.ones_like(labels, dtype=torch.float)
+        counts = torch.zeros(classes, device=labels.device).index_add_(0, labels, ones)  # (C,)
+        baseline = counts.max() / labels.numel()  # the most frequent colour's share (fixed shapes: no host sync)
         return {"loss": loss, "colour_acc": accuracy.detach(), "baseline_acc": baseline}
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -59,6 +59,8 @@ class PretrainConfig:
     max_nonfinite_steps: int = 10  # consecutive optimiser steps skipped for a non-finite loss/gradient before stopping
     save_every_minutes: float = 0.0  # also checkpoint when this much time has passed since the last save; 0: off
     stop_signals: str = "TERM,USR1"  # checkpoint at the next step and exit 75 on these; "" leaves them alone
+    compile: bool = False  # torch.compile the training forward and backward (objectives keep their graphs whole)
+    tf32: bool = True  # GPUs with TF32 (Ampere and later): float32 matmuls and convolutions in TF32
     stream: bool = False  # read a hub dataset (or a local copy of one) as a stream; tar shards always stream
     shuffle_buffer: int = 5000  # streams: a seeded shuffle buffer of this many encoded images per process; 0: in order
 

@@ -51,6 +51,8 @@ def make_accelerator(cfg: PretrainConfig) -> Accelerator:
         raise VitxError("fp16 mixed precision needs a GPU; on CPU use --precision bf16 or no")
     _reset_single_process_state()
     _warn_single_process_cpu_launch()
+    torch.backends.cuda.matmul.allow_tf32 = cfg.tf32  # no effect on CPU or on GPUs without TF32
+    torch.backends.cudnn.allow_tf32 = cfg.tf32
     accelerator = Accelerator(
         cpu=not torch.cuda.is_available(),
         mixed_precision=cfg.precision,

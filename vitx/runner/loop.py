@@ -26,6 +26,19 @@ from .rundir import RunDir
 from .setup import Setup, build, config_record, resolve_config
 
 
+COMPILE_BACKEND = "inductor"
+
+
+def compiled(model: torch.nn.Module) -> torch.nn.Module:
+    """`torch.compile(model)` drawing the same random numbers as eager (inductor's `fallback_random`): MPP's
+    corruption plans, MAE's masks and SimCLR's views are unchanged, so --compile changes the speed, not the
+    run, and a resumed compiled run stays exact."""
+    import torch._inductor.config
+
+    torch._inductor.config.fallback_random = True
+    return torch.compile(model, backend=COMPILE_BACKEND)
+
+
 class Trainer:
     """Runs the steps of a `Setup`: `step()` for one optimiser step, `fit()` for the whole run."""
 
@@ -38,8 +51,13 @@ class Trainer:
         self.workers = default_workers() if cfg.workers < 0 else cfg.workers
         self.step_count = setup.start_step
         self._batches: Iterator[dict[str, Any]] | None = None
-        self._sums: dict[str, torch.Tensor] = {}
+        self._sums: dict[str, torch.Tensor] = {}  # metric sums since the last log, on the device
         self._n = 0
+        self._lr_sum = 0.0  # the learning rate is a Python float: summed on the host, never copied to the device
+        # --compile: the training forward runs through a compiled handle on the same module (same parameters;
+        # Accelerate keeps preparing, accumulating and saving the module itself). Evaluation stays eager: its
+        # batch sizes vary and it runs in eval mode, each of which would be another compilation.
+        self.forward = compiled(setup.model) if cfg.compile else setup.model
         self.skipped = torch.zeros((), dtype=torch.long)
         self.nonfinite = 0  # optimiser steps skipped for a non-finite loss or gradient norm, this session
         self.nonfinite_streak = 0  # of them, consecutive up to now
@@ -84,13 +102,13 @@ class Trainer:
             self.skipped += batch["skipped"].sum()
             batch = self.to_device(batch)
             with acc.accumulate(s.model):
-                out = s.model(batch)
+                out = self.forward(batch)
                 bad = bad + (~torch.isfinite(out["loss"].detach())).float()
                 acc.backward(out["loss"])
                 if acc.sync_gradients:
                     s.objective.on_after_backward()
                     out["grad_norm"] = self._clip_gradients()
-                    out["lr"] = torch.tensor(s.optimizer.param_groups[0]["lr"])
+                    step_lr = s.optimizer.param_groups[0]["lr"]  # the rate this update uses
                     bad = bad + (~torch.isfinite(out["grad_norm"])).float()
                     skip = self._agree(bad)
                     if not skip:
@@ -103,6 +121,7 @@ class Trainer:
             self._nonfinite_step()
         else:
             self.nonfinite_streak = 0
+            self._lr_sum += step_lr
             for out in outs:
                 for k, v in out.items():
                     v = v.detach().float().reshape(()).to(acc.device)
@@ -151,11 +170,12 @@ class Trainer:
         if not keys:
             return {}
         totals = torch.stack([self._sums[k] for k in keys])
-        counts = torch.tensor([self._n / (accum if k in ("grad_norm", "lr") else 1) for k in keys],
-                              device=totals.device)
-        means = acc.reduce(totals / counts, reduction="mean")
-        self._sums, self._n = {}, 0
-        return {k: float(v) for k, v in zip(keys, means.tolist())}
+        counts = torch.tensor([self._n / (accum if k == "grad_norm" else 1) for k in keys], device=totals.device)
+        means = acc.reduce(totals / counts, reduction="mean")  # the one host-device sync: at logging steps only
+        metrics = {k: float(v) for k, v in zip(keys, means.tolist())}
+        metrics["lr"] = self._lr_sum / (self._n / accum)  # the same on every process
+        self._sums, self._n, self._lr_sum = {}, 0, 0.0
+        return dict(sorted(metrics.items()))
 
     # ---- evaluation and checkpoints ----------------------------------------------------------------------
     @torch.no_grad()

@@ -64,7 +64,7 @@ def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective
     Only parameters that require gradients are optimised (frozen backbones, adapters). `record` is extra
     config.json content (e.g. how a transfer run was set up).
     """
-    optimizer = build_optimizer(objective, cfg.optimizer, cfg.lr, cfg.weight_decay)
+    optimizer = build_optimizer(objective, cfg.optimizer, cfg.lr, cfg.weight_decay, accelerator.device)
     scheduler = build_schedule(optimizer, cfg.steps, cfg.warmup_steps, cfg.schedule)
     configure_deepspeed(accelerator, cfg)
     model, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)

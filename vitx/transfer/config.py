@@ -39,6 +39,8 @@ class TransferConfig:
     log_every: int = 25
     workers: int = -1
     skip_missing: bool = False  # suites: skip tasks with no data available instead of stopping
+    compile: bool = False  # torch.compile each run's training step
+    tf32: bool = True  # float32 matmuls in TF32 on GPUs that have it
 
     def validate(self) -> "TransferConfig":
         for name in ("shots", "batch_size", "grad_accum", "steps", "save_every", "log_every"):
