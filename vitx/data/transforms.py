@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -62,9 +63,8 @@ class Preprocess:
 
     def normalise(self, x: torch.Tensor) -> torch.Tensor:
         """(..., 3, S, S) uint8 → float32, (x/255 − mean)/std; run it on the device the model is on."""
-        mean = torch.tensor(self.mean, device=x.device).view(3, 1, 1)
-        std = torch.tensor(self.std, device=x.device).view(3, 1, 1)
-        return (x.float().div_(255.0) - mean) / std
+        scale, shift = _affine(self.mean, self.std, x.device)  # (3, 1, 1) each, made once per device
+        return torch.addcmul(shift, x.float(), scale)  # x·(1/(255·std)) − mean/std
 
     def _resize(self, image: torch.Tensor) -> torch.Tensor:
         from torchvision.transforms.v2 import InterpolationMode
@@ -91,3 +91,12 @@ class Preprocess:
                 return top, left, ch, cw
         side = min(w, h)
         return (h - side) // 2, (w - side) // 2, side, side
+
+
+@lru_cache(maxsize=16)
+def _affine(mean: tuple[float, ...], std: tuple[float, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Normalisation as one multiply-add, its constants kept on the device: building them from Python lists at
+    every step would be a host-to-device copy that waits for the device."""
+    scale = torch.tensor([1.0 / (255.0 * s) for s in std]).view(3, 1, 1)
+    shift = torch.tensor([-m / s for m, s in zip(mean, std)]).view(3, 1, 1)
+    return scale.to(device), shift.to(device)

@@ -45,10 +45,15 @@ class SimCLR(Objective):
         self.head = SimCLRProjectionHead(input_dim=dim, hidden_dim=dim, output_dim=proj_dim)
         self.criterion = NTXentLoss(temperature=temperature, gather_distributed=True)
         self.crop_scale, self.jitter, self.gray = crop_scale, jitter, gray
-        self.mean, self.std = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
+        # colour constants live on the device with the module: built from Python lists at every step they
+        # would be host-to-device copies that wait for the device
+        self.register_buffer("pixel_mean", torch.full((1, 3, 1, 1), 0.5), persistent=False)
+        self.register_buffer("pixel_std", torch.full((1, 3, 1, 1), 0.5), persistent=False)
+        self.register_buffer("luma", torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1), persistent=False)
 
     def configure_preprocess(self, preprocess: Any) -> Any:
-        self.mean, self.std = preprocess.mean, preprocess.std  # to jitter colours in pixel space
+        self.pixel_mean.copy_(torch.tensor(preprocess.mean).view(1, 3, 1, 1))  # to jitter colours in pixel space
+        self.pixel_std.copy_(torch.tensor(preprocess.std).view(1, 3, 1, 1))
         return preprocess
 
     def augment(self, images: torch.Tensor, gen: torch.Generator | None = None) -> torch.Tensor:
@@ -72,10 +77,8 @@ class SimCLR(Objective):
         x = F.grid_sample(images.float(), grid, mode="bilinear", padding_mode="reflection", align_corners=False)
 
         # colour jitter (brightness, contrast, saturation; with probability 0.8) and grayscale, in [0, 1] pixels
-        mean = torch.tensor(self.mean, device=dev).view(1, 3, 1, 1)
-        std = torch.tensor(self.std, device=dev).view(1, 3, 1, 1)
+        mean, std, luma = self.pixel_mean, self.pixel_std, self.luma  # (1, 3, 1, 1) each
         x = x * std + mean
-        luma = torch.tensor([0.299, 0.587, 0.114], device=dev).view(1, 3, 1, 1)
         if self.jitter > 0:
             on = (torch.rand(b, generator=gen, device=dev) < 0.8).view(b, 1, 1, 1)
             factor = [uniform(1 - self.jitter, 1 + self.jitter).view(b, 1, 1, 1) for _ in range(3)]
