@@ -1,7 +1,8 @@
 """Benchmark (not a test): the vitx training step, eager and compiled, against a plain timm + PyTorch loop.
 
 Same model, batch, data, optimiser and gradient clipping on every side, timed in alternating rounds in one run.
-Prints images/s for each, the FLOPs per image (forward + backward, counted by torch's FlopCounterMode) and the
+Prints images/s for each, the FLOPs per image (forward + backward, counted by torch's FlopCounterMode with
+attention in its math form, so that CPU attention kernels are counted too) and the
 model FLOP utilisation (MFU): achieved FLOP/s over the device's peak. The peak is the datasheet dense rate
 for known GPUs at the run's precision (H100 SXM bf16 989 TFLOP/s, ...), else the best matmul rate measured in
 the same run (this is what CPUs get). The batch is uint8 on the host, as the loader hands it over; every side
@@ -25,6 +26,7 @@ from typing import Callable
 import timm
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from vitx.registry import BACKBONES
@@ -177,13 +179,13 @@ def main() -> None:
                 steps[side] = plain_step
                 if "flops" not in locals():
                     x = torch.randn(args.batch, 3, size, size, device=device)
-                    with FlopCounterMode(display=False) as counter, amp:
+                    with FlopCounterMode(display=False) as counter, amp, sdpa_kernel(SDPBackend.MATH):
                         F.cross_entropy(plain(x), batch["label"].to(device)).backward()
                     opt.zero_grad(set_to_none=True)
                     flops = counter.get_total_flops() / args.batch
         if "flops" not in locals():
             probe = timm.create_model(spec.timm_arch, **spec.timm_kwargs()).to(device)
-            with FlopCounterMode(display=False) as counter:
+            with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
                 probe(torch.randn(args.batch, 3, size, size, device=device)).sum().backward()
             flops = counter.get_total_flops() / args.batch
             del probe

@@ -36,7 +36,7 @@ def pretrain(
     keep_checkpoints: Optional[int] = typer.Option(None, help=f"How many checkpoints to keep. [default: {D.keep_checkpoints}]"),
     log_every: Optional[int] = typer.Option(None, help=f"Log metrics every N steps. [default: {D.log_every}]"),
     eval_samples: Optional[int] = typer.Option(None, help=f"Validation images evaluated at each checkpoint; 0 disables. [default: {D.eval_samples}]"),
-    workers: Optional[int] = typer.Option(None, help="Loader worker processes per process. [default: the cores available / local processes - 1]"),
+    workers: Optional[int] = typer.Option(None, help="Loader worker processes per process. [default: the cores available / local processes - 1; at most 4 when training on the CPU]"),
     skip_corrupt: Optional[bool] = typer.Option(None, "--skip-corrupt/--no-skip-corrupt", help="Skip (and count) undecodable images instead of stopping."),
     compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the training step's forward and backward (minutes of compilation first; pays off on long GPU runs)."),
     tf32: Optional[bool] = typer.Option(None, "--tf32/--no-tf32", help="On GPUs that have it, float32 matmuls in TF32 (10-bit mantissa, ~8x the float32 rate). [default: on]"),

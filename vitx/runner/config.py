@@ -16,14 +16,18 @@ CHOICES = {
 
 def default_workers() -> int:
     """Loader workers per process: the cores this process may use (its CPU affinity, e.g. a SLURM or container
-    allotment), shared among the machine's local processes, less one for the process itself; at least 1.
-    A GPU step needs few host cycles, so decoding gets nearly all of them (`--workers` overrides)."""
+    allotment), shared among the machine's local processes, less one for the process itself; at least 1. A GPU
+    step needs few host cycles, so decoding gets nearly all of them; training on the CPU keeps the cores for
+    compute (at most 4 workers). `--workers` overrides."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 2
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    return max(1, cores // local - 1)
+    spare = max(1, cores // local - 1)
+    import torch  # here, not at import: the CLI reads this module to print --help
+
+    return spare if torch.cuda.is_available() else min(4, spare)
 
 
 @dataclass
