@@ -169,7 +169,10 @@ def open_stream(spec: str, split: str, shuffle_buffer: int) -> StreamSource | No
         dd = datasets.load_dataset(**args, streaming=True)
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise VitxError(f"cannot stream {what}: {first}") from None
+        hint = "" if is_shards(spec) or Path(spec).expanduser().exists() else (
+            "; offline, download a copy where you have internet (huggingface-cli download NAME --repo-type "
+            "dataset --local-dir DIR) and pass --data DIR --stream")
+        raise VitxError(f"cannot stream {what}: {first}{hint}") from None
     from .sources import SPLIT_ALIASES
 
     name = next((n for n in SPLIT_ALIASES[split] if n in dd), None)
