@@ -10,19 +10,34 @@ import pytest
 from .conftest import ROOT, as_flags
 
 
+FUSED = '''
+"""Fused AdamW, as on CUDA: the runner skips non-finite updates on the device and agrees on stop/save over a
+gloo group off the device (a test plugin: fused Adam runs on the CPU too)."""
+import vitx.runner.optim
+
+vitx.runner.optim.fuse = lambda device: True
+'''
+
+
 @pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate CLI not on PATH")
-def test_two_processes_match_one(tmp_path):
+def test_two_processes_match_one(tmp_path, monkeypatch):
+    """With fused AdamW on both sides, so that the device-side skip and the host-side stop/save agreement (a gloo
+    group beside the default one) run on 2 processes; the non-fused path's collective runs in test_streams."""
     # 33 validation images: 17 and 16 per process, 3 and 2 batches of 8; the short process runs a filler forward
     opts = dict(model="vit-nano/4", data="embedded:shapes", batch_size=16, steps=8, warmup_steps=2, save_every=8,
                 log_every=1, eval_samples=33, workers=0, log_with="none")
     from vitx.runner import pretrain
 
+    plugin = tmp_path / "fused.py"
+    plugin.write_text(FUSED)
+    monkeypatch.setattr("vitx.runner.optim.fuse", lambda device: True)
     pretrain({**opts, "output_dir": str(tmp_path / "one")})  # one process: this one
     # On machines without a GPU, accelerate's --cpu flag hands multi-process runs to mpirun; torchrun (which
     # --multi_gpu selects) starts them directly, and vitx picks the gloo backend when there is no GPU.
     two = subprocess.run(["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517",
-                          "-m", "vitx", "pretrain", *as_flags({**opts, "output_dir": str(tmp_path / "two")})],
+                          "-m", "vitx", "--plugin", str(plugin), "pretrain",
+                          *as_flags({**opts, "output_dir": str(tmp_path / "two")})],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
     assert "2 process(es)" in two.stderr

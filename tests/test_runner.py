@@ -258,7 +258,16 @@ def _all_finite(path: Path) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in load_file(str(path)).values())
 
 
-def test_nonfinite_steps_are_skipped_and_never_checkpointed(tmp_path, monkeypatch):
+@pytest.fixture(params=["host", "device"])
+def skip_decided_on(request, monkeypatch) -> str:
+    """Both ways a non-finite update is skipped: decided on the host (SGD, Adam on the CPU), or on the device by
+    fused Adam(W)'s found_inf (what CUDA runs get; fused Adam runs on the CPU too, so it is tested here)."""
+    if request.param == "device":
+        monkeypatch.setattr("vitx.runner.optim.fuse", lambda device: True)
+    return request.param
+
+
+def test_nonfinite_steps_are_skipped_and_never_checkpointed(tmp_path, monkeypatch, skip_decided_on):
     """NaN loss on 3 micro-steps (2 of them in one accumulated step): those 2 optimiser steps are skipped on
     the weights, counted in metrics.jsonl, and every checkpoint is finite; the run finishes."""
     plugin = tmp_path / "nan_objective.py"
@@ -277,7 +286,7 @@ def test_nonfinite_steps_are_skipped_and_never_checkpointed(tmp_path, monkeypatc
     assert all(_all_finite(c / "model.safetensors") and _all_finite(c / "heads.safetensors") for c in checkpoints)
 
 
-def test_a_diverged_run_stops_in_one_line_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+def test_a_diverged_run_stops_in_one_line_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, skip_decided_on):
     plugin = tmp_path / "nan_objective.py"
     plugin.write_text(NAN_OBJECTIVE)
     monkeypatch.setenv("VITX_TEST_NAN_AT", "-1,5")  # every training forward from the 5th on

@@ -51,16 +51,24 @@ class Trainer:
         self.workers = default_workers() if cfg.workers < 0 else cfg.workers
         self.step_count = setup.start_step
         self._batches: Iterator[dict[str, Any]] | None = None
-        self._sums: dict[str, torch.Tensor] = {}  # metric sums since the last log, on the device
-        self._n = 0
-        self._lr_sum = 0.0  # the learning rate is a Python float: summed on the host, never copied to the device
+        # metric sums since the last log, all on the device: nothing in a step waits to read them
+        self._sums: dict[str, torch.Tensor] = {}
+        zero = torch.zeros((), device=acc.device)
+        self._kept = zero.clone()  # micro-steps whose update was applied
+        self._lr_total = zero.clone()  # Σ learning rate over applied updates (a Python float times a flag)
+        self._skips = zero.clone()  # optimiser steps skipped for a non-finite loss or gradient, this session
+        self._streak = zero.clone()  # of them, consecutive up to now
+        # with a fused Adam(W) the skip itself happens on the device (the kernel's found_inf): no step waits
+        self.inner_optimizer = getattr(setup.optimizer, "optimizer", setup.optimizer)
+        self.skip_on_device = (bool(self.inner_optimizer.defaults.get("fused")) and cfg.precision != "fp16"
+                               and isinstance(self.inner_optimizer, (torch.optim.Adam, torch.optim.AdamW)))
+        self._host_group = None  # a gloo group for stop/save agreement off the device (multi-process, fused)
         # --compile: the training forward runs through a compiled handle on the same module (same parameters;
         # Accelerate keeps preparing, accumulating and saving the module itself). Evaluation stays eager: its
         # batch sizes vary and it runs in eval mode, each of which would be another compilation.
         self.forward = compiled(setup.model) if cfg.compile else setup.model
         self.skipped = torch.zeros((), dtype=torch.long)
-        self.nonfinite = 0  # optimiser steps skipped for a non-finite loss or gradient norm, this session
-        self.nonfinite_streak = 0  # of them, consecutive up to now
+        self.nonfinite = 0  # optimiser steps skipped for a non-finite loss or gradient norm (read at log steps)
         self.requests: StopRequests | None = None  # set while fit() runs
         self.stop_requested = False  # a stop signal reached some process: every process stops after this step
         self.save_due = False  # --save-every-minutes has passed (by the main process's clock)
@@ -95,7 +103,8 @@ class Trainer:
         the data move on, and the step is counted in `skipped_nonfinite`."""
         s, acc = self.s, self.s.accelerator
         batches = micro_batches or [next(self.batches()) for _ in range(s.cfg.grad_accum)]
-        outs, bad, skip = [], torch.zeros((), device=acc.device), False
+        outs, bad = [], torch.zeros((), device=acc.device)
+        ok: torch.Tensor | None = None  # 1.0: the update was applied on every process; 0.0: skipped everywhere
         for j, batch in enumerate(batches):
             # the randomness contract (randomness.py): draws depend on (seed, process, micro-step) only
             seed_position(s.cfg.seed, acc.process_index, self.step_count * s.cfg.grad_accum + j, TRAIN)
@@ -110,33 +119,72 @@ class Trainer:
                     out["grad_norm"] = self._clip_gradients()
                     step_lr = s.optimizer.param_groups[0]["lr"]  # the rate this update uses
                     bad = bad + (~torch.isfinite(out["grad_norm"])).float()
-                    skip = self._agree(bad)
-                    if not skip:
-                        s.optimizer.step()
+                    ok = self._decide_and_step(bad)
                     s.scheduler.step()
                 s.optimizer.zero_grad(set_to_none=True)
             outs.append(out)
         self.step_count += 1
-        if skip:
-            self._nonfinite_step()
-        else:
-            self.nonfinite_streak = 0
-            self._lr_sum += step_lr
-            for out in outs:
-                for k, v in out.items():
-                    v = v.detach().float().reshape(()).to(acc.device)
-                    self._sums[k] = self._sums[k] + v if k in self._sums else v
-                self._n += 1
+        keep = ok > 0
+        for out in outs:  # a skipped step leaves no trace in the means (NaN × 0 is NaN: select, not weight)
+            for k, v in out.items():
+                v = torch.where(keep, v.detach().float().reshape(()).to(acc.device), 0.0)
+                self._sums[k] = self._sums[k] + v if k in self._sums else v
+        self._kept += ok * len(outs)
+        self._lr_total += ok * step_lr
+        self._skips += 1 - ok
+        self._streak = (self._streak + 1) * (1 - ok)
+        if not self.skip_on_device and not bool(keep):  # decided on the host anyway: check the streak now
+            self.check_divergence()
         s.objective.on_step_end(self.step_count)
 
+    def _decide_and_step(self, nonfinite: torch.Tensor) -> torch.Tensor:
+        """Skip or apply this update, the same on every process, and agree on stopping and saving after it.
+        Returns the device flag ok (1.0 applied, 0.0 skipped).
+
+        Fused Adam(W): the all-reduced flag goes to the kernel as `found_inf`, which leaves weights, moments and
+        step count as they were; the host never waits for the device. Otherwise one small all-reduce is read on
+        the host (a wait for the device: free on a CPU)."""
+        s, acc = self.s, self.s.accelerator
+        if self.skip_on_device:
+            flag = acc.reduce(nonfinite, reduction="sum") if acc.num_processes > 1 else nonfinite
+            ok = (flag == 0).float()
+            self.inner_optimizer.found_inf = 1.0 - ok
+            s.optimizer.step()
+            self.stop_requested, self.save_due = self._agree_on_host()
+            return ok
+        skip = self._agree(nonfinite)
+        if not skip:
+            s.optimizer.step()
+        return torch.full((), 0.0 if skip else 1.0, device=acc.device)
+
+    def _agree_on_host(self) -> tuple[bool, bool]:
+        """Stop (a signal anywhere) and save (the main process's clock) decisions without touching the device:
+        over a gloo group of the same processes when there are several."""
+        asked, due = self._local_requests()
+        if self.s.accelerator.num_processes == 1:
+            return asked, due
+        import torch.distributed as dist
+
+        if self._host_group is None:
+            self._host_group = dist.new_group(backend="gloo")
+        flags = torch.tensor([float(asked), float(due)])
+        dist.all_reduce(flags, group=self._host_group)
+        return bool(flags[0] > 0), bool(flags[1] > 0)
+
+    def _local_requests(self) -> tuple[bool, bool]:
+        asked = self.requests is not None and self.requests.received is not None
+        minutes = self.s.cfg.save_every_minutes
+        due = self.s.accelerator.is_main_process and minutes > 0 and \
+            time.monotonic() - self._last_save >= minutes * 60
+        return asked, due
+
     def _agree(self, nonfinite: torch.Tensor) -> bool:
-        """One collective per optimiser step makes the run's decisions the same on every process: skip this
+        """The host-side decision (optimisers without a fused skip): one collective per optimiser step, read on
+        the host, makes the run's decisions the same on every process: skip this
         update (a non-finite loss or gradient anywhere), stop after it (a stop signal anywhere), save after it
         (--save-every-minutes on the main process's clock). Returns whether to skip."""
-        s, acc = self.s, self.s.accelerator
-        asked = self.requests is not None and self.requests.received is not None
-        minutes = s.cfg.save_every_minutes
-        due = acc.is_main_process and minutes > 0 and time.monotonic() - self._last_save >= minutes * 60
+        acc = self.s.accelerator
+        asked, due = self._local_requests()
         local = torch.stack([nonfinite, torch.tensor(float(asked), device=acc.device),
                              torch.tensor(float(due), device=acc.device)])
         skip, stop, save = (v > 0 for v in acc.reduce(local, reduction="sum").tolist())
@@ -151,30 +199,33 @@ class Trainer:
             return torch.zeros((), device=acc.device)
         return torch.as_tensor(norm, dtype=torch.float32, device=acc.device)
 
-    def _nonfinite_step(self) -> None:
-        """Count a skipped step; stop the run when too many come in a row (it has diverged)."""
-        self.nonfinite += 1
-        self.nonfinite_streak += 1
+    def check_divergence(self) -> None:
+        """Read the skip counters (a wait for the device: at log steps, or after a skip decided on the host);
+        stop the run when too many non-finite steps came in a row (it has diverged)."""
+        skips, streak = (int(v) for v in torch.stack([self._skips, self._streak]).tolist())
+        self.nonfinite = skips
         limit = self.s.cfg.max_nonfinite_steps
-        if self.nonfinite_streak >= limit:
+        if streak >= limit:
             latest = self.s.run.latest()
             where = f"the last good checkpoint is {latest}" if latest else "no checkpoint was written"
-            raise VitxError(f"{limit} optimiser steps in a row (up to step {self.step_count}) had a non-finite loss "
+            raise VitxError(f"{streak} optimiser steps in a row (up to step {self.step_count}) had a non-finite loss "
                             f"or gradient and were skipped: the run has diverged; {where} (lower --lr, check the "
                             f"data, or raise --max-nonfinite-steps)")
 
     def pop_metrics(self) -> dict[str, float]:
-        """Means since the last call, averaged over processes. grad_norm and lr are per step, not per micro-step."""
+        """Means since the last call over applied updates, averaged over processes (the one wait for the device,
+        at log steps). grad_norm and lr are per optimiser step, the rest per micro-step."""
         acc, accum = self.s.accelerator, self.s.cfg.grad_accum
         keys = sorted(self._sums)
-        if not keys:
+        kept = self._kept
+        totals = torch.stack([self._sums[k] for k in keys] + [self._lr_total * accum, kept])
+        counts = torch.stack([kept / accum if k == "grad_norm" else kept for k in keys] + [kept, kept.new_ones(())])
+        values = (acc.reduce(totals / counts.clamp(min=1), reduction="mean")).tolist()
+        self._sums = {}
+        self._kept, self._lr_total = torch.zeros_like(kept), torch.zeros_like(kept)
+        if values[-1] == 0:  # every update since the last log was skipped: no means
             return {}
-        totals = torch.stack([self._sums[k] for k in keys])
-        counts = torch.tensor([self._n / (accum if k == "grad_norm" else 1) for k in keys], device=totals.device)
-        means = acc.reduce(totals / counts, reduction="mean")  # the one host-device sync: at logging steps only
-        metrics = {k: float(v) for k, v in zip(keys, means.tolist())}
-        metrics["lr"] = self._lr_sum / (self._n / accum)  # the same on every process
-        self._sums, self._n, self._lr_sum = {}, 0, 0.0
+        metrics = dict(zip(keys + ["lr"], values[:-1]))
         return dict(sorted(metrics.items()))
 
     # ---- evaluation and checkpoints ----------------------------------------------------------------------
@@ -291,6 +342,7 @@ class Trainer:
                     tick, done_at_tick = now, step
                     if cfg.skip_corrupt:
                         metrics["skipped_images"] = float(acc.reduce(self.skipped.to(acc.device), "sum"))
+                    self.check_divergence()
                     if self.nonfinite:
                         metrics["skipped_nonfinite"] = float(self.nonfinite)  # one decision: the same on every process
                     if saving and not stopping:  # a preempted job has seconds: no validation pass

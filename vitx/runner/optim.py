@@ -22,6 +22,12 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def fuse(device: torch.device) -> bool:
+    """Whether Adam(W) runs fused: on CUDA (one kernel per step, and the runner then skips non-finite updates
+    on the device, through the kernel's found_inf)."""
+    return device.type == "cuda"
+
+
 def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float,
                     device: torch.device | str = "cpu") -> torch.optim.Optimizer:
     """adamw (decoupled decay) and adam use β = (0.9, 0.999) as in the paper; sgd uses momentum 0.9.
@@ -29,7 +35,7 @@ def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float,
     On CUDA, Adam(W) runs fused (one kernel for every parameter's update, instead of a few per parameter
     list); elsewhere it keeps PyTorch's default (foreach)."""
     groups = param_groups(model, weight_decay)
-    fused = {"fused": True} if torch.device(device).type == "cuda" else {}
+    fused = {"fused": True} if fuse(torch.device(device)) else {}
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), **fused)
     if name == "adam":
