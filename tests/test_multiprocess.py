@@ -114,6 +114,7 @@ def test_each_process_draws_its_own_mpp_corruption(tmp_path):
     assert rank0[0] != rank0[1]
 
 
+@pytest.mark.slow  # 9 s for a warning about an Accelerate quirk: kept out of the 5-minute default suite
 @pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate CLI not on PATH")
 def test_cpu_flag_launch_warns_that_it_runs_one_process(tmp_path):
     opts = dict(model="vit-nano/4", batch_size=8, steps=1, eval_samples=0, workers=0, log_with="none",
