@@ -144,10 +144,21 @@ def test_bad_options(kw, match):
 def test_mpp_learns_above_the_trivial_baseline(mpp_run):
     """The CPU MPP recipe, shortened (the session's `mpp_run`): colour accuracy climbs past the trivial
     most-frequent-colour baseline."""
-    log = metrics(mpp_run)
+    log = [m for m in metrics(mpp_run) if "loss" in m]  # (step 0 holds only the monitor's starting point)
     assert [m["step"] for m in log] == [10, 20, 30, 40, 50, 60]
     assert log[-1]["colour_acc"] > log[0]["colour_acc"] + 0.02  # measured: 0.027 → 0.068
     # the last 20 steps (about 10,000 corrupted patches): measured 0.0674 against 0.0609 (standard error ~0.0025)
     late = {k: (log[-1][k] + log[-2][k]) / 2 for k in ("colour_acc", "baseline_acc")}
     assert late["colour_acc"] > late["baseline_acc"] + 0.004, late
     assert log[-1]["loss"] < log[0]["loss"] - 0.3, log
+
+
+def test_the_monitor_reads_the_features_as_the_run_trains(mpp_run):
+    """The CPU MPP recipe monitors few-shot and kNN accuracy on digits (real handwriting, 10 classes): at the
+    start, every 30 steps and at the end, in metrics.jsonl, from the backbone's features."""
+    seen = [m for m in metrics(mpp_run) if "monitor_knn" in m]
+    assert [m["step"] for m in seen] == [0, 30, 60]
+    for m in seen:
+        assert set(m) >= {"monitor_fewshot_1shot", "monitor_fewshot_10shot", "monitor_knn"}
+        assert 0.15 < m["monitor_fewshot_10shot"] <= 1.0 and 0.15 < m["monitor_knn"] <= 1.0  # chance: 0.10
+        assert m["monitor_fewshot_1shot"] < m["monitor_fewshot_10shot"]  # more shots, better heads

@@ -65,6 +65,8 @@ class PretrainConfig:
     stop_signals: str = "TERM,USR1"  # checkpoint at the next step and exit 75 on these; "" leaves them alone
     compile: bool = False  # torch.compile the training forward and backward (objectives keep their graphs whole)
     tf32: bool = True  # GPUs with TF32 (Ampere and later): float32 matmuls and convolutions in TF32
+    monitor: str = ""  # a labelled data spec: few-shot and kNN accuracy of the features during the run (monitor.py)
+    monitor_every: int = 0  # also monitor every N steps; 0: at checkpoints only
     stream: bool = False  # read a hub dataset (or a local copy of one) as a stream; tar shards always stream
     shuffle_buffer: int = 5000  # streams: a seeded shuffle buffer of this many encoded images per process; 0: in order
 
@@ -89,6 +91,8 @@ class PretrainConfig:
         from .preemption import parse_signals
 
         parse_signals(self.stop_signals)
+        if self.monitor_every < 0:
+            raise VitxError(f"--monitor-every must not be negative, got {self.monitor_every}")
         if self.shuffle_buffer < 0:
             raise VitxError(f"--shuffle-buffer must not be negative, got {self.shuffle_buffer}")
         if not 0 < self.crop_scale <= 1:
@@ -106,7 +110,7 @@ class PretrainConfig:
 
 # Options that may differ between a run and its resumption without changing the result.
 RESUME_FREE = {"output_dir", "workers", "log_with", "log_every", "save_every", "keep_checkpoints", "eval_samples",
-               "max_nonfinite_steps", "save_every_minutes", "stop_signals"}
+               "max_nonfinite_steps", "save_every_minutes", "stop_signals", "monitor", "monitor_every"}
 
 
 def merge_for_resume(saved: PretrainConfig, explicit: dict[str, Any]) -> PretrainConfig:

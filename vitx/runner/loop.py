@@ -62,6 +62,7 @@ class Trainer:
         self.inner_optimizer = getattr(setup.optimizer, "optimizer", setup.optimizer)
         self.skip_on_device = (bool(self.inner_optimizer.defaults.get("fused")) and cfg.precision != "fp16"
                                and isinstance(self.inner_optimizer, (torch.optim.Adam, torch.optim.AdamW)))
+        self._monitor = None  # the --monitor probes, built at their first use
         self._host_group = None  # a gloo group for stop/save agreement off the device (multi-process, fused)
         # --compile: the training forward runs through a compiled handle on the same module (same parameters;
         # Accelerate keeps preparing, accumulating and saving the module itself). Evaluation stays eager: its
@@ -229,6 +230,16 @@ class Trainer:
         return dict(sorted(metrics.items()))
 
     # ---- evaluation and checkpoints ----------------------------------------------------------------------
+    def monitor(self) -> dict[str, float]:
+        """The --monitor probes on the current backbone (their data decoded at the first call; `fit` makes that
+        call before the first step, so a bad --monitor fails at once)."""
+        if self._monitor is None:
+            from .monitor import Monitor
+
+            self._monitor = Monitor(self.s.cfg.monitor, self.s.preprocess.image_size)
+        backbone = self.s.accelerator.unwrap_model(self.s.model).backbone
+        return self._monitor(backbone, self.s.accelerator.device)
+
     @torch.no_grad()
     def evaluate(self, source: Any = None, limit: int | None = None, prefix: str = "val_") -> dict[str, float]:
         """Mean metrics over the first `limit` samples of `source` (default: the validation split and
@@ -323,6 +334,10 @@ class Trainer:
         if acc.log_with:
             acc.init_trackers("vitx", config={k: v for k, v in cfg.to_dict().items() if v is not None})
         last: dict[str, float] = {}
+        if cfg.monitor and not resumed and log:  # the starting point: what the monitor reads before any training
+            log.write({"step": 0, **self.monitor()})
+        elif cfg.monitor:
+            self.monitor()  # decode its data now: a bad --monitor fails before the first step
         tick, done_at_tick = time.perf_counter(), self.step_count
         self._last_save = time.monotonic()
         stopping, saved = False, None
@@ -335,7 +350,9 @@ class Trainer:
                 step = self.step_count
                 stopping = self.stop_requested and step < cfg.steps  # at the last step: just finish
                 saving = step % cfg.save_every == 0 or step == cfg.steps or self.save_due or stopping
-                if saving or step % cfg.log_every == 0:  # checkpoint steps are always logged, with validation
+                monitoring = bool(cfg.monitor) and not stopping and (
+                    saving or (cfg.monitor_every > 0 and step % cfg.monitor_every == 0))
+                if saving or monitoring or step % cfg.log_every == 0:  # checkpoints: always logged, with validation
                     metrics = self.pop_metrics()
                     now = time.perf_counter()
                     metrics["images_per_s"] = (step - done_at_tick) * cfg.batch_size / max(now - tick, 1e-9)
@@ -347,6 +364,8 @@ class Trainer:
                         metrics["skipped_nonfinite"] = float(self.nonfinite)  # one decision: the same on every process
                     if saving and not stopping:  # a preempted job has seconds: no validation pass
                         metrics.update(self.evaluate())
+                    if monitoring:
+                        metrics.update(self.monitor())
                     last = {"step": step, **metrics}
                     if log:
                         log.write(last)

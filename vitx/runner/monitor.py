@@ -1,0 +1,71 @@
+"""A representation monitor for pre-training: how transferable the backbone's features are, while it trains.
+
+`--monitor DATA` (a labelled `--data` spec, e.g. `embedded:digits`) evaluates, at every checkpoint and every
+`--monitor-every` steps, two frozen-feature probes on the first images of DATA's train and test splits:
+
+- few-shot linear accuracy (`monitor_fewshot_<k>shot`): the closed-form least-squares head of `vitx eval
+  fewshot` (big_vision's fewshot evaluator) on k images per class, averaged over 3 seeded draws;
+- k-nearest-neighbour accuracy (`monitor_knn`): cosine similarity to every train image, the 20 nearest voting
+  with weights exp(sim / 0.07) (the kNN monitor of lightly's and InstDisc's self-supervised runs).
+
+Features are the backbone's pooled output, from images decoded once at the run's resolution and held in
+memory. Every process computes the same figures from the whole sets (they are small), so the probes need no
+collective and a sharded model still sees the same forwards on every process.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..data import Preprocess, decode_split, open_source
+from ..data.sources import source_labels
+from ..errors import VitxError
+from ..transfer.fewshot import extract_features, fewshot_accuracy
+
+SHOTS = (1, 10)
+SEEDS = (0, 1, 2)
+KNN_K, KNN_TEMPERATURE = 20, 0.07
+
+
+class Monitor:
+    """The probes' data (decoded once) and their evaluation on a backbone."""
+
+    def __init__(self, spec: str, image_size: int, train_images: int = 2000, test_images: int = 1000) -> None:
+        train = open_source(spec, "train", image_size=image_size)
+        test = open_source(spec, "test", image_size=image_size) or \
+            open_source(spec, "validation", image_size=image_size)
+        if test is None or not train.num_classes or getattr(train, "micro_batches", None) is not None:
+            raise VitxError(f"--monitor {spec}: needs a labelled, indexable source with a test or validation split "
+                            "(e.g. embedded:digits, a labelled image folder)")
+        self.spec, self.num_classes = spec, int(train.num_classes)
+        self.preprocess = Preprocess(image_size=image_size)
+        labels = source_labels(train)
+        self.shots = tuple(k for k in SHOTS if np.bincount(labels[:train_images], minlength=self.num_classes).min() >= k)
+        self.train = decode_split(train, self.preprocess, range(min(train_images, len(train))))
+        self.test = decode_split(test, self.preprocess, range(min(test_images, len(test))))
+
+    @torch.no_grad()
+    def __call__(self, backbone: torch.nn.Module, device: torch.device) -> dict[str, float]:
+        was_training = backbone.training
+        train = extract_features(backbone, self.train.images, device=device, normalise=self.preprocess.normalise)
+        test = extract_features(backbone, self.test.images, device=device, normalise=self.preprocess.normalise)
+        backbone.train(was_training)
+        y_train, y_test = self.train.labels.numpy(), self.test.labels.numpy()
+        out: dict[str, Any] = {}
+        for k, accs in fewshot_accuracy(train, y_train, test, y_test, self.num_classes, self.shots, SEEDS).items():
+            out[f"monitor_fewshot_{k}shot"] = float(np.mean(accs))
+        out["monitor_knn"] = knn_accuracy(train, y_train, test, y_test, self.num_classes)
+        return out
+
+
+def knn_accuracy(train: np.ndarray, train_labels: np.ndarray, test: np.ndarray, test_labels: np.ndarray,
+                 num_classes: int, k: int = KNN_K, temperature: float = KNN_TEMPERATURE) -> float:
+    """Weighted k-nearest-neighbour accuracy on cosine similarity of (N, D) features."""
+    a = torch.nn.functional.normalize(torch.from_numpy(train).float(), dim=1)  # (N, D)
+    b = torch.nn.functional.normalize(torch.from_numpy(test).float(), dim=1)  # (M, D)
+    sim, idx = (b @ a.T).topk(min(k, a.shape[0]), dim=1)  # (M, k)
+    votes = torch.zeros(b.shape[0], num_classes).scatter_add_(
+        1, torch.from_numpy(train_labels)[idx], (sim / temperature).exp())  # (M, C)
+    return float((votes.argmax(1).numpy() == test_labels).mean())
