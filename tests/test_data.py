@@ -89,6 +89,13 @@ def test_jpeg_decodes_like_pil_and_crops_like_the_box(tmp_path):
         decode(EncodedImage((tmp_path / "a.jpg").read_bytes()[:200], "half.jpg"))
 
 
+def test_a_16_bit_png_is_scaled_to_8_bits_not_wrapped(tmp_path):
+    grey = np.array([[0, 500, 750, 65535]], dtype=np.uint16)  # wraps mod 256 to 0, 244, 238, 255
+    Image.fromarray(grey).save(tmp_path / "deep.png")  # PIL writes 16-bit greyscale
+    out = decode(EncodedImage.from_file(str(tmp_path / "deep.png")))
+    assert out.dtype == torch.uint8 and out[0, 0].tolist() == [0, 1, 2, 255]
+
+
 def test_batches_arrive_as_uint8_and_are_pinned_for_a_gpu():
     src = Shapes(size=20, length=64)
     pre = Preprocess(image_size=16)

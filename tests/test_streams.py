@@ -77,6 +77,31 @@ def test_shard_patterns(shards):
         open_source(str(shards / "train-{0000..0004}.tar"), "train")
 
 
+def test_a_damaged_shard_or_another_process_count_is_one_line(shards, tmp_path):
+    from vitx.runner import pretrain
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    with tarfile.open(shards / "train-0001.tar") as tar:
+        middle = [m for m in tar.getmembers() if m.name.endswith(".jpg")][12]
+    cut = middle.offset_data + middle.size // 2  # inside the 13th image's bytes
+    (broken / "train-0000.tar").write_bytes((shards / "train-0001.tar").read_bytes()[:cut])
+    source = open_source(str(broken), "train")
+    with pytest.raises(VitxError, match=r"cannot read .*broken"):
+        list(itertools.islice(source.records(0, 1, seed=0), 48))
+
+    opts = dict(model="vit-nano/4", data=str(shards), image_size=16, batch_size=8, steps=4, save_every=2,
+                eval_samples=0, workers=0, log_with="none", objective="mpp", output_dir=str(tmp_path / "run"))
+    pretrain({**opts, "steps": 2})  # stopped at its step-2 checkpoint, as a preempted run would be
+    config = tmp_path / "run" / "checkpoints" / "step_00000002" / "config.json"
+    record = json.loads(config.read_text())
+    assert record["data"]["processes"] == 1
+    record["data"]["processes"] = 2  # as if it had run on 2 processes
+    config.write_text(json.dumps(record))
+    with pytest.raises(VitxError, match="streams .* on 2 process"):
+        pretrain({**opts, "steps": 2}, resume=True)
+
+
 @pytest.mark.parametrize("kind", ["shards", "hub"])
 def test_each_process_reads_its_own_shards_and_resumes_at_its_position(kind, shards, hub_copy, monkeypatch):
     monkeypatch.setattr("datasets.config.SLEEP_TIME_ON_THREADS_SHUTDOWN", 0)  # 5 s at a shuffled epoch's end

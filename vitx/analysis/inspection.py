@@ -49,6 +49,8 @@ def _picture(prep: Preprocess, image: object) -> np.ndarray:
 def sample_images(spec: str, size: int, count: int, seed: int = 0) -> tuple[torch.Tensor, list[np.ndarray]]:
     """`count` evaluation images of a data spec at `size`: normalised (B, 3, S, S) and as uint8 pictures."""
     source = open_source(spec, "validation", size, seed) or open_source(spec, "train", size, seed)
+    if hasattr(source, "materialise"):  # a stream: its first images
+        source = source.materialise(count)
     prep = Preprocess(image_size=size)
     pictures = [_picture(prep, source.load(i)[0]) for i in range(min(count, len(source)))]
     return _as_batch(prep, pictures), pictures

@@ -62,6 +62,9 @@ def fewshot(
         test = open_source(what, "test", image_size=size) or open_source(what, "validation", image_size=size)
         if test is None:
             raise VitxError(f"{what} has no test or validation split to evaluate on")
+        if hasattr(train, "micro_batches"):
+            raise VitxError(f"{what} is a stream: few-shot evaluation draws its shots by index; use a save_to_disk "
+                            "copy or an image folder")
         if not train.num_classes:
             raise VitxError(f"{what} has no labels")
         preprocess = Preprocess(image_size=size)

@@ -32,7 +32,13 @@ class EncodedImage:
 
     @classmethod
     def from_file(cls, path: str) -> "EncodedImage":
+        """A local file, or a remote one (`hf://`, `zip://`, ... as streamed image folders name them)."""
         try:
+            if "://" in path:
+                from datasets.utils.file_utils import xopen
+
+                with xopen(path, "rb") as f:
+                    return cls(f.read(), path)
             with open(path, "rb") as f:
                 return cls(f.read(), path)
         except OSError as exc:
@@ -66,6 +72,10 @@ def _decode_bytes(image: EncodedImage) -> "torch.Tensor":
         else:
             out = decode_image(raw, mode=ImageReadMode.RGB)
         if out.ndim == 3 and out.shape[0] == 3:
+            if out.dtype != torch.uint8:  # 16-bit PNGs: scale to 8 bits, never wrap
+                from torchvision.transforms.v2.functional import to_dtype
+
+                out = to_dtype(out, torch.uint8, scale=True)
             return out
     except Exception:  # noqa: BLE001 — formats torchvision cannot read, or a damaged file: PIL decides
         pass

@@ -104,8 +104,16 @@ class StreamSource:
         ds = split_dataset_by_node(ds, rank=rank, world_size=world)
         for epoch in itertools.count():
             ds.set_epoch(epoch)
-            count = 0
-            for row in ds:
+            count, name = 0, self.origin
+            rows = iter(ds)
+            while True:
+                try:
+                    row = next(rows)
+                except StopIteration:
+                    break
+                except Exception as exc:  # a damaged shard (truncated tar, bad parquet): name where it happened
+                    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                    raise VitxError(f"cannot read {self.origin} after {name} (process {rank}): {first}") from None
                 name = f"{row.get('__url__', self.origin)}:{row.get('__key__', count)}"
                 yield self.columns.record(row, name, path_names=False)
                 count += 1

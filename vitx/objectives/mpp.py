@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from timm.models import checkpoint_seq
+from timm.models.vision_transformer import VisionTransformer
 
 from ..data.transforms import Preprocess
 from ..errors import VitxError
@@ -142,7 +143,7 @@ class MaskedPatchPrediction(Objective):
         timm's `forward_features`, stage by stage, with the corruption between the patch embedding and the
         position embedding: no forward hook, so `torch.compile` sees one whole graph."""
         bb = self.backbone
-        if not hasattr(bb, "_pos_embed"):  # a backbone outside timm's ViT contract: corrupt through a hook
+        if type(bb).forward_features is not VisionTransformer.forward_features:  # Eva, user overrides: a hook
             hook = bb.patch_embed.register_forward_hook(lambda module, args, out: self.corrupt(out, plan))
             try:
                 return bb.forward_features(images)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import torch
+from accelerate.utils import DistributedType
 from rich.console import Console
 
 from .. import __version__
@@ -60,7 +61,8 @@ class Trainer:
         self._streak = zero.clone()  # of them, consecutive up to now
         # with a fused Adam(W) the skip itself happens on the device (the kernel's found_inf): no step waits
         self.inner_optimizer = getattr(setup.optimizer, "optimizer", setup.optimizer)
-        self.skip_on_device = (bool(self.inner_optimizer.defaults.get("fused")) and cfg.precision != "fp16"
+        self.skip_on_device = (bool(getattr(self.inner_optimizer, "defaults", {}).get("fused"))
+                               and cfg.precision != "fp16" and acc.distributed_type != DistributedType.DEEPSPEED
                                and isinstance(self.inner_optimizer, (torch.optim.Adam, torch.optim.AdamW)))
         self._monitor = None  # the --monitor probes, built at their first use
         self._host_group = None  # a gloo group for stop/save agreement off the device (multi-process, fused)

@@ -103,6 +103,12 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
         val_source = val_source.materialise(cfg.eval_samples)
     data_info = {"spec": cfg.data, "num_classes": train_source.num_classes,
                  "class_names": train_source.class_names, "train_size": source_size(train_source)}
+    if hasattr(train_source, "micro_batches"):  # a stream's order depends on how many processes read it
+        data_info["processes"] = accelerator.num_processes
+        saved = read_config(resume_from).get("data", {}).get("processes") if resume_from is not None else None
+        if saved is not None and saved != accelerator.num_processes:
+            raise VitxError(f"{cfg.output_dir} streams {cfg.data} on {saved} process(es); resume it on {saved} (each "
+                            f"process reads its own shards, so {accelerator.num_processes} would read other samples)")
 
     obj_name, obj_opts = parse_spec(cfg.objective)
     objective = create_objective(obj_name, backbone, train_source.num_classes, **obj_opts)
