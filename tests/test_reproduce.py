@@ -3,6 +3,8 @@ token budgets) into a report whose figures all exist, and resumes without traini
 import json
 import re
 
+import pytest
+
 from vitx.reproduce import QUICK, reproduce
 from vitx.reproduce.claims import distance_claim, hires_claim, position_claim, transfer_claim
 
@@ -26,6 +28,12 @@ def test_claims_follow_their_criteria():
     assert transfer_claim(fake())["holds"]
     assert not transfer_claim(fake(scratch=0.3))["holds"]  # MPP below scratch
     assert not transfer_claim(fake(supervised=0.24))["holds"]  # supervised below MPP
+    assert not transfer_claim(fake(mpp=0.22))["holds"]  # +2 points, under 2 standard errors (2 × 1.3) of the gap
+    spread = fake()
+    spread["transfer"]["mpp"] = [{"test_top1": a} for a in (0.15, 0.25, 0.35)]  # mean 0.25, seed s.e. 5.8 points
+    spread["transfer"]["scratch"] = [{"test_top1": 0.2}] * 3
+    numbers = transfer_claim(spread)["numbers"]
+    assert numbers["mpp_stderr"] == pytest.approx(0.1 / 3 ** 0.5) and not transfer_claim(spread)["holds"]
     assert position_claim(fake())["holds"] and position_claim(fake(), "mpp")["holds"]
     assert not position_claim(fake(nearest=0.5))["holds"] and not position_claim(fake(corr=-0.1))["holds"]
     structured_init = fake()
@@ -48,7 +56,10 @@ def test_reproduction_pipeline_writes_a_complete_report_and_resumes(tmp_path):
     figures = re.findall(r"!\[\]\(([^)]+)\)", report)
     assert len(figures) == 8 and all((out / f).is_file() for f in figures)
     saved = json.loads((out / "results.json").read_text())
-    assert set(saved["transfer"]) == {"scratch", "mpp", "supervised"} and set(saved["hires"]) == {"0"}
+    assert {"scratch", "mpp", "supervised"} <= set(saved["transfer"]) and set(saved["hires"]) == {"0"}
+    assert set(saved["compute"]) == {"mpp@3"}  # MPP's checkpoint at half its steps, transferred too
+    assert [r["step"] for r in saved["pretrain"]["mpp"]["monitor"]] == [0, 3, 6]  # the monitor's curve
+    assert "### MPP against pre-training compute" in report and "| 3 | 48 |" in report
     weights = (out / "pretrain-supervised" / "model.safetensors").stat().st_mtime_ns
     assert not first["resumed"]
     second = reproduce(out, QUICK)  # everything is done: nothing is trained again

@@ -46,6 +46,8 @@ def pretrain(
     shuffle_buffer: Optional[int] = typer.Option(None, help=f"Streams: shuffle through a seeded buffer of this many encoded images per process; 0: read in order. [default: {D.shuffle_buffer}]"),
     grad_checkpointing: Optional[bool] = typer.Option(None, "--grad-checkpointing/--no-grad-checkpointing", help="Trade compute for memory."),
     crop_scale: Optional[float] = typer.Option(None, help=f"Smallest random-crop area fraction. [default: {D.crop_scale}]"),
+    randaugment: Optional[str] = typer.Option(None, help="timm RandAugment policy for training images, e.g. rand-m9-mstd0.5-inc1. [default: none]"),
+    random_erasing: Optional[float] = typer.Option(None, help="Probability of timm's RandomErasing per training image. [default: 0]"),
     log_with: Optional[str] = typer.Option(None, help="Accelerate tracker: auto (tensorboard if installed), none, wandb, ..."),
     max_nonfinite_steps: Optional[int] = typer.Option(None, help=f"Steps with a non-finite loss or gradient are skipped; stop after this many in a row. [default: {D.max_nonfinite_steps}]"),
     recipe: Optional[str] = RECIPE,

@@ -39,6 +39,8 @@ class Preprocess:
     eval_crop_pct: float = 1.0
     squash: bool = False  # eval: resize the whole image to a square (VTAB) instead of centre-cropping it
     augment: bool = True  # False: training sees the eval transform too (VTAB's protocol: resize only)
+    randaugment: str = ""  # a timm RandAugment policy after the crop, e.g. "rand-m9-mstd0.5-inc1"; "": none
+    random_erasing: float = 0.0  # probability of timm's RandomErasing (per-pixel noise), on the device, training only
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -49,7 +51,17 @@ class Preprocess:
         out = self._resize(image[:, top:top + h, left:left + w])
         if self.hflip and rng.random() < 0.5:
             out = out.flip(-1)
+        if self.randaugment:
+            out = _rand_augment(out, self.randaugment, self.image_size, self.mean, rng)
         return out
+
+    def erase(self, x: torch.Tensor) -> torch.Tensor:
+        """timm's RandomErasing on a normalised training batch (B, 3, S, S), where timm's own loader applies it
+        (after normalisation, on the device: erased pixels are N(0, 1) noise in normalised units). Its draws
+        come from Python's and torch's generators, which the runner seeds at every micro-step."""
+        if self.random_erasing <= 0:
+            return x
+        return _eraser(self.random_erasing, x.device)(x)
 
     def eval(self, image: torch.Tensor) -> torch.Tensor:
         """Centre crop of `eval_crop_pct` of the short side (or the whole image when `squash`), resized:
@@ -91,6 +103,54 @@ class Preprocess:
                 return top, left, ch, cw
         side = min(w, h)
         return (h - side) // 2, (w - side) // 2, side, side
+
+
+@lru_cache(maxsize=8)
+def rand_augment_policy(policy: str, size: int, mean: tuple[float, ...]):  # one per policy in each worker
+    from timm.data import rand_augment_transform
+
+    from ..errors import VitxError
+
+    import re
+
+    parts = policy.split("-")
+    if parts[0] != "rand" or any(not p.startswith("t") and not re.fullmatch(r"[a-z]+\d[\d.]*", p) for p in parts[1:]):
+        raise VitxError(f"randaugment '{policy}' is not a timm RandAugment policy (e.g. rand-m9-mstd0.5-inc1)")
+    hparams = {"translate_const": int(size * 0.45), "img_mean": tuple(round(255 * m) for m in mean)}
+    try:
+        return rand_augment_transform(policy, hparams)
+    except (AssertionError, KeyError, ValueError, IndexError):
+        raise VitxError(f"randaugment '{policy}' is not a timm RandAugment policy (e.g. rand-m9-mstd0.5-inc1)") \
+            from None
+
+
+def _rand_augment(image: torch.Tensor, policy: str, size: int, mean: tuple[float, ...],
+                  rng: np.random.Generator) -> torch.Tensor:
+    """timm's RandAugment (a PIL transform) on a (3, S, S) uint8 tensor. timm draws from Python's and NumPy's
+    global generators: they are seeded from this sample's own generator and restored after, so the sample's
+    augmentation depends on (seed, position) alone, as the crop does."""
+    import random
+
+    from PIL import Image
+
+    op = rand_augment_policy(policy, size, mean)
+    state, np_state = random.getstate(), np.random.get_state()
+    seed = int(rng.integers(2**63))
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    try:
+        out = op(Image.fromarray(image.permute(1, 2, 0).numpy()))
+    finally:
+        random.setstate(state)
+        np.random.set_state(np_state)
+    return torch.from_numpy(np.asarray(out, dtype=np.uint8).copy()).permute(2, 0, 1).contiguous()
+
+
+@lru_cache(maxsize=8)
+def _eraser(probability: float, device: torch.device):
+    from timm.data.random_erasing import RandomErasing
+
+    return RandomErasing(probability, mode="pixel", device=device)
 
 
 @lru_cache(maxsize=16)

@@ -1,4 +1,5 @@
-"""Supervised classification: softmax cross-entropy (sigmoid for multi-label), optional label smoothing."""
+"""Supervised classification: softmax cross-entropy (sigmoid for multi-label), optional label smoothing, and
+timm's Mixup/CutMix for from-scratch training on small data (the regularisation DeiT showed ViTs need there)."""
 from __future__ import annotations
 
 from typing import Any
@@ -20,22 +21,44 @@ class Supervised(Objective):
     needs_labels = True
 
     def __init__(self, backbone: nn.Module, num_classes: int, head: str = "mlp",
-                 multilabel: bool = False, label_smoothing: float = 0.0, **options: Any) -> None:
+                 multilabel: bool = False, label_smoothing: float = 0.0, mixup: float = 0.0, cutmix: float = 0.0,
+                 mix_prob: float = 1.0, switch_prob: float = 0.5, **options: Any) -> None:
         if options:
             raise VitxError(f"supervised objective has no option(s) {', '.join(sorted(options))}")
         if not 0.0 <= label_smoothing < 1.0:
             raise VitxError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+        if mixup < 0 or cutmix < 0 or not 0 <= mix_prob <= 1 or not 0 <= switch_prob <= 1:
+            raise VitxError("supervised mixup and cutmix (Beta alphas) must be ≥ 0, mix_prob and switch_prob in [0, 1]")
+        if (mixup or cutmix) and multilabel:
+            raise VitxError("supervised mixup/cutmix is for single-label classification")
         super().__init__(backbone, num_classes=num_classes, head=head, multilabel=multilabel,
-                         label_smoothing=label_smoothing)
+                         label_smoothing=label_smoothing, mixup=mixup, cutmix=cutmix, mix_prob=mix_prob,
+                         switch_prob=switch_prob)
         self.num_classes = num_classes
         self.multilabel = multilabel
         self.label_smoothing = label_smoothing
         self.head = build_head(head, backbone.embed_dim, num_classes)
+        self.mix = None
+        if mixup or cutmix:  # timm's Mixup: its Beta draws come from NumPy, which the runner seeds per micro-step
+            from timm.data import Mixup
+            from timm.loss import SoftTargetCrossEntropy
+
+            self.soft_loss = SoftTargetCrossEntropy()
+            self.mix = Mixup(mixup_alpha=mixup, cutmix_alpha=cutmix, prob=mix_prob, switch_prob=switch_prob,
+                             label_smoothing=label_smoothing, num_classes=num_classes)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        feats = self.backbone(batch["image"])  # (B, D) pooled [class] token
+        images, labels = batch["image"], batch["label"]  # (B, 3, H, W), (B,) or (B, K)
+        if self.mix is not None and self.training:
+            if images.shape[0] % 2:
+                raise VitxError(f"supervised mixup/cutmix needs an even batch per process, got {images.shape[0]}")
+            images, soft = self.mix(images, labels)  # mixed images, (B, K) mixed and smoothed targets
+            logits = self.head(self.backbone(images)).float()  # (B, K)
+            loss = self.soft_loss(logits, soft)
+            top1 = (logits.argmax(-1) == soft.argmax(-1)).float().mean()  # against each image's larger share
+            return {"loss": loss, "top1": top1.detach()}
+        feats = self.backbone(images)  # (B, D) pooled [class] token
         logits = self.head(feats).float()  # (B, K)
-        labels = batch["label"]
         if self.multilabel:  # labels: (B, K) in {0, 1}
             target = labels.float() * (1 - self.label_smoothing) + 0.5 * self.label_smoothing
             loss = F.binary_cross_entropy_with_logits(logits, target)

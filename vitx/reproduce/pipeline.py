@@ -1,10 +1,14 @@
-"""The small-scale reproduction, run end to end: pre-train (supervised, MPP), transfer (from scratch, MPP,
-supervised; then at a higher resolution), inspect, judge, report. Every step resumes: a finished run is kept,
+"""The small-scale reproduction, run end to end: pre-train (supervised, MPP, and MAE and SimCLR when their
+plugins are installed), transfer (from scratch, from each pre-training, from MPP part-way; then at a higher
+resolution), inspect, judge, report. Every step resumes: a finished run is kept,
 so a second call after a crash only does what is missing."""
 from __future__ import annotations
 
 import json
+import os
 import platform
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,34 +26,95 @@ from ..runner.reporting import make_console
 from ..runner.rundir import RunDir
 from ..transfer import TransferConfig, transfer
 from .claims import judge
-from .plan import CPU, Plan
+from ..errors import VitxError
+from ..spec import parse_spec
+from .plan import CPU, Plan, Pretraining
 from .report import write_report
 
 
 def _last_metrics(run: Path) -> dict[str, Any]:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    first, last = rows[0], rows[-1]
-    return {"first": first, "last": last, "val": next((r for r in reversed(rows) if "val_loss" in r), {})}
+    trained = [r for r in rows if "loss" in r]
+    first, last = trained[0], trained[-1]
+    return {"first": first, "last": last, "val": next((r for r in reversed(rows) if "val_loss" in r), {}),
+            "monitor": [{k: v for k, v in r.items() if k == "step" or k.startswith("monitor_")}
+                        for r in rows if "monitor_knn" in r]}
 
 
-def _pretrain(plan: Plan, name: str, objective: str, lr: float, run: Path, console: Console) -> dict[str, Any]:
+def _pretrain(plan: Plan, name: str, run: Path, console: Console) -> dict[str, Any]:
     tick = time.perf_counter()
-    pretrain({"objective": objective, "model": plan.model, "data": plan.data, "image_size": plan.image_size,
-              "batch_size": plan.batch_size, "steps": plan.pretrain_steps, "lr": lr,
-              "warmup_steps": max(1, plan.pretrain_steps // 15), "save_every": plan.pretrain_steps,
-              "log_every": max(1, plan.pretrain_steps // 30), "eval_samples": 1024 if name == "supervised" else 0,
-              "output_dir": str(run), "log_with": "none", "seed": 0},
+    spec = plan.pretrainings[name]
+    every = plan.pretrain_steps
+    if name == "mpp":  # checkpoints at the compute points too: the MPP-vs-scratch gap as pre-training grows
+        every = max(1, round(plan.pretrain_steps * min(plan.compute_points, default=1.0)))
+    pretrain({"objective": spec.objective, "model": plan.model, "data": plan.data, "image_size": plan.image_size,
+              "batch_size": plan.batch_size, "steps": plan.pretrain_steps, "lr": spec.lr, "precision": plan.precision,
+              "warmup_steps": max(1, plan.pretrain_steps // 15), "save_every": every,
+              "keep_checkpoints": plan.pretrain_steps // every + 1, "log_every": max(1, plan.pretrain_steps // 30),
+              "eval_samples": 1024 if name == "supervised" else 0, "output_dir": str(run), "log_with": "none",
+              "seed": 0, **({"monitor": plan.monitor, "monitor_every": every} if name == "mpp" and plan.monitor else {})},
              resume=RunDir(run).latest() is not None, console=console)
     return {**_last_metrics(run), "seconds": time.perf_counter() - tick}
 
 
-def _transfer(plan: Plan, start: str, out: Path, seed: int, console: Console, **changes: Any) -> dict[str, Any]:
+def _available(plan: Plan, console: Console) -> dict[str, Pretraining]:
+    """The plan's pre-trainings whose objective is installed; a missing plugin's rows are skipped, and said so."""
+    from ..registry import OBJECTIVES
+
+    chosen = {}
+    for name, spec in plan.pretrainings.items():
+        if parse_spec(spec.objective)[0] in OBJECTIVES.names():
+            chosen[name] = spec
+        else:
+            console.print(f"[yellow]skipping {name}: its objective comes with `pip install {spec.plugin}`[/]")
+    return chosen
+
+
+def _transfer_settings(plan: Plan, start: str, out: Path, seed: int, **changes: Any) -> dict[str, Any]:
     settings = dict(task=plan.task, start=start, model=plan.model if start == "scratch" else None,
-                    shots=plan.shots, image_size=plan.image_size, batch_size=plan.batch_size,
-                    lrs=list(plan.transfer_lrs), sweep_steps=[plan.transfer_steps], test_samples=plan.test_samples,
-                    seed=seed, output_dir=str(out))
-    cfg = TransferConfig(**{**settings, **changes})
-    return transfer(cfg, resume=out.exists(), console=console)["tasks"][0]
+                    shots=plan.shots, image_size=plan.image_size, batch_size=plan.transfer_batch,
+                    lrs=list(plan.transfer_lrs), sweep_steps=list(plan.transfer_steps), test_samples=plan.test_samples,
+                    seed=seed, output_dir=str(out), precision=plan.precision)
+    if not plan.sweep:
+        settings.update(sweep=False, lr=plan.transfer_lrs[0], steps=plan.transfer_steps[0])
+    return {**settings, **changes}
+
+
+def _transfers(jobs: dict[str, dict[str, Any]], parallel: int, console: Console) -> dict[str, dict[str, Any]]:
+    """Run transfer jobs (name → TransferConfig settings): in this process one after the other, or `parallel` at
+    a time as `vitx transfer` processes (small models leave most of a GPU idle; each gets its share of cores)."""
+    results: dict[str, dict[str, Any]] = {}
+    if parallel <= 1:
+        for name, settings in jobs.items():
+            out = Path(settings["output_dir"])
+            results[name] = transfer(TransferConfig(**settings), resume=out.exists(), console=console)["tasks"][0]
+        return results
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = max(1, (len(os.sched_getaffinity(0)) - 1) // parallel)
+
+    def run(name: str) -> dict[str, Any]:
+        settings = {**jobs[name], "workers": workers}
+        out = Path(settings["output_dir"])
+        summary = out / "summary.json"
+        if not summary.exists():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            recipe = out.parent / f"{out.name}.toml"  # the job's settings as a recipe: the CLI checks them as any
+            atomic_write_text(recipe, "[transfer]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()
+                                                               if v is not None))
+            args = [sys.executable, "-m", "vitx", "transfer", "--recipe", str(recipe)] + \
+                (["--resume"] if out.exists() else [])
+            with open(out.parent / f"{out.name}.log", "w") as log:
+                done = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT)
+            if done.returncode != 0:
+                raise VitxError(f"transfer {name} failed (exit {done.returncode}); see {out.parent / (out.name + '.log')}")
+        console.print(f"transfer {name}: done")
+        return json.loads(summary.read_text())["tasks"][0]
+
+    with ThreadPoolExecutor(parallel) as pool:
+        for name, result in zip(jobs, pool.map(run, jobs)):
+            results[name] = result
+    return results
 
 
 def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console: Console | None = None) -> dict[str, Any]:
@@ -58,27 +123,35 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
     out.mkdir(parents=True, exist_ok=True)
     console = console or make_console()
     began = time.perf_counter()
-    runs = {"supervised": out / "pretrain-supervised", "mpp": out / "pretrain-mpp"}
-    results: dict[str, Any] = {"plan": plan.to_dict(), "pretrain": {}, "transfer": {}, "hires": {}, "inspect": {},
-                               "resumed": any(RunDir(r).latest() is not None for r in runs.values())}
+    chosen = _available(plan, console)
+    runs = {name: out / f"pretrain-{name}" for name in chosen}
+    results: dict[str, Any] = {"plan": plan.to_dict(), "pretrain": {}, "transfer": {}, "compute": {}, "hires": {},
+                               "inspect": {}, "resumed": any(RunDir(r).latest() is not None for r in runs.values())}
 
     console.rule("1/4 pre-training")
-    results["pretrain"]["supervised"] = _pretrain(plan, "supervised", "supervised", plan.supervised_lr,
-                                                  runs["supervised"], console)
-    results["pretrain"]["mpp"] = _pretrain(plan, "mpp", plan.mpp, plan.mpp_lr, runs["mpp"], console)
+    for name in chosen:
+        results["pretrain"][name] = _pretrain(plan, name, runs[name], console)
 
     console.rule("2/4 low-data transfer")
-    starts = {"scratch": "scratch", "mpp": str(runs["mpp"]), "supervised": str(runs["supervised"])}
-    for name, start in starts.items():
-        results["transfer"][name] = [_transfer(plan, start, out / "transfer" / f"{name}-seed{seed}", seed, console)
-                                     for seed in plan.seeds]
+    starts = {"scratch": "scratch", **{name: str(run) for name, run in runs.items()}}
+    mpp_steps = sorted({max(1, round(plan.pretrain_steps * f)) for f in plan.compute_points} - {plan.pretrain_steps})
+    for step in mpp_steps:  # the compute curve: MPP checkpoints part-way through its pre-training
+        starts[f"mpp@{step}"] = str(runs["mpp"] / "checkpoints" / f"step_{step:08d}")
+    jobs = {f"{name}-seed{seed}": _transfer_settings(plan, start, out / "transfer" / f"{name}-seed{seed}", seed)
+            for name, start in starts.items() for seed in plan.seeds}
+    done = _transfers(jobs, plan.jobs, console)
+    for name in starts:
+        rows = [done[f"{name}-seed{seed}"] for seed in plan.seeds]
+        (results["compute"] if "@" in name else results["transfer"])[name] = rows
 
     console.rule("3/4 fine-tuning at a higher resolution")
+    hires = {}
     for seed, low in zip(plan.seeds, results["transfer"]["supervised"]):
-        chosen = low["chosen"]  # the same lr and steps as the run at the pre-training resolution
-        results["hires"][str(seed)] = _transfer(plan, starts["supervised"], out / "hires" / f"seed{seed}", seed,
-                                                console, image_size=plan.hires, sweep=False, lr=chosen["lr"],
-                                                steps=chosen["steps"])
+        chosen_run = low["chosen"]  # the same lr and steps as the run at the pre-training resolution
+        hires[str(seed)] = _transfer_settings(plan, starts["supervised"], out / "hires" / f"seed{seed}", seed,
+                                              image_size=plan.hires, sweep=False, lr=chosen_run["lr"],
+                                              steps=chosen_run["steps"])
+    results["hires"] = _transfers(hires, plan.jobs, console)
 
     console.rule("4/4 inspecting")
     torch.manual_seed(0)

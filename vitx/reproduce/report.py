@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint import atomic_write_text
+from .claims import start_stderr
 
 
 def _pct(x: float) -> str:
@@ -16,7 +17,7 @@ def _measured(c: dict[str, Any]) -> str:
     n = c["numbers"]
     if c["id"] == "mpp":
         return (f"scratch {_pct(n['scratch_top1'])}, MPP {_pct(n['mpp_top1'])}, supervised "
-                f"{_pct(n['supervised_top1'])} (± {_pct(n['stderr'])})")
+                f"{_pct(n['supervised_top1'])}; MPP − scratch {100 * n['gap']:+.2f} ± {100 * n['gap_stderr']:.2f} points")
     if c["id"].startswith("posemb-"):
         trained = c["id"].split("-", 1)[1]
         return (f"nearest patch in own row/column: init {n['init_nearest_in_row_or_column']:.0%}, trained "
@@ -29,13 +30,58 @@ def _measured(c: dict[str, Any]) -> str:
 
 
 def _transfer_table(results: dict[str, Any]) -> list[str]:
-    seeds = results["plan"]["seeds"]
-    lines = ["| start | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | chosen lr × steps |",
+    seeds, n = results["plan"]["seeds"], results["plan"]["test_samples"]
+    lines = ["| start | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± s.e. | chosen lr × steps |",
              "|---" * (len(seeds) + 3) + "|"]
     for name, runs in results["transfer"].items():
         accs = [r["test_top1"] for r in runs]
         chosen = ", ".join(f"{r['chosen']['lr']:g} × {r['chosen']['steps']}" for r in runs)
-        lines.append(f"| {name} | " + " | ".join(_pct(a) for a in accs) + f" | {_pct(sum(accs) / len(accs))} | {chosen} |")
+        lines.append(f"| {name} | " + " | ".join(_pct(a) for a in accs) +
+                     f" | {_pct(sum(accs) / len(accs))} ± {_pct(start_stderr(runs, n))} | {chosen} |")
+    return lines
+
+
+def _compute_table(results: dict[str, Any]) -> list[str]:
+    """MPP's transfer accuracy against its pre-training steps, with the gap to scratch (0 steps)."""
+    plan, n = results["plan"], results["plan"]["test_samples"]
+    scratch = results["transfer"]["scratch"]
+    base, base_se = sum(r["test_top1"] for r in scratch) / len(scratch), start_stderr(scratch, n)
+    points = [(0, scratch)] + sorted((int(k.split("@")[1]), v) for k, v in results["compute"].items()) + \
+        [(plan["pretrain_steps"], results["transfer"]["mpp"])]
+    lines = ["| MPP pre-training steps | images seen | test top-1 | MPP − scratch (points) |", "|---|---|---|---|"]
+    for steps, runs in points:
+        mean, se = sum(r["test_top1"] for r in runs) / len(runs), start_stderr(runs, n)
+        gap = "—" if steps == 0 else f"{100 * (mean - base):+.2f} ± {100 * (se ** 2 + base_se ** 2) ** 0.5:.2f}"
+        lines.append(f"| {steps} | {steps * plan['batch_size']:,} | {_pct(mean)} ± {_pct(se)} | {gap} |")
+    return lines
+
+
+def _monitor_table(results: dict[str, Any]) -> list[str]:
+    rows = [r for r in results["pretrain"]["mpp"].get("monitor", []) if "monitor_knn" in r]
+    if not rows:
+        return []
+    shots = sorted({k for r in rows for k in r if k.startswith("monitor_fewshot_")},
+                   key=lambda k: int(k.split("_")[2][:-4]))
+    head = " | ".join(k.split("_")[2].replace("shot", "-shot") for k in shots)
+    lines = [f"The representation monitor during MPP pre-training (`{results['plan']['monitor']}`, frozen "
+             "features; few-shot is the closed-form linear head of `vitx eval fewshot`, kNN the weighted 20-NN):", "",
+             f"| step | {head} | kNN |", "|---" * (len(shots) + 2) + "|"]
+    for r in rows:
+        lines.append(f"| {r['step']} | " + " | ".join(_pct(r[k]) for k in shots) + f" | {_pct(r['monitor_knn'])} |")
+    return lines + [""]
+
+
+def _other_objectives(results: dict[str, Any]) -> list[str]:
+    skipped = [k for k in results["plan"]["pretrainings"] if k not in results["pretrain"]]
+    lines = []
+    for name in ("mae", "simclr"):
+        if name in results["pretrain"]:
+            r = results["pretrain"][name]
+            lines.append(f"- `{results['plan']['pretrainings'][name]['objective']}`: loss {r['first']['loss']:.3f} → "
+                         f"{r['last']['loss']:.3f} over {results['plan']['pretrain_steps']} steps "
+                         f"({r['seconds']:.0f} s).")
+    if skipped:
+        lines.append(f"- Not run here (plugin not installed): {', '.join(skipped)}.")
     return lines
 
 
@@ -71,14 +117,15 @@ def write_report(results: dict[str, Any], path: Path) -> Path:
     lines = [
         "# vitx: the ViT paper's findings at small scale",
         "",
-        f"Command: `vitx reproduce --output-dir {path.parent}` · {results['seconds'] / 60:.1f} minutes"
+        f"Command: `vitx reproduce --plan {plan.get('name', 'cpu')} --output-dir {path.parent}` · {results['seconds'] / 60:.1f} minutes"
         f"{' (this call; it reused the runs an earlier call finished)' if results.get('resumed') else ''} on "
         f"{machine['cores']} CPU threads{' and ' + machine['gpu'] if machine['gpu'] else ''} · vitx {machine['vitx']}, "
         f"torch {machine['torch']}.",
         "",
         f"Everything is trained here, on data generated on the fly: {plan['model']} at {plan['image_size']}px, "
         f"pre-trained for {plan['pretrain_steps']} steps (batch {plan['batch_size']}) on `{plan['data']}`, then "
-        f"transferred to `{plan['task']}` with {plan['shots']} labelled images. The pre-training uses seed 0; "
+        f"transferred to `{plan['task']}` with {plan['shots']} labelled images. Pre-trainings: "
+        f"{', '.join(results['pretrain'])}. The pre-training uses seed 0; "
         f"each transfer uses seeds {', '.join(map(str, plan['seeds']))}. **{held} of {len(claims)} claims reproduce.**",
         "",
         "| claim | paper | measured here | reproduces |",
@@ -92,17 +139,33 @@ def write_report(results: dict[str, Any], path: Path) -> Path:
         "## 1. Pre-training and low-data transfer",
         "",
         f"Supervised pre-training reached {_pct(sup_val) if sup_val is not None else 'n/a'} validation top-1 "
-        f"(10 classes). Masked patch prediction (`{plan['mpp']}`) went from loss {mpp_first['loss']:.2f} to "
+        f"(10 classes). Masked patch prediction (`{plan['pretrainings']['mpp']['objective']}`) went from loss {mpp_first['loss']:.2f} to "
         f"{mpp_last['loss']:.2f}. Over the same steps, its corrupted-patch colour accuracy went from "
         f"{_pct(mpp_first.get('colour_acc', 0))} to {_pct(mpp_last.get('colour_acc', 0))}. Always guessing the most "
         f"frequent colour scores {_pct(mpp_last.get('baseline_acc', 0))}.",
         "",
-        f"Transfer: the paper's protocol at small size. Sweep lr {plan['transfer_lrs']} × {plan['transfer_steps']} "
-        f"steps on {plan['shots'] * 4 // 5} train images, pick on {plan['shots'] // 5} validation images, "
-        f"retrain on all {plan['shots']}, then test on {plan['test_samples']} images. Chance is 10%.",
+        (f"Transfer: the paper's protocol at small size (SGD with momentum, batch {plan['transfer_batch']}). "
+         f"Sweep lr {plan['transfer_lrs']} × {plan['transfer_steps']} steps on {plan['shots'] * 4 // 5} train "
+         f"images, pick on {plan['shots'] // 5} validation images, retrain on all {plan['shots']}, then test on "
+         f"{plan['test_samples']} images." if len(plan['transfer_lrs']) * len(plan['transfer_steps']) > 1 else
+         f"Transfer: fine-tuning with SGD and momentum at one setting (lr {plan['transfer_lrs'][0]}, "
+         f"{plan['transfer_steps'][0]} steps of batch {plan['transfer_batch']}; no sweep, to fit the plan's time) on "
+         f"{plan['shots']} labelled images, then test on {plan['test_samples']} images.") +
+        " Chance is 10%. The standard error of a mean is the spread over the transfer seeds, never below the test "
+        "set's binomial error.",
         "",
         *_transfer_table(results),
         "",
+        "### MPP against pre-training compute",
+        "",
+        "The same transfer from MPP checkpoints part-way through its pre-training (0 steps is training from "
+        "scratch): whether, and where, masked patch prediction starts to pay off.",
+        "",
+        *_compute_table(results),
+        "",
+        *_monitor_table(results),
+        *(["Other self-supervised objectives (plugins), transferred above on the same protocol:", "",
+           *_other_objectives(results), ""] if _other_objectives(results) else []),
         f"Note: `{plan['task']}` has the same 10 classes as the pre-training images (other draws). So supervised "
         "pre-training here is in-domain label transfer, like JFT-300M's labels covering ImageNet's classes, "
         "and its lead over MPP is expected to be large.",

@@ -59,6 +59,8 @@ class PretrainConfig:
     skip_corrupt: bool = False
     grad_checkpointing: bool = False
     crop_scale: float = 0.8
+    randaugment: str = ""  # a timm RandAugment policy, e.g. "rand-m9-mstd0.5-inc1" (small-data supervised training)
+    random_erasing: float = 0.0  # probability of timm's RandomErasing per training image
     log_with: str = "auto"  # auto: tensorboard when installed; none; or any Accelerate tracker name
     max_nonfinite_steps: int = 10  # consecutive optimiser steps skipped for a non-finite loss/gradient before stopping
     save_every_minutes: float = 0.0  # also checkpoint when this much time has passed since the last save; 0: off
@@ -95,6 +97,12 @@ class PretrainConfig:
             raise VitxError(f"--monitor-every must not be negative, got {self.monitor_every}")
         if self.shuffle_buffer < 0:
             raise VitxError(f"--shuffle-buffer must not be negative, got {self.shuffle_buffer}")
+        if not 0 <= self.random_erasing <= 1:
+            raise VitxError(f"--random-erasing must be in [0, 1], got {self.random_erasing}")
+        if self.randaugment:
+            from ..data.transforms import rand_augment_policy
+
+            rand_augment_policy(self.randaugment, 32, (0.5, 0.5, 0.5))  # a bad policy fails here, in one line
         if not 0 < self.crop_scale <= 1:
             raise VitxError(f"--crop-scale must be in (0, 1], got {self.crop_scale}")
         return self

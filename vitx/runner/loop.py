@@ -91,12 +91,14 @@ class Trainer:
             self._batches = iter(loader)
         return self._batches
 
-    def to_device(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+    def to_device(self, batch: dict[str, Any], train: bool = False) -> dict[str, torch.Tensor]:
         """Host uint8 batch → the model's input on the device: images normalised there (a quarter of float32's
-        transfer, and no float image on the host)."""
-        device = self.s.accelerator.device
-        image = batch["image"].to(device, non_blocking=True)
-        return {"image": self.s.preprocess.normalise(image), "label": batch["label"].to(device, non_blocking=True)}
+        transfer, and no float image on the host), then randomly erased when training asks for it."""
+        device, pre = self.s.accelerator.device, self.s.preprocess
+        image = pre.normalise(batch["image"].to(device, non_blocking=True))  # (B, 3, S, S) float32
+        if train:
+            image = pre.erase(image)
+        return {"image": image, "label": batch["label"].to(device, non_blocking=True)}
 
     def step(self, micro_batches: list[dict[str, Any]] | None = None) -> None:
         """One optimiser step over `grad_accum` micro-batches (drawn from the stream when not given).
@@ -112,7 +114,7 @@ class Trainer:
             # the randomness contract (randomness.py): draws depend on (seed, process, micro-step) only
             seed_position(s.cfg.seed, acc.process_index, self.step_count * s.cfg.grad_accum + j, TRAIN)
             self.skipped += batch["skipped"].sum()
-            batch = self.to_device(batch)
+            batch = self.to_device(batch, train=True)
             with acc.accumulate(s.model):
                 out = self.forward(batch)
                 bad = bad + (~torch.isfinite(out["loss"].detach())).float()

@@ -1,6 +1,6 @@
 """The randomness contract of a run: what an objective's random draws depend on.
 
-Inside a training step the runner re-seeds torch's global generators (CPU and every GPU) before each
+Inside a training step the runner re-seeds torch's global generators (CPU and every GPU), NumPy's and Python's, before each
 micro-batch's forward, from (seed, process, micro-step). So:
 
 - every process draws its own numbers (MPP corruption plans, MAE masks, SimCLR views, drop-path): N processes
@@ -17,6 +17,8 @@ depend on the training history either.
 """
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import torch
 
@@ -30,5 +32,10 @@ def stream_seed(seed: int, process: int, position: int, purpose: int = TRAIN) ->
 
 
 def seed_position(seed: int, process: int, position: int, purpose: int = TRAIN) -> None:
-    """Re-seed torch's global generators (CPU and all GPUs) for this process at this position of the run."""
-    torch.manual_seed(stream_seed(seed, process, position, purpose))
+    """Re-seed torch's global generators (CPU and all GPUs), NumPy's and Python's for this process at this
+    position of the run: objectives that use library code drawing from NumPy or Python (timm's Mixup, its
+    RandomErasing) keep the contract too."""
+    value = stream_seed(seed, process, position, purpose)
+    torch.manual_seed(value)
+    np.random.seed(value % 2**32)
+    random.seed(value)
