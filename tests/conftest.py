@@ -21,9 +21,10 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A run small enough for a test: 0.2M-parameter backbone, 16px, a few steps.
+# A run small enough for a test: 0.2M-parameter backbone, 16px, a few steps; no curves.png (the session runs
+# below draw theirs, and tests/test_curves.py reads them).
 TINY = {"model": "vit-nano/4", "data": "embedded:shapes", "batch_size": 16, "steps": 6, "warmup_steps": 2,
-        "save_every": 3, "log_every": 1, "eval_samples": 32, "workers": 0, "log_with": "none"}
+        "save_every": 3, "log_every": 1, "eval_samples": 32, "workers": 0, "log_with": "none", "curves": False}
 
 
 def tiny(tmp_path: Path, **changes) -> dict:
@@ -122,17 +123,17 @@ def pretrained_run(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("pretrained") / "run"
     pretrain({**TINY, "data": "embedded:digits", "output_dir": str(out), "steps": 150, "batch_size": 64,
-              "warmup_steps": 10, "save_every": 150, "log_every": 10, "eval_samples": 360})
+              "warmup_steps": 10, "save_every": 150, "log_every": 10, "eval_samples": 360, "curves": True})
     return out
 
 
-MPP_OVERRIDES = {"steps": 60, "batch_size": 64, "warmup_steps": 6, "log_every": 10}
+MPP_OVERRIDES = {"steps": 60, "batch_size": 64, "warmup_steps": 6, "log_every": 10, "monitor_every": 30}
 
 
 @pytest.fixture(scope="session")
 def mpp_run(tmp_path_factory) -> Path:
-    """The CPU MPP recipe (`recipes/cpu/pretrain-mpp.toml`, vit-nano/4 on dead leaves at 16px), shortened to 60
-    steps of 64 with `--set`, run through the command as a user types it (~15 s: dead leaves are drawn in Python)."""
+    """The CPU MPP recipe (`recipes/cpu/pretrain-mpp.toml`, vit-nano/4 on the digits at 32px, monitored on
+    digits), shortened to 60 steps of 64 with `--set`, run through the command as a user types it."""
     out = tmp_path_factory.mktemp("mpp") / "run"
     sets = [a for k, v in MPP_OVERRIDES.items() for a in ("--set", f"{k}={v}")]
     proc = vitx_cli("pretrain", "--recipe", "recipes/cpu/pretrain-mpp.toml", *sets, "--workers", "1",
@@ -142,15 +143,16 @@ def mpp_run(tmp_path_factory) -> Path:
 
 
 TRANSFER = dict(task="vtab/dsprites_loc", shots=40, batch_size=8, lrs=[0.003, 0.03], sweep_steps=[2, 4],
-                test_samples=64, workers=0, save_every=2, log_every=1)
+                test_samples=64, workers=0, save_every=2, log_every=1, curves=False)
 
 
 @pytest.fixture(scope="session")
 def transfer_run(tmp_path_factory, pretrained_run) -> tuple[Path, dict]:
     """The VTAB protocol (a 2 lr × 2 steps sweep, retrain, test) from `pretrained_run` to dSprites location at
-    32px (position embeddings interpolated 4×4 → 8×8): its output directory and the returned results."""
+    32px (position embeddings interpolated 4×4 → 8×8), with its figures: its output directory and the returned
+    results."""
     from vitx.transfer import TransferConfig, transfer
 
     out = tmp_path_factory.mktemp("transfer") / "t"
-    cfg = TransferConfig(start=str(pretrained_run), image_size=32, output_dir=str(out), **TRANSFER)
+    cfg = TransferConfig(start=str(pretrained_run), image_size=32, output_dir=str(out), **{**TRANSFER, "curves": True})
     return out, transfer(cfg)

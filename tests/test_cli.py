@@ -51,7 +51,7 @@ def test_console_script_answers_without_the_training_stack():
     library = ("import sys, vitx; print(len(vitx.BACKBONES.names()), len(vitx.TASKS.names()), "
                "'torch' in sys.modules, 'timm' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", library], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert proc.stdout.split() == ["13", "20", "False", "False"], proc.stderr[-2000:]
+    assert proc.stdout.split() == ["13", "21", "False", "False"], proc.stderr[-2000:]
 
 
 def test_models_lists_every_paper_backbone_with_exact_sizes():

@@ -33,7 +33,8 @@ def _losses(run) -> list[float]:
 def test_compiled_run_has_the_eager_losses(objective, backend, tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "COMPILE_BACKEND", backend)
     opts = dict(objective=objective, model="vit-nano/4", data=OBJECTIVES[objective], batch_size=16, steps=4,
-                warmup_steps=1, save_every=4, log_every=1, eval_samples=0, workers=0, log_with="none")
+                warmup_steps=1, save_every=4, log_every=1, eval_samples=0, workers=0, log_with="none",
+                curves=False)
     pretrain({**opts, "output_dir": str(tmp_path / "eager")})
     pretrain({**opts, "output_dir": str(tmp_path / "compiled"), "compile": True})
     eager, compiled = _losses(tmp_path / "eager"), _losses(tmp_path / "compiled")

@@ -60,3 +60,37 @@ def test_fewshot_on_digits_from_a_pretrained_checkpoint(pretrained_run):
     # the needed train images are decoded a chunk at a time (memory at ImageNet scale): the same numbers
     chunked = evaluate_sources(backbone, train, test, pre, shots=(1, 10), seeds=(0, 1), reg=2.0 ** 10, chunk=7)
     assert chunked["shots"] == result["shots"]
+
+
+def test_fewshot_reads_pre_logits_of_a_supervised_run(pretrained_run, mpp_run, tmp_path):
+    """The paper's few-shot features: after the supervised head's tanh layer; `--features backbone` takes the
+    [class] token instead; a run without that layer (MPP) reads its backbone either way. Reports say which."""
+    import json
+
+    import torch
+
+    from tests.conftest import vitx_cli
+    from vitx.transfer.representation import representation
+
+    backbone = load_start(str(pretrained_run)).eval()
+    feats = representation(backbone, str(pretrained_run))
+    heads = __import__("safetensors.torch", fromlist=["load_file"]).load_file(str(pretrained_run / "heads.safetensors"))
+    x = torch.randn(4, 3, 16, 16)
+    with torch.no_grad():
+        expected = torch.tanh(backbone(x) @ heads["head.pre_logits.fc.weight"].T + heads["head.pre_logits.fc.bias"])
+        torch.testing.assert_close(feats(x), expected)  # (4, 64), in (-1, 1)
+    assert feats.kind.startswith("pre-logits")
+    assert representation(load_start(str(mpp_run)), str(mpp_run)).layer is None
+
+    numbers = {}
+    for which in ("pre-logits", "backbone"):
+        out = tmp_path / f"{which}.json"
+        proc = vitx_cli("eval", "fewshot", "--from", str(pretrained_run), "--shots", "10", "--seeds", "2",
+                        "--features", which, "--output", str(out))
+        assert proc.returncode == 0, proc.stderr
+        numbers[which] = json.loads(out.read_text())
+        assert numbers[which]["features"].startswith(which)
+        assert numbers[which]["shots"]["10"]["mean"] > 0.5  # chance 0.10
+    assert numbers["pre-logits"]["shots"] != numbers["backbone"]["shots"]  # different features, different heads
+    bad = vitx_cli("eval", "fewshot", "--from", str(pretrained_run), "--features", "logits")
+    assert bad.returncode != 0 and "--features" in bad.stderr and "Traceback" not in bad.stderr

@@ -146,16 +146,19 @@ def test_mpp_learns_above_the_trivial_baseline(mpp_run):
     most-frequent-colour baseline."""
     log = [m for m in metrics(mpp_run) if "loss" in m]  # (step 0 holds only the monitor's starting point)
     assert [m["step"] for m in log] == [10, 20, 30, 40, 50, 60]
-    assert log[-1]["colour_acc"] > log[0]["colour_acc"] + 0.02  # measured: 0.027 → 0.068
-    # the last 20 steps (about 10,000 corrupted patches): measured 0.0674 against 0.0609 (standard error ~0.0025)
+    assert log[-1]["colour_acc"] > log[0]["colour_acc"] + 0.05  # measured on the digits: 0.333 → 0.443
+    # the last 20 steps (about 40,000 corrupted patches; most are black background, which the trivial baseline
+    # always guesses): measured 0.443 against 0.402 (standard error ~0.0025)
     late = {k: (log[-1][k] + log[-2][k]) / 2 for k in ("colour_acc", "baseline_acc")}
-    assert late["colour_acc"] > late["baseline_acc"] + 0.004, late
-    assert log[-1]["loss"] < log[0]["loss"] - 0.3, log
+    assert late["colour_acc"] > late["baseline_acc"] + 0.02, late
+    assert log[-1]["loss"] < log[0]["loss"] - 2.0, log  # measured 4.36 → 1.51
 
 
 def test_the_monitor_reads_the_features_as_the_run_trains(mpp_run):
     """The CPU MPP recipe monitors few-shot and kNN accuracy on digits (real handwriting, 10 classes): at the
-    start, every 30 steps and at the end, in metrics.jsonl, from the backbone's features."""
+    start, every 30 steps and at the end, in metrics.jsonl, from the backbone's features. (Measured: 10-shot
+    0.38 → 0.32 → 0.27 and kNN 0.58 → 0.44 → 0.41 here: early MPP moves the [class] token away from a
+    representation, as the full recipe's monitor shows, recipes/reproduction/STUDY.md.)"""
     seen = [m for m in metrics(mpp_run) if "monitor_knn" in m]
     assert [m["step"] for m in seen] == [0, 30, 60]
     for m in seen:

@@ -25,7 +25,7 @@ def test_two_processes_match_one(tmp_path, monkeypatch):
     group beside the default one) run on 2 processes; the non-fused path's collective runs in test_streams."""
     # 33 validation images: 17 and 16 per process, 3 and 2 batches of 8; the short process runs a filler forward
     opts = dict(model="vit-nano/4", data="embedded:shapes", batch_size=16, steps=8, warmup_steps=2, save_every=8,
-                log_every=1, eval_samples=33, workers=0, log_with="none")
+                log_every=1, eval_samples=33, workers=0, log_with="none", curves=False)
     from vitx.runner import pretrain
 
     plugin = tmp_path / "fused.py"
@@ -60,7 +60,7 @@ def test_one_validation_image_on_two_processes(tmp_path):
     from vitx.runner import pretrain
 
     opts = dict(model="vit-nano/4", data="embedded:shapes", batch_size=8, steps=2, warmup_steps=1, save_every=2,
-                eval_samples=1, workers=0, log_with="none")
+                eval_samples=1, workers=0, log_with="none", curves=False)
     one = pretrain({**opts, "output_dir": str(tmp_path / "one")})
     two = subprocess.run(["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29519",
@@ -100,7 +100,7 @@ def test_each_process_draws_its_own_mpp_corruption(tmp_path):
     plugin.write_text(RECORDING_MPP)
     plans.mkdir()
     opts = dict(objective="mpp-recording", model="vit-nano/4", data="embedded:leaves", batch_size=16, steps=2,
-                warmup_steps=1, save_every=2, eval_samples=0, workers=0, log_with="none",
+                warmup_steps=1, save_every=2, eval_samples=0, workers=0, log_with="none", curves=False,
                 output_dir=str(tmp_path / "run"))
     res = subprocess.run(["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29518",

@@ -95,7 +95,7 @@ def test_vitx_plugins_lists_origins_and_components(tmp_path):
     bad.write_text("raise RuntimeError('broken on purpose')\n")
     proc = vitx_cli("plugins", "--plugin", str(plugin), "--plugin", str(bad))
     assert proc.returncode == 0, proc.stderr
-    assert "objective smooth-sup" in proc.stdout and "built-in" in proc.stdout and "20 tasks" in proc.stdout
+    assert "objective smooth-sup" in proc.stdout and "built-in" in proc.stdout and "21 tasks" in proc.stdout
     assert "entry point mae" in proc.stdout and "failed" in proc.stdout
     assert "objective simclr" in proc.stdout and "adapter lora" in proc.stdout  # the first-party packages
     assert sum("bad.py" in line for line in proc.stderr.splitlines()) == 1

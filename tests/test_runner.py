@@ -126,7 +126,7 @@ def test_kill_9_then_resume_gives_identical_weights(objective, tmp_path):
     # vit-nano/4 at 16px, about 0.06 s a step: after the step-8 checkpoint, 16 steps (about a second) remain
     # for the kill, which the test sends within 20 ms of seeing it
     opts = dict(objective=objective, model="vit-nano/4", data=KILL_9[objective], batch_size=32, steps=24,
-                warmup_steps=4, save_every=8, log_every=1, eval_samples=0, workers=1, log_with="none")
+                warmup_steps=4, save_every=8, log_every=1, eval_samples=0, workers=1, log_with="none", curves=False)
     full = tmp_path / "full"
     pretrain({**opts, "output_dir": str(full)})
 

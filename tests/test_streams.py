@@ -162,7 +162,7 @@ def test_two_processes_stream_and_resume_at_the_right_sample_after_kill_9(kind, 
     run = tmp_path / "run"
     opts = dict(objective="supervised-recording", model="vit-nano/4", data=spec, image_size=16, batch_size=8,
                 steps=16, warmup_steps=2, save_every=4, log_every=1, eval_samples=0, workers=1, shuffle_buffer=16,
-                log_with="none", output_dir=str(run))
+                log_with="none", curves=False, output_dir=str(run))
     cmd = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29521" if stream else "29522",
            "-m", "vitx", "--plugin", str(plugin), "pretrain", *as_flags(opts), *(["--stream"] if stream else [])]

@@ -13,13 +13,17 @@ import typer
 
 from .. import __version__
 from ..errors import VitxError
+from ..invocation import recording
 from ..plugins import load_env_plugins, load_plugin
 from .catalog import adapters, tasks
 from .evaluate import app as eval_app
+from .export import export
 from .inspect import inspect
 from .models import models
 from .objectives import objectives
+from .plot import plot
 from .plugins import plugins
+from .predict import predict
 from .pretrain import pretrain
 from .reproduce import reproduce
 from .transfer import transfer
@@ -53,6 +57,9 @@ app.command("tasks")(tasks)
 app.command("plugins")(plugins)
 app.command("inspect")(inspect)
 app.command("reproduce")(reproduce)
+app.command("export")(export)
+app.command("predict")(predict)
+app.command("plot")(plot)
 app.add_typer(eval_app, name="eval")
 
 
@@ -78,11 +85,13 @@ def main(argv: list[str] | None = None) -> None:
     """The console script. `argv` (default: sys.argv[1:]) lets tests and notebooks run a command in-process;
     like the script, it ends in SystemExit with the exit status."""
     try:
-        argv, plugins = _take_plugins(sys.argv[1:] if argv is None else list(argv))
+        given = sys.argv[1:] if argv is None else list(argv)
+        argv, plugins = _take_plugins(given)
         load_env_plugins()
         for target in plugins:
             load_plugin(target)
-        app(args=argv, prog_name="vitx")
+        with recording(given):  # config.json records the command line (model cards show it)
+            app(args=argv, prog_name="vitx")
     except VitxError as exc:
         print(f"{exc.label}: {exc.user_message()}", file=sys.stderr)
         sys.exit(exc.exit_code)

@@ -31,6 +31,8 @@ def fewshot(
     test_samples: int = typer.Option(0, help="Evaluate on the first N test images; 0: all."),
     output: Optional[str] = typer.Option(None, help="Write the numbers as JSON here."),
     seed: int = typer.Option(0, help="Initialisation of --from scratch (the shots are drawn with seeds 0..N-1)."),
+    features: str = typer.Option("pre-logits", help="pre-logits (the paper's: after the pre-training head's tanh "
+                                 "layer when it has one) or backbone (the [class] token after the final norm)."),
 ) -> None:
     """Regularised least squares on frozen pre-logit features: accuracy at 1/5/10/25 shots over seeds."""
     from ..adapters import resize_backbone
@@ -39,6 +41,7 @@ def fewshot(
     from ..tasks import get_task, open_full_splits
     from ..runner.launch import is_main_process, process_device
     from ..transfer.fewshot import evaluate_sources
+    from ..transfer.representation import representation
     from ..transfer.start import load_start
 
     if not is_main_process():  # under a launcher: one process does the (small) work, on its own device
@@ -50,6 +53,7 @@ def fewshot(
     backbone = load_start(start, model, seed)
     size = image_size or int(backbone.patch_embed.img_size[0])
     backbone = resize_backbone(backbone, size)
+    model = representation(backbone, start, features)
     if task and data:
         raise VitxError("give --data or --task, not both")
     if task:
@@ -68,9 +72,9 @@ def fewshot(
         if not train.num_classes:
             raise VitxError(f"{what} has no labels")
         preprocess = Preprocess(image_size=size)
-    result = evaluate_sources(backbone, train, test, preprocess, shot_list, range(seeds), reg, test_samples,
+    result = evaluate_sources(model, train, test, preprocess, shot_list, range(seeds), reg, test_samples,
                               workers=default_workers(), device=process_device())
-    result = {"from": start, "data": what, "image_size": size, **result}
+    result = {"from": start, "data": what, "image_size": size, "features": model.kind, **result}
     table = Table(title=f"few-shot linear evaluation: {what} from {start}")
     table.add_column("shots", justify="right")
     table.add_column("mean top-1", justify="right")
@@ -78,7 +82,8 @@ def fewshot(
     for k, row in result["shots"].items():
         table.add_row(k, f"{row['mean']:.2%}", "  ".join(f"{a:.1%}" for a in row["per_seed"]))
     table.caption = (f"{result['num_classes']} classes, chance {1 / result['num_classes']:.1%}; "
-                     f"{result['test_samples']} test images; L2 {reg:g}; {result['feature_dim']}-d features")
+                     f"{result['test_samples']} test images; L2 {reg:g}; {result['feature_dim']}-d features: "
+                     f"{model.kind}")
     Console().print(table)
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)

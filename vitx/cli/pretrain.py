@@ -48,6 +48,7 @@ def pretrain(
     crop_scale: Optional[float] = typer.Option(None, help=f"Smallest random-crop area fraction. [default: {D.crop_scale}]"),
     randaugment: Optional[str] = typer.Option(None, help="timm RandAugment policy for training images, e.g. rand-m9-mstd0.5-inc1. [default: none]"),
     random_erasing: Optional[float] = typer.Option(None, help="Probability of timm's RandomErasing per training image. [default: 0]"),
+    curves: Optional[bool] = typer.Option(None, "--curves/--no-curves", help="At each checkpoint, draw curves.png (loss, accuracy, monitor, learning rate) from metrics.jsonl. [default: on]"),
     log_with: Optional[str] = typer.Option(None, help="Accelerate tracker: auto (tensorboard if installed), none, wandb, ..."),
     max_nonfinite_steps: Optional[int] = typer.Option(None, help=f"Steps with a non-finite loss or gradient are skipped; stop after this many in a row. [default: {D.max_nonfinite_steps}]"),
     recipe: Optional[str] = RECIPE,

@@ -50,6 +50,7 @@ def transfer(
     skip_missing: Optional[bool] = typer.Option(None, "--skip-missing", help="In a suite, skip tasks whose data is unavailable."),
     compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile each run's training step."),
     tf32: Optional[bool] = typer.Option(None, "--tf32/--no-tf32", help="On GPUs that have it, float32 matmuls in TF32. [default: on]"),
+    curves: Optional[bool] = typer.Option(None, "--curves/--no-curves", help="Draw sweep.png (validation top-1 per lr × steps) and the final run's curves.png. [default: on]"),
     recipe: Optional[str] = RECIPE,
     set_: List[str] = SET,
 ) -> None:

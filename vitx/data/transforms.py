@@ -11,7 +11,7 @@ and resume exactly.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 
 import numpy as np
@@ -44,6 +44,13 @@ class Preprocess:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Preprocess":
+        """The preprocessing a config.json records (`to_dict`), for commands that reuse a finished run's
+        evaluation transform (predict, export): JSON lists back to tuples."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
 
     def train(self, image: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         """Random resized crop + horizontal flip: (3, H, W) uint8 → (3, S, S) uint8."""

@@ -44,6 +44,12 @@ class Objective(nn.Module):
     def on_step_end(self, step: int) -> None:
         """Called after each optimiser step (EMA teachers, schedules of the objective's own)."""
 
+    def representation_layer(self) -> nn.Module | None:
+        """The layer between the backbone's pooled output and the logits whose output is the pre-logits (the
+        supervised head's Linear → tanh), read by the representation monitor as few-shot evaluation reads it;
+        None: the pre-logits are the backbone's output."""
+        return None
+
     def head_state_dict(self) -> dict[str, torch.Tensor]:
         """The objective's own weights (not the backbone's), saved beside the backbone in checkpoints."""
         return {k: v for k, v in self.state_dict().items() if not k.startswith("backbone.")}

@@ -47,6 +47,9 @@ class Supervised(Objective):
             self.mix = Mixup(mixup_alpha=mixup, cutmix_alpha=cutmix, prob=mix_prob, switch_prob=switch_prob,
                              label_smoothing=label_smoothing, num_classes=num_classes)
 
+    def representation_layer(self) -> nn.Module | None:
+        return getattr(self.head, "pre_logits", None)  # the tanh MLP head's; a linear head has none
+
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         images, labels = batch["image"], batch["label"]  # (B, 3, H, W), (B,) or (B, K)
         if self.mix is not None and self.training:

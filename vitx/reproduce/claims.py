@@ -24,8 +24,14 @@ def start_stderr(runs: list[dict[str, Any]], test_samples: int) -> float:
     return max(spread, _stderr(mean, test_samples, len(accs)))
 
 
+def test_count(results: dict[str, Any]) -> int:
+    """How many test images each transfer was scored on (recorded by the transfers; the plan's cap otherwise)."""
+    runs = results["transfer"].get("scratch") or next(iter(results["transfer"].values()))
+    return int(runs[0].get("test_samples") or results["plan"]["test_samples"])
+
+
 def transfer_claim(results: dict[str, Any]) -> dict[str, Any]:
-    t, n = results["transfer"], results["plan"]["test_samples"]
+    t, n = results["transfer"], test_count(results)
     acc = {k: _mean_top1(v) for k, v in t.items()}
     se = {k: start_stderr(v, n) for k, v in t.items()}
     gap, gap_se = acc["mpp"] - acc["scratch"], math.sqrt(se["mpp"] ** 2 + se["scratch"] ** 2)
@@ -81,9 +87,10 @@ def distance_claim(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def hires_claim(results: dict[str, Any]) -> dict[str, Any]:
-    low = _mean_top1(results["transfer"]["supervised"])
+    low = _mean_top1([r for s, r in zip(results["plan"].get("seeds", [0]), results["transfer"]["supervised"])
+                      if str(s) in results["hires"]])  # the same seeds at both resolutions
     high = _mean_top1(list(results["hires"].values()))
-    n, seeds = results["plan"]["test_samples"], len(results["hires"])
+    n, seeds = test_count(results), len(results["hires"])
     se = max(_stderr(low, n, seeds), _stderr(high, n, seeds))
     plan = results["plan"]
     return {"id": "hires", "claim": "fine-tuning at a higher resolution, with interpolated position embeddings, does "

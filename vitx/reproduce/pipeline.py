@@ -44,17 +44,18 @@ def _last_metrics(run: Path) -> dict[str, Any]:
 def _pretrain(plan: Plan, name: str, run: Path, console: Console) -> dict[str, Any]:
     tick = time.perf_counter()
     spec = plan.pretrainings[name]
-    every = plan.pretrain_steps
+    steps = spec.steps_in(plan)
+    every = steps
     if name == "mpp":  # checkpoints at the compute points too: the MPP-vs-scratch gap as pre-training grows
-        every = max(1, round(plan.pretrain_steps * min(plan.compute_points, default=1.0)))
+        every = max(1, round(steps * min(plan.compute_points, default=1.0)))
     pretrain({"objective": spec.objective, "model": plan.model, "data": plan.data, "image_size": plan.image_size,
-              "batch_size": plan.batch_size, "steps": plan.pretrain_steps, "lr": spec.lr, "precision": plan.precision,
-              "warmup_steps": max(1, plan.pretrain_steps // 15), "save_every": every,
-              "keep_checkpoints": plan.pretrain_steps // every + 1, "log_every": max(1, plan.pretrain_steps // 30),
+              "batch_size": plan.batch_size, "steps": steps, "lr": spec.lr, "precision": plan.precision,
+              "warmup_steps": max(1, steps // 15), "save_every": every,
+              "keep_checkpoints": steps // every + 1, "log_every": max(1, steps // 30),
               "eval_samples": 1024 if name == "supervised" else 0, "output_dir": str(run), "log_with": "none",
               "seed": 0, **({"monitor": plan.monitor, "monitor_every": every} if name == "mpp" and plan.monitor else {})},
              resume=RunDir(run).latest() is not None, console=console)
-    return {**_last_metrics(run), "seconds": time.perf_counter() - tick}
+    return {**_last_metrics(run), "steps": steps, "seconds": time.perf_counter() - tick}
 
 
 def _available(plan: Plan, console: Console) -> dict[str, Pretraining]:
@@ -134,7 +135,8 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
 
     console.rule("2/4 low-data transfer")
     starts = {"scratch": "scratch", **{name: str(run) for name, run in runs.items()}}
-    mpp_steps = sorted({max(1, round(plan.pretrain_steps * f)) for f in plan.compute_points} - {plan.pretrain_steps})
+    total = plan.pretrainings["mpp"].steps_in(plan)
+    mpp_steps = sorted({max(1, round(total * f)) for f in plan.compute_points} - {total})
     for step in mpp_steps:  # the compute curve: MPP checkpoints part-way through its pre-training
         starts[f"mpp@{step}"] = str(runs["mpp"] / "checkpoints" / f"step_{step:08d}")
     jobs = {f"{name}-seed{seed}": _transfer_settings(plan, start, out / "transfer" / f"{name}-seed{seed}", seed)
@@ -146,7 +148,7 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
 
     console.rule("3/4 fine-tuning at a higher resolution")
     hires = {}
-    for seed, low in zip(plan.seeds, results["transfer"]["supervised"]):
+    for seed, low in list(zip(plan.seeds, results["transfer"]["supervised"]))[:plan.hires_seeds]:
         chosen_run = low["chosen"]  # the same lr and steps as the run at the pre-training resolution
         hires[str(seed)] = _transfer_settings(plan, starts["supervised"], out / "hires" / f"seed{seed}", seed,
                                               image_size=plan.hires, sweep=False, lr=chosen_run["lr"],

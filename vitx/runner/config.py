@@ -71,6 +71,7 @@ class PretrainConfig:
     monitor_every: int = 0  # also monitor every N steps; 0: at checkpoints only
     stream: bool = False  # read a hub dataset (or a local copy of one) as a stream; tar shards always stream
     shuffle_buffer: int = 5000  # streams: a seeded shuffle buffer of this many encoded images per process; 0: in order
+    curves: bool = True  # draw curves.png from metrics.jsonl at each checkpoint (the run's and the checkpoint's)
 
     def validate(self) -> "PretrainConfig":
         for name, allowed in CHOICES.items():
@@ -118,7 +119,7 @@ class PretrainConfig:
 
 # Options that may differ between a run and its resumption without changing the result.
 RESUME_FREE = {"output_dir", "workers", "log_with", "log_every", "save_every", "keep_checkpoints", "eval_samples",
-               "max_nonfinite_steps", "save_every_minutes", "stop_signals", "monitor", "monitor_every"}
+               "max_nonfinite_steps", "save_every_minutes", "stop_signals", "monitor", "monitor_every", "curves"}
 
 
 def merge_for_resume(saved: PretrainConfig, explicit: dict[str, Any]) -> PretrainConfig:

@@ -241,8 +241,11 @@ class Trainer:
             from .monitor import Monitor
 
             self._monitor = Monitor(self.s.cfg.monitor, self.s.preprocess.image_size)
-        backbone = self.s.accelerator.unwrap_model(self.s.model).backbone
-        return self._monitor(backbone, self.s.accelerator.device)
+        from ..transfer.representation import Representation
+
+        objective = self.s.accelerator.unwrap_model(self.s.model)
+        return self._monitor(Representation(objective.backbone, objective.representation_layer()),
+                             self.s.accelerator.device)
 
     @torch.no_grad()
     def evaluate(self, source: Any = None, limit: int | None = None, prefix: str = "val_") -> dict[str, float]:
@@ -314,10 +317,21 @@ class Trainer:
             save_weights(back, staged / "model.safetensors", meta)
             if heads:
                 save_weights(heads, staged / "heads.safetensors", meta)
+            if s.cfg.curves and not self.stop_requested:  # a preempted job has seconds: no figure
+                self.draw_curves(staged / "curves.png")
             final = s.run.publish(staged, self.step_count, config_record(s, self.step_count), s.cfg.keep_checkpoints)
         acc.wait_for_everyone()
         self._last_save = time.monotonic()
         return final
+
+    def draw_curves(self, path: Path) -> None:
+        """curves.png from metrics.jsonl as it stands (main process); a failure is a warning, never a crash."""
+        from ..plots import draw_run, try_draw
+
+        cfg = self.s.cfg
+        title = f"{Path(cfg.output_dir).name}: {cfg.objective}, {cfg.data}, step {self.step_count}"
+        try_draw("curves.png", draw_run, self.s.run.path, path, title,
+                 warn=lambda line: self.console.print(line, markup=False, soft_wrap=True))
 
     # ---- the whole run -----------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:

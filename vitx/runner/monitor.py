@@ -8,8 +8,9 @@
 - k-nearest-neighbour accuracy (`monitor_knn`): cosine similarity to every train image, the 20 nearest voting
   with weights exp(sim / 0.07) (the kNN monitor of lightly's and InstDisc's self-supervised runs).
 
-Features are the backbone's pooled output, from images decoded once at the run's resolution and held in
-memory. Every process computes the same figures from the whole sets (they are small), so the probes need no
+Features are the pre-logits, as `vitx eval fewshot` reads them (the supervised head's tanh layer when the
+objective has one, else the backbone's pooled output), from images decoded once at the run's resolution and
+held in memory. Every process computes the same figures from the whole sets (they are small), so the probes need no
 collective and a sharded model still sees the same forwards on every process.
 """
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Monitor:
 
     @torch.no_grad()
     def __call__(self, backbone: torch.nn.Module, device: torch.device) -> dict[str, float]:
+        """`backbone`: images (B, 3, S, S) -> features (B, D), e.g. a `Representation`."""
         was_training = backbone.training
         train = extract_features(backbone, self.train.images, device=device, normalise=self.preprocess.normalise)
         test = extract_features(backbone, self.test.images, device=device, normalise=self.preprocess.normalise)

@@ -1,7 +1,8 @@
 """The run directory: numbered checkpoints that appear only when complete, and the latest one on top.
 
-    run/config.json  model.safetensors  heads.safetensors  metrics.jsonl
+    run/config.json  model.safetensors  heads.safetensors  metrics.jsonl  curves.png
     run/checkpoints/step_00000100/{config.json, model.safetensors, heads.safetensors, trainer_state.json,
+                                  curves.png (metrics.jsonl up to this step, when --curves),
                                   accelerate/ (optimizer, scheduler, RNG: Accelerate's own state)}
 
 A checkpoint is written under a hidden temporary name and renamed into place when everything is on disk,
@@ -88,7 +89,7 @@ class RunDir:
         fsync_tree(staged)  # everything on disk before the name says the checkpoint is complete
         os.replace(staged, final)
         fsync_path(self.checkpoints)
-        for name in ("model.safetensors", "heads.safetensors", "config.json"):
+        for name in ("model.safetensors", "heads.safetensors", "config.json", "curves.png"):
             src = final / name
             if src.exists():
                 link = self.path / f".{name}.link"

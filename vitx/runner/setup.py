@@ -15,6 +15,7 @@ from ..backbones import backbone_record, create_backbone
 from ..checkpoint import read_config
 from ..data import Preprocess, open_source
 from ..errors import VitxError
+from ..invocation import command
 from ..objectives import Objective, create_objective
 from ..spec import parse_spec
 from .config import PretrainConfig, merge_for_resume
@@ -132,5 +133,6 @@ def config_record(s: Setup, step: int) -> dict[str, Any]:
         "objective": {"name": obj_name, "options": obj_opts},
         "data": s.data_info,
         "run": s.cfg.to_dict(),
+        **({"command": command()} if command() else {}),  # how it was started, when from the command line
         **s.record,
     }

@@ -93,6 +93,17 @@ def _label_map(task: Task, source: Any):
     return None
 
 
+def task_class_names(splits: TaskSplits) -> list[str] | None:
+    """The names of the task's classes when its data names them (a `ClassLabel` feature, the embedded
+    generator's names), else None. Recorded in a transfer's config.json, so that `vitx predict` and `vitx export`
+    can label its classes. Labels a task remaps (dSprites' raw factors on the hub) have no names of their own."""
+    pool = getattr(splits.train, "base", None)
+    names = getattr(pool, "class_names", None)
+    if not names or len(names) != splits.task.num_classes or _label_map(splits.task, pool) is not None:
+        return None
+    return [str(n) for n in names]
+
+
 def _offline() -> bool:
     return any(os.environ.get(k, "") in ("1", "true", "True") for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 

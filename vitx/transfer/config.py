@@ -41,6 +41,7 @@ class TransferConfig:
     skip_missing: bool = False  # suites: skip tasks with no data available instead of stopping
     compile: bool = False  # torch.compile each run's training step
     tf32: bool = True  # float32 matmuls in TF32 on GPUs that have it
+    curves: bool = True  # figures: sweep.png (val top-1 per lr × steps) and the final run's curves.png
 
     def validate(self) -> "TransferConfig":
         for name in ("shots", "batch_size", "grad_accum", "steps", "save_every", "log_every"):

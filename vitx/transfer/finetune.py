@@ -23,6 +23,7 @@ from ..runner.loop import Trainer
 from ..runner.setup import assemble
 from ..runner.rundir import RunDir
 from ..tasks import Task, TaskSplits, open_task
+from ..tasks.splits import task_class_names
 from .config import TransferConfig
 from .fewshot import extract_features, fit_least_squares, source_features
 from .start import load_start
@@ -86,8 +87,10 @@ def build_model(prep: Prepared) -> Supervised:
     return model
 
 
-def run_config(cfg: TransferConfig, lr: float, steps: int, out_dir: Path, eval_samples: int) -> PretrainConfig:
-    """The runner's config for one transfer run: the paper's fine-tuning recipe."""
+def run_config(cfg: TransferConfig, lr: float, steps: int, out_dir: Path, eval_samples: int,
+               curves: bool = False) -> PretrainConfig:
+    """The runner's config for one transfer run: the paper's fine-tuning recipe. `curves`: draw the run's
+    curves.png (the final run; sweep points are summed up in sweep.png, and `vitx plot` overlays them)."""
     return PretrainConfig(
         objective="supervised(head='linear')", model=cfg.start if cfg.start != "scratch" else str(cfg.model),
         data=cfg.task, image_size=cfg.image_size, batch_size=cfg.batch_size, steps=steps, lr=lr,
@@ -95,18 +98,20 @@ def run_config(cfg: TransferConfig, lr: float, steps: int, out_dir: Path, eval_s
         grad_clip=cfg.grad_clip, precision=cfg.precision, grad_accum=cfg.grad_accum, output_dir=str(out_dir),
         seed=cfg.seed, save_every=min(cfg.save_every, steps), keep_checkpoints=1, log_every=min(cfg.log_every, steps),
         eval_samples=eval_samples, workers=cfg.workers, log_with="none", crop_scale=1.0, compile=cfg.compile,
-        tf32=cfg.tf32,
+        tf32=cfg.tf32, curves=curves,
     ).validate()
 
 
 def train_run(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_dir: Path, train: TensorSplit,
-              val: TensorSplit | None, console: Console, label: str, record: dict[str, Any]) -> Trainer:
+              val: TensorSplit | None, console: Console, label: str, record: dict[str, Any],
+              curves: bool = False) -> Trainer:
     """Fine-tune a fresh copy on `train` for `steps` at `lr` (resuming `out_dir`'s checkpoint if there is one);
-    validation metrics of the last step land in the returned trainer's `last`."""
-    rcfg = run_config(cfg, lr, steps, out_dir, len(val) if val is not None else 0)
+    validation metrics of the last step land in the returned trainer's `last`. `curves`: draw curves.png."""
+    rcfg = run_config(cfg, lr, steps, out_dir, len(val) if val is not None else 0, curves)
     accelerator = make_accelerator(rcfg)
     model = build_model(prep)
-    data_info = {"spec": prep.task.name, "num_classes": prep.task.num_classes, "class_names": None,
+    data_info = {"spec": prep.task.name, "num_classes": prep.task.num_classes,
+                 "class_names": task_class_names(prep.splits),
                  "train_size": len(train), "origin": prep.splits.origin}
     latest = RunDir(out_dir).latest()
     setup = assemble(rcfg, accelerator, model, prep.preprocess, train, val, data_info, resume_from=latest,
@@ -125,17 +130,20 @@ def test_metrics(trainer: Trainer, prep: Prepared, limit: int) -> dict[str, floa
 
 
 @torch.no_grad()
-def closed_form(prep: Prepared, limit: int) -> dict[str, float]:
-    """Few-shot linear evaluation on the task: least squares on trainN ∪ valN features, accuracy on test."""
+def closed_form(prep: Prepared, limit: int, start: str) -> dict[str, float]:
+    """Few-shot linear evaluation on the task: least squares on trainN ∪ valN pre-logits (`start`'s tanh
+    representation layer when it has one), accuracy on test."""
+    from .representation import representation
+
     device = process_device()
-    model = build_model(prep).to(device)
+    features = representation(build_model(prep).backbone, start).to(device)
     data = prep.train_val
-    feats = extract_features(model.backbone, data.images, device=device, normalise=prep.preprocess.normalise)
+    feats = extract_features(features, data.images, device=device, normalise=prep.preprocess.normalise)
     head = fit_least_squares(feats, data.labels.numpy(), prep.task.num_classes, prep.method.reg)
-    feats, labels = source_features(model.backbone, prep.test, prep.preprocess, limit or len(prep.test),
+    feats, labels = source_features(features, prep.test, prep.preprocess, limit or len(prep.test),
                                     default_workers(), device)
     return {"test_top1": float((head.predict(feats) == labels).mean()) if len(labels) else 0.0,
-            "test_samples": float(len(labels))}
+            "test_samples": float(len(labels)), "features": features.kind}
 
 
 __all__ = ["Prepared", "build_model", "closed_form", "prepare", "run_config", "test_metrics", "train_run"]

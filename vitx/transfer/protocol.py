@@ -3,7 +3,8 @@ report test accuracy; over one task or a suite, with group means.
 
     <output>/<suite>-<task>/transfer.json          the settings (a resumed transfer must match them)
     <output>/<suite>-<task>/sweep/lr<lr>_steps<n>/   one run per sweep point: metrics.jsonl, point.json
-    <output>/<suite>-<task>/final/                  the retrained model (vitx checkpoint) and its metrics
+    <output>/<suite>-<task>/final/                  the retrained model (vitx checkpoint), its metrics, curves.png
+    <output>/<suite>-<task>/sweep.png              val top-1 per lr × steps, the choice ringed (with --curves)
     <output>/<suite>-<task>/result.json            sweep table, choice, test accuracy, timings
     <output>/summary.json                           every task's result and the group means
 
@@ -24,6 +25,7 @@ from .. import __version__
 from ..checkpoint import atomic_write_text
 from ..adapters import resolve_adapters
 from ..errors import VitxError
+from ..runner.launch import is_main_process
 from ..runner.reporting import make_console
 from ..tasks import GROUPS, Task, TaskSplits, open_task, select_tasks
 from .config import TransferConfig, result_settings
@@ -69,6 +71,14 @@ def _label(task: Task, i: int, n: int, lr: float, steps: int, best: dict[str, An
     return f"{task.name} sweep {i}/{n} lr {lr:g} × {steps}{shown}"
 
 
+def _draw_sweep(task: Task, sweep: list[dict[str, Any]], best: dict[str, Any], root: Path, console: Console) -> None:
+    """sweep.png: validation top-1 per lr × steps, the chosen point ringed (a failure is a warning line)."""
+    from ..plots import SWEEP, draw_sweep, try_draw
+
+    try_draw(SWEEP, draw_sweep, sweep, best, root / SWEEP, f"{task.name}: sweep on train → val",
+             warn=lambda line: console.print(line, markup=False, soft_wrap=True))
+
+
 def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Console | None = None,
              splits: TaskSplits | None = None) -> dict[str, Any]:
     """The whole protocol on one task; returns (and writes) its result."""
@@ -85,7 +95,7 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
                   f"adapters {', '.join(a.describe() for a in prep.adapters)}", soft_wrap=True)
     settings = {"task": task.name, **result_settings(cfg), "vitx_version": __version__}
     if prep.method.closed_form:
-        metrics = closed_form(prep, cfg.test_samples)
+        metrics = closed_form(prep, cfg.test_samples, cfg.start)
         result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": [], "chosen": None,
                   **metrics, "seconds": time.perf_counter() - began}
         _write(root / "result.json", result)
@@ -112,17 +122,20 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
                     (point_dir / name).unlink(missing_ok=True)
         sweep.append(point)
     best = max(sweep, key=lambda p: p["val_top1"]) if sweep else {"lr": cfg.lr, "steps": cfg.steps}
+    if sweep and cfg.curves and is_main_process():
+        _draw_sweep(task, sweep, best, root, console)
 
     tick = time.perf_counter()
     label = f"{task.name} final lr {best['lr']:g} × {best['steps']} on {len(prep.train) + len(prep.val)}"
     trainer = train_run(cfg, prep, best["lr"], best["steps"], root / "final", prep.train_val, None, console, label,
-                        {**settings, "phase": "final", "chosen": {"lr": best["lr"], "steps": best["steps"]}})
+                        {**settings, "phase": "final", "chosen": {"lr": best["lr"], "steps": best["steps"]}},
+                        curves=cfg.curves)
     console.print(f"{task.name}: evaluating on {cfg.test_samples or len(prep.test)} test images", soft_wrap=True)
     test = test_metrics(trainer, prep, cfg.test_samples)
     result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": sweep,
               "chosen": {"lr": best["lr"], "steps": best["steps"]}, "final_seconds": time.perf_counter() - tick,
               "test_top1": test["test_top1"], "test_loss": test["test_loss"],
-              "test_samples": cfg.test_samples or len(prep.test), "seconds": time.perf_counter() - began}
+              "test_samples": min(cfg.test_samples or len(prep.test), len(prep.test)), "seconds": time.perf_counter() - began}
     if trainer.s.accelerator.is_main_process:
         _write(root / "result.json", result)
     console.print(f"{task.name}: test top-1 {result['test_top1']:.2%} with lr {best['lr']:g} × {best['steps']} "

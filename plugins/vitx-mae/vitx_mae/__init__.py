@@ -1,6 +1,7 @@
 """MAE as a vitx objective: mask 75% of the patches, encode the visible 25% only, reconstruct the normalised
 pixels of the masked patches with a light decoder (He et al. 2022), on lightly's `MaskedVisionTransformerTIMM`
-and `MAEDecoderTIMM`.
+(the encoder) and `MaskedVisionTransformerDecoderTIMM` (the decoder's [mask] token, sine-cosine positions,
+blocks and norm), with the embedding into the decoder and the pixel prediction as two linear layers here.
 
 The encoder is the vitx backbone itself, so the checkpoint's model.safetensors is a plain backbone that loads
 wherever any other vitx checkpoint does.
@@ -15,6 +16,10 @@ import torch.nn.functional as F
 
 from vitx import Objective, VitxError, register_objective
 
+# weight names of the deprecated MAEDecoderTIMM, which vitx-mae used before lightly 1.6 (a different layout and
+# parameter order, so the optimiser state of such a run does not fit this one either)
+OLD_DECODER = ("decoder.decoder_embed.", "decoder.decoder_pos_embed", "decoder.decoder_blocks.", "decoder.decoder_pred.")
+
 
 @register_objective("mae", description="masked autoencoder (lightly): 75% masked, MSE on normalised pixels")
 class MAE(Objective):
@@ -26,7 +31,9 @@ class MAE(Objective):
             raise VitxError(f"mae mask_ratio must be in (0, 1), got {mask_ratio}")
         # lightly (and torchvision through it) takes seconds to import: only when an MAE is built, not when
         # `vitx objectives` lists this plugin
-        from lightly.models.modules import MAEDecoderTIMM, MaskedVisionTransformerTIMM
+        from lightly.models import utils
+        from lightly.models.modules import MaskedVisionTransformerDecoderTIMM, MaskedVisionTransformerTIMM
+        from lightly.models.modules.masked_vision_transformer_timm import init_weights
 
         super().__init__(backbone, mask_ratio=mask_ratio, decoder_dim=decoder_dim, decoder_depth=decoder_depth,
                          decoder_heads=decoder_heads, norm_pix_loss=norm_pix_loss)
@@ -37,10 +44,18 @@ class MAE(Objective):
         object.__setattr__(self, "encoder", MaskedVisionTransformerTIMM(vit=backbone))
         self.patch_size = int(backbone.patch_embed.patch_size[0])
         self.prefix = int(backbone.num_prefix_tokens)
-        self.decoder = MAEDecoderTIMM(
-            num_patches=backbone.patch_embed.num_patches, patch_size=self.patch_size, embed_dim=backbone.embed_dim,
-            decoder_embed_dim=decoder_dim, decoder_depth=decoder_depth, decoder_num_heads=decoder_heads,
-            num_prefix_tokens=self.prefix)
+        self.decoder_embed = nn.Linear(backbone.embed_dim, decoder_dim)
+        self.decoder = MaskedVisionTransformerDecoderTIMM(
+            num_patches=backbone.patch_embed.num_patches, embed_dim=decoder_dim, depth=decoder_depth,
+            num_heads=decoder_heads, num_prefix_tokens=self.prefix, initialize_weights=False)
+        self.decoder_pred = nn.Linear(decoder_dim, self.patch_size ** 2 * 3)
+        # initialised in the order MAEDecoderTIMM used, so a seed gives the weights it gave before
+        nn.init.normal_(self.decoder.mask_token, std=0.02)
+        utils.initialize_2d_sine_cosine_positional_embedding(pos_embedding=self.decoder.pos_embed,
+                                                             num_prefix_tokens=self.prefix)
+        for part in (self.decoder_embed, self.decoder.blocks, self.decoder.norm, self.decoder_pred):
+            part.apply(init_weights)
+        self._register_load_state_dict_pre_hook(_refuse_old_layout)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         from lightly.models import utils
@@ -50,9 +65,18 @@ class MAE(Objective):
         idx_keep, idx_mask = utils.random_token_mask(size=(b, seq), mask_ratio=self.mask_ratio, device=images.device)
         encoded = self.encoder.encode(images=images, idx_keep=idx_keep)  # (B, prefix + visible, D)
         tokens = utils.repeat_token(self.decoder.mask_token, (b, seq))  # (B, seq, Dd) all [mask]
-        tokens = utils.set_at_index(tokens, idx_keep, self.decoder.embed(encoded).type_as(tokens))
-        pred = self.decoder.predict(utils.get_at_index(self.decoder.decode(tokens), idx_mask))  # (B, masked, P²·3)
+        tokens = utils.set_at_index(tokens, idx_keep, self.decoder_embed(encoded).type_as(tokens))
+        decoded = self.decoder(tokens)  # + positions, blocks, norm: (B, seq, Dd)
+        pred = self.decoder_pred(utils.get_at_index(decoded, idx_mask))  # (B, masked, P²·3)
         target = utils.get_at_index(utils.patchify(images, self.patch_size), idx_mask - self.prefix)
         if self.norm_pix_loss:
             target = utils.normalize_mean_var(target, dim=-1)
         return {"loss": F.mse_loss(pred.float(), target.float())}
+
+
+def _refuse_old_layout(state_dict: dict[str, torch.Tensor], prefix: str, *args: Any) -> None:
+    """Load-time hook: a run written with the deprecated decoder stops in one line, not a key-mismatch trace."""
+    if any(k[len(prefix):].startswith(OLD_DECODER) for k in state_dict if k.startswith(prefix)):
+        raise VitxError("this MAE run was written by an older vitx-mae (lightly's deprecated MAEDecoderTIMM); its "
+                        "decoder cannot be resumed here: start a new run (its model.safetensors backbone still "
+                        "loads and transfers as it is)")

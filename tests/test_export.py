@@ -1,0 +1,108 @@
+"""`vitx export`: a run as a Hugging Face hub folder that plain timm loads (`local-dir:`) with the run's own
+numbers: the same features, the same classifier and labels, the same preprocessing."""
+from __future__ import annotations
+
+import json
+
+from .conftest import vitx_cli
+
+
+def _images(size: int):
+    import torch
+
+    return torch.randn(5, 3, size, size, generator=torch.Generator().manual_seed(0))  # (B, 3, S, S)
+
+
+def test_an_exported_pretraining_loads_in_timm_with_the_runs_features(pretrained_run, tmp_path):
+    import timm
+    import torch
+
+    import vitx
+    from vitx.checkpoint import read_config
+
+    out = tmp_path / "export"
+    proc = vitx_cli("export", str(pretrained_run), "--to", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in out.iterdir()} == {"README.md", "config.json", "model.safetensors", "curves.png"}
+    config = read_config(pretrained_run)
+    x = _images(config["preprocess"]["image_size"])
+    ours = vitx.load_backbone(pretrained_run).eval()
+    for options in ({}, {"num_classes": 0}):
+        model = timm.create_model(f"local-dir:{out}", pretrained=True, **options).eval()
+        with torch.no_grad():
+            assert torch.allclose(model.forward_features(x), ours.forward_features(x), atol=1e-5)  # (B, 17, D)
+            assert torch.allclose(model(x), ours(x), atol=1e-5)  # (B, D): the pooled [class] token
+        assert model.num_classes == 0
+    cfg = model.pretrained_cfg
+    assert tuple(cfg["input_size"]) == (3, 16, 16) and cfg["crop_mode"] == "center"
+    assert list(cfg["mean"]) == config["preprocess"]["mean"] and list(cfg["std"]) == config["preprocess"]["std"]
+
+    card = (out / "README.md").read_text()
+    val = [json.loads(line) for line in (pretrained_run / "metrics.jsonl").read_text().splitlines()][-1]["val_top1"]
+    assert f"| val_top1 | {val:.4g} |" in card and "pipeline_tag: image-feature-extraction" in card
+    # the fixture ran from Python: the command is rebuilt from config.json's settings
+    assert "vitx pretrain --objective supervised --model vit-nano/4 --data embedded:digits --batch-size 64 " \
+        "--steps 150" in card and f"--output-dir {pretrained_run}" in card
+
+
+def test_an_exported_transfer_keeps_its_classifier_and_labels(transfer_run, tmp_path):
+    import timm
+    import torch
+
+    from vitx.predict import classify
+    from vitx.trained import load_classifier, resolve_run
+
+    out, results = transfer_run
+    folder = tmp_path / "export"
+    assert vitx_cli("export", str(out), "--to", str(folder)).returncode == 0
+    run = resolve_run(out)
+    ours = load_classifier(run)
+    x = _images(32)
+    model = timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
+    features = timm.create_model(f"local-dir:{folder}", pretrained=True, num_classes=0).eval()
+    with torch.no_grad():
+        assert torch.allclose(model(x), classify(ours, x), atol=1e-5)  # (B, 16) logits
+        assert torch.allclose(features(x), ours.backbone(x), atol=1e-5)  # (B, D)
+    assert model.pretrained_cfg["label_names"] == run.class_names()[0] == [str(i) for i in range(16)]
+    assert model.pretrained_cfg["crop_mode"] == "squash" and tuple(model.pretrained_cfg["input_size"]) == (3, 32, 32)
+    card = (folder / "README.md").read_text()
+    assert f"Test top-1 {results['tasks'][0]['test_top1']:.2%}" in card
+    assert "vitx transfer --task vtab/dsprites_loc" in card
+
+    # the same folder again (an earlier export is replaced); a folder holding anything else is refused
+    assert vitx_cli("export", str(out / "vtab-dsprites_loc"), "--to", str(folder)).returncode == 0
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    proc = vitx_cli("export", str(out), "--to", str(tmp_path / "mine"))
+    assert proc.returncode != 0 and "holds other files" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_a_run_started_by_the_command_records_it_in_its_card(mpp_run, tmp_path):
+    from vitx.checkpoint import read_config
+
+    recorded = read_config(mpp_run)["command"]
+    assert recorded.startswith("vitx pretrain --recipe recipes/cpu/pretrain-mpp.toml --set")
+    assert vitx_cli("export", str(mpp_run), "--to", str(tmp_path)).returncode == 0
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["num_classes"] == 0 and "label_names" not in config  # MPP's patch predictor is not a classifier
+    card = (tmp_path / "README.md").read_text()
+    assert f"```bash\n{recorded}\n```" in card and "rebuilt" not in card
+
+
+def test_push_offline_is_one_line_and_keeps_the_export(pretrained_run, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as conftest sets it for every test: said here, as it is the point
+    proc = vitx_cli("export", str(pretrained_run), "--to", str(tmp_path / "export"), "--push", "someone/tiny-vit")
+    assert proc.returncode != 0
+    assert len(proc.stderr.strip().splitlines()) == 1 and "offline" in proc.stderr and "someone/tiny-vit" in proc.stderr
+    assert (tmp_path / "export" / "model.safetensors").is_file() and (tmp_path / "export" / "config.json").is_file()
+    assert "hf-hub:someone/tiny-vit" in (tmp_path / "export" / "README.md").read_text()
+
+    # "online" with no hub to reach (a closed port): the same, one line saying so
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    proc = vitx_cli("export", str(pretrained_run), "--to", str(tmp_path / "export"), "--push", "someone/tiny-vit")
+    assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1
+    assert "cannot reach the Hugging Face hub" in proc.stderr and str(tmp_path / "export") in proc.stderr

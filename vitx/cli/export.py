@@ -1,0 +1,26 @@
+"""`vitx export`: a run as a Hugging Face hub folder (config.json, model.safetensors, README.md) for timm."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+
+def export(
+    run: str = typer.Argument(..., metavar="RUN|CHECKPOINT", help="A pre-training run or checkpoint directory, or a transfer: its --output-dir (one task), a task's directory or its final/ model."),
+    to: str = typer.Option(..., "--to", metavar="DIR", help="The folder to write: new, empty, or an earlier export (replaced)."),
+    push: Optional[str] = typer.Option(None, "--push", metavar="OWNER/NAME", help="Also upload the folder to this Hugging Face model repo (created if needed; needs a token)."),
+) -> None:
+    """Write RUN for timm: `timm.create_model("local-dir:DIR", pretrained=True)`, or hf-hub:OWNER/NAME once pushed."""
+    from ..export import export_run, push_folder
+    from ..export.push import check_repo_id
+
+    if push:
+        check_repo_id(push)
+    done = export_run(run, to, repo_id=push)
+    what = f"a classifier of {done.num_classes} classes" if done.num_classes else "the backbone"
+    typer.echo(f"exported {done.run.path} ({what}) → {done.folder}: "
+               f"timm.create_model(\"local-dir:{done.folder}\", pretrained=True)")
+    if push:
+        url = push_folder(done.folder, push)
+        typer.echo(f"pushed → {url}: timm.create_model(\"hf-hub:{push}\", pretrained=True)")

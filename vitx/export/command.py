@@ -1,0 +1,64 @@
+"""The command that made a run, for its model card: as config.json recorded it (runs started with the `vitx`
+command), else rebuilt from the settings it records (runs started from Python): every setting that differs from
+the default, as the command's own option, or `--set key=value` where the command has none."""
+from __future__ import annotations
+
+import inspect
+import json
+import shlex
+from typing import Any, Callable
+
+from ..recipe import FLAGS
+from ..trained import TrainedRun
+
+
+def _options(command: Callable[..., Any]) -> set[str]:
+    """The settings a CLI command takes as options of its own."""
+    return set(inspect.signature(command).parameters) - {"recipe", "set_", "resume"}
+
+
+def _flag(key: str, value: Any) -> list[str]:
+    flag = FLAGS.get(key, "--" + key.replace("_", "-"))
+    if isinstance(value, bool):
+        return [flag if value else "--no-" + key.replace("_", "-")]
+    if key == "adapters":
+        return [a for adapter in value for a in (flag, str(adapter))]
+    if isinstance(value, list):
+        return [flag, ",".join(str(v) for v in value)]
+    return [flag, str(value)]
+
+
+ALWAYS = {"pretrain": ("objective", "model", "data", "steps"), "transfer": ("task",)}  # shown even at defaults
+
+
+def rebuild(command: str, settings: dict[str, Any], defaults: dict[str, Any], options: set[str]) -> str:
+    """`vitx COMMAND` with the settings that differ from `defaults` (shell-quoted)."""
+    parts = ["vitx", command]
+    for key, value in settings.items():
+        shown = key in ALWAYS.get(command, ()) or (key in defaults and value != defaults[key])
+        if not shown or value is None:  # None: the default's "not set"
+            continue
+        parts += _flag(key, value) if key in options else ["--set", f"{key}={json.dumps(value)}"]
+    return shlex.join(parts)
+
+
+def command_line(run: TrainedRun) -> tuple[str, bool]:
+    """The command that made `run` and whether it was recorded (False: rebuilt from its settings)."""
+    recorded = run.config.get("command")
+    if recorded:
+        return str(recorded), True
+    if run.is_transfer:
+        from ..cli.transfer import transfer
+        from ..transfer.config import TransferConfig
+
+        settings = dict(run.config["transfer"])
+        if run.task_dir is not None:
+            settings["output_dir"] = str(run.task_dir.parent)
+        return rebuild("transfer", settings, TransferConfig().to_dict(), _options(transfer)), False
+    from ..cli.pretrain import pretrain
+    from ..runner.config import PretrainConfig
+
+    return rebuild("pretrain", run.config.get("run", {}), PretrainConfig().to_dict(), _options(pretrain)), False
+
+
+__all__ = ["command_line", "rebuild"]

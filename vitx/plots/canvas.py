@@ -1,0 +1,82 @@
+"""The figure plumbing shared by every training figure: matplotlib imported at the first figure only, the Agg
+renderer (no display, and no change to the user's pyplot backend: `Figure` objects, no pyplot), small text,
+and an atomic write (a temporary file renamed into place, so a reader never sees half a PNG)."""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+from ..errors import VitxError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+T = TypeVar("T")
+
+STYLE = {"font.size": 7, "axes.titlesize": 8, "axes.labelsize": 7, "legend.fontsize": 6, "xtick.labelsize": 6,
+         "ytick.labelsize": 6, "axes.grid": True, "grid.alpha": 0.3, "lines.linewidth": 1.2}
+FORMATS = ("png", "pdf", "svg")
+PANEL_INCHES = (3.2, 2.3)  # one panel; at 100 dpi a 2×2 figure is about 640×500 pixels
+DPI = 100
+
+
+def grid(n: int) -> tuple[int, int]:
+    """(rows, columns) for n panels: 2 or 4 as a square-ish grid, otherwise rows of 3."""
+    cols = 2 if n in (2, 4) else min(n, 3)
+    return math.ceil(n / cols), cols
+
+
+def new_figure(panels: int, extra_height: float = 0.4) -> tuple["Figure", list["Axes"]]:
+    """A figure with `panels` axes in a grid (spare cells hidden); `extra_height` inches for titles/legends."""
+    from matplotlib.figure import Figure
+
+    rows, cols = grid(panels)
+    fig = Figure(figsize=(PANEL_INCHES[0] * cols, PANEL_INCHES[1] * rows + extra_height), dpi=DPI)
+    axes = list(fig.subplots(rows, cols, squeeze=False).flat)
+    for spare in axes[panels:]:
+        spare.set_visible(False)
+    return fig, axes[:panels]
+
+
+def styled(draw: Callable[[], T]) -> T:
+    """Run `draw` under the figures' small-text style, leaving the caller's rcParams as they were."""
+    import matplotlib
+
+    with matplotlib.rc_context(STYLE):
+        return draw()
+
+
+def figure_format(path: str | Path) -> str:
+    """The format a figure path asks for (png without a suffix); a one-line error for one matplotlib is not
+    asked to write here."""
+    suffix = Path(path).suffix
+    fmt = suffix.lower().lstrip(".") or "png"
+    if fmt not in FORMATS:
+        raise VitxError(f"cannot write a figure as '{suffix}'; use one of {', '.join('.' + f for f in FORMATS)}")
+    return fmt
+
+
+def save(fig: "Figure", path: str | Path) -> Path:
+    """Write `fig` to `path` (format from the suffix: png, pdf or svg) under a temporary name, then rename."""
+    path = Path(path)
+    fmt = figure_format(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        fig.savefig(tmp, format=fmt, dpi=DPI)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def try_draw(what: str, draw: Callable[..., T], *args: Any, warn: Callable[[str], None], **kwargs: Any) -> T | None:
+    """`draw(*args, **kwargs)`, or None and one warning line: a figure is never worth stopping a run for."""
+    try:
+        return draw(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - any failure to draw (a bad value, a full disk, a broken matplotlib)
+        warn(f"warning: {what} not drawn ({type(exc).__name__}: {exc})")
+        return None

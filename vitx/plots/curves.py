@@ -1,0 +1,127 @@
+"""Training curves from metrics.jsonl: one run's `curves.png`, and several runs overlaid (`vitx plot`).
+
+One run: a colour per metric, its val_/test_ versions dashed in the same colour. Several runs: a colour per
+run (the figure's legend names them), line styles per metric. Panels follow `series.plan_panels`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from ..errors import VitxError
+from .canvas import figure_format, new_figure, save, styled
+from .series import SPLITS, Panel, Records, base_name, plan_panels, read_metrics, series
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+CURVES = "curves.png"
+SPARSE = 25  # series with at most this many points get markers (checkpoint evaluations, the monitor)
+LINESTYLES = ("-", ":", "-.")
+
+
+def _style(key: str, panel: Panel, overlay: bool) -> dict:
+    """Dashed with dots for evaluated metrics; in overlays, where colour is the run, a line style per metric."""
+    if key.startswith(SPLITS):
+        return {"linestyle": "--", "marker": "o"}
+    bases = list(dict.fromkeys(base_name(k) for k in panel.keys))
+    return {"linestyle": LINESTYLES[bases.index(base_name(key)) % len(LINESTYLES)] if overlay else "-",
+            "marker": None}
+
+
+def _draw_panel(ax: "Axes", panel: Panel, runs: dict[str, Records], colours: dict[str, str]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    overlay = len(runs) > 1
+    for run, records in runs.items():
+        for key in panel.keys:
+            xs, ys = series(records, key)
+            if not xs:
+                continue
+            style = _style(key, panel, overlay)
+            if len(xs) <= SPARSE and style["marker"] is None:
+                style["marker"] = "."
+            colour = colours[run] if overlay else colours[base_name(key)]
+            ax.plot(xs, ys, color=colour, markersize=3, label=None if overlay else key, **style)
+    ax.set_title(panel.title, y=1.0)  # a fixed place: matplotlib need not measure the tick labels for it
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))  # few ticks: each is drawn separately
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=5))
+    if panel.title == "learning rate":
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
+    if overlay and len(panel.keys) > 1:  # which line style is which metric (colours are the runs)
+        for key in panel.keys:
+            ax.plot([], [], color="0.3", markersize=3, label=key, **_style(key, panel, overlay))
+    if len(panel.keys) > 1:  # matplotlib's search for the emptiest corner is slow over long runs
+        ax.legend(loc="best" if sum(len(r) for r in runs.values()) < 2000 else "upper right", frameon=False)
+
+
+def _colours(names: Sequence[str]) -> dict[str, str]:
+    return {name: f"C{i % 10}" for i, name in enumerate(names)}
+
+
+def draw(runs: dict[str, Records], path: str | Path, title: str = "") -> list[Panel]:
+    """Draw the runs' curves (name → metrics records) into one figure at `path`; returns the panels drawn,
+    each with the metrics.jsonl keys on it."""
+    everything = [r for records in runs.values() for r in records]
+    panels = plan_panels(everything)
+    if not panels:
+        raise VitxError(f"nothing to plot in {', '.join(runs) or 'no runs'}: no metrics with numbers")
+
+    def render() -> None:
+        fig, axes = new_figure(len(panels), extra_height=0.4 if len(runs) == 1 else 0.7)
+        if len(runs) == 1:
+            colours = _colours(list(dict.fromkeys(base_name(k) for p in panels for k in p.keys)))
+        else:
+            colours = _colours(list(runs))
+        for ax, panel in zip(axes, panels):
+            _draw_panel(ax, panel, runs, colours)
+        if len(runs) > 1:
+            handles = [ax.plot([], [], color=colours[name], label=name)[0] for name in runs]
+            fig.legend(handles=handles, loc="upper center", ncol=min(len(runs), 4), frameon=False,
+                       bbox_to_anchor=(0.5, 0.99 if not title else 0.95))
+        if title:
+            fig.suptitle(title, y=0.995)
+        height = fig.get_figheight()  # margins in inches: the same room for labels at any number of rows
+        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.4 / height,
+                            top=1 - (0.45 if len(runs) == 1 else 0.75) / height, hspace=0.55, wspace=0.3)
+        save(fig, path)
+
+    styled(render)
+    return panels
+
+
+def draw_run(run: str | Path, path: str | Path | None = None, title: str = "") -> list[Panel]:
+    """A run directory's `curves.png` (or `path`) from its metrics.jsonl; returns the panels drawn."""
+    run = Path(run)
+    return draw({run.name: read_metrics(run)}, path or run / CURVES, title)
+
+
+def labels(paths: Sequence[str | Path]) -> list[str]:
+    """The shortest trailing parts of each path that tell the runs apart (`sweep/lr0.01_steps500` → its name)."""
+    parts = [Path(p).resolve().parts for p in paths]
+    parts = [p[:-1] if p and p[-1] == "metrics.jsonl" else p for p in parts]
+    for n in range(1, max(len(p) for p in parts) + 1):
+        names = ["/".join(p[-n:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+    return [str(p) for p in paths]  # the same run twice: keep what was typed
+
+
+def draw_runs(paths: Sequence[str | Path], output: str | Path) -> list[Panel]:
+    """Several runs overlaid in one figure (panels for the keys any of them has); returns the panels drawn."""
+    if not paths:
+        raise VitxError("name at least one run directory to plot")
+    figure_format(output)  # a wrong suffix fails before any run is read
+    names = labels(paths)
+    twice = [name for name in names if names.count(name) > 1]
+    if twice:
+        raise VitxError(f"{twice[0]} is named twice; name each run once")
+    runs = {name: read_metrics(p) for name, p in zip(names, paths)}
+    empty = [name for name, records in runs.items() if not records]
+    if empty:
+        raise VitxError(f"nothing to plot in {empty[0]}: no metrics records")
+    return draw(runs, output, title=names[0] if len(names) == 1 else "")
+
+
+__all__ = ["CURVES", "draw", "draw_run", "draw_runs", "labels"]

@@ -1,0 +1,99 @@
+"""What a run's curves show: metrics.jsonl read into series, and the keys grouped into panels.
+
+Pure Python (no matplotlib, no torch): the drawing in `curves.py` follows this plan, and tests compare the
+plan with the keys of metrics.jsonl.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import VitxError
+
+Records = list[dict[str, Any]]
+
+# logged for people watching a run, not curves of what it learns
+NOT_DRAWN = frozenset({"step", "images_per_s", "grad_norm", "skipped_images", "skipped_nonfinite"})
+SPLITS = ("val_", "test_")  # prefixes of evaluated metrics: drawn with their training metric, in its colour
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One axes of the figure: its title and the metrics.jsonl keys drawn on it, in order."""
+
+    title: str
+    keys: tuple[str, ...]
+
+
+def read_metrics(path: str | Path) -> Records:
+    """A run's metrics.jsonl (a run directory or the file itself), skipping a line torn by a kill."""
+    path = Path(path)
+    if not path.exists():
+        raise VitxError(f"no run directory or metrics file {path}")
+    file = path / "metrics.jsonl" if path.is_dir() else path
+    if not file.is_file():
+        raise VitxError(f"no metrics.jsonl in {path}")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise VitxError(f"cannot read {file} as metrics ({exc})") from None
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), (int, float)):
+            records.append(record)
+    return records
+
+
+def series(records: Records, key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of one key over the records that hold a finite number for it."""
+    steps, values = [], []
+    for r in records:
+        v = r.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            steps.append(float(r["step"]))
+            values.append(float(v))
+    return steps, values
+
+
+def base_name(key: str) -> str:
+    """`val_top1` → `top1`: a metric and its evaluated versions share a colour and a panel."""
+    for prefix in SPLITS:
+        if key.startswith(prefix):
+            return key[len(prefix):]
+    return key
+
+
+def drawable_keys(records: Iterable[dict[str, Any]]) -> list[str]:
+    """Every key with at least one finite number, in the order they first appear."""
+    seen: dict[str, None] = {}
+    for r in records:
+        for k, v in r.items():
+            if k not in NOT_DRAWN and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                seen.setdefault(k, None)
+    return list(seen)
+
+
+def plan_panels(records: Records) -> list[Panel]:
+    """The panels for these records (one run's, or several runs' together): loss; accuracy (the objective's
+    metrics in [0, 1]: top1, MPP's colour_acc against its baseline_acc, ...; each other metric on its own);
+    the representation monitor (`monitor_*`); the learning rate. Empty groups are left out."""
+    keys = drawable_keys(records)
+    ordered = sorted(keys, key=lambda k: (base_name(k), k))  # train, then its val_/test_ versions
+    loss = [k for k in ordered if base_name(k).endswith("loss")]
+    monitor = [k for k in keys if k.startswith("monitor_")]
+    rest = [k for k in ordered if k not in loss and k not in monitor and k != "lr"]
+    fractions = [k for k in rest if all(0.0 <= v <= 1.0 for v in series(records, k)[1])]
+    by_base: dict[str, list[str]] = {}
+    for k in rest:
+        if k not in fractions:
+            by_base.setdefault(base_name(k), []).append(k)
+    titled = [("loss", loss), ("accuracy", fractions), *by_base.items(), ("representation monitor", monitor),
+              ("learning rate", ["lr"] if "lr" in keys else [])]
+    return [Panel(title, tuple(group)) for title, group in titled if group]

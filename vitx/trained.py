@@ -1,0 +1,166 @@
+"""A finished run, as the commands that use one (`vitx predict`, `vitx export`) find it: a pre-training run or
+checkpoint directory, or a transfer given as its output directory (one task), a task's directory, or the final
+retrained model's directory. Everything else is one clear error, not a traceback later.
+
+Reads config.json and safetensors only; nothing is unpickled.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .checkpoint import read_config
+from .errors import VitxError
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn as nn
+
+    from .data.transforms import Preprocess
+
+RUN_HELP = ("a pre-training run or checkpoint directory, or a transfer: its --output-dir (one task), a task's "
+            "directory (<output>/<suite>-<task>) or its final/ model")
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """Where a run's model is (`path`: config.json, model.safetensors, heads.safetensors) and, for a transfer,
+    the task's directory (transfer.json, result.json)."""
+
+    path: Path
+    config: dict[str, Any]
+    task_dir: Path | None = None
+
+    @property
+    def is_transfer(self) -> bool:
+        return "transfer" in self.config
+
+    @property
+    def objective(self) -> str:
+        return str(self.config.get("objective", {}).get("name", "?"))
+
+    @property
+    def num_classes(self) -> int | None:
+        return self.config.get("data", {}).get("num_classes")
+
+    def class_names(self) -> tuple[list[str], bool]:
+        """The class names and whether the run recorded them (else "0", "1", ...: indices as text)."""
+        names = self.config.get("data", {}).get("class_names")
+        k = int(self.num_classes or 0)
+        if names and len(names) == k:
+            return [str(n) for n in names], True
+        return [str(i) for i in range(k)], False
+
+    def preprocess(self) -> "Preprocess":
+        """The run's evaluation transform (`.eval()` then `.normalise()`), exactly as it evaluated."""
+        from .data.transforms import Preprocess
+
+        return Preprocess.from_dict(self.config["preprocess"])
+
+    def result(self) -> dict[str, Any] | None:
+        """A transfer's result.json (test accuracy, sweep, choice); None for a pre-training."""
+        return _read_json(self.task_dir / "result.json") if self.task_dir else None
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """metrics.jsonl, one dict per logged step (empty when absent, e.g. in a checkpoint directory)."""
+        path = self.path / "metrics.jsonl"
+        if not path.is_file():
+            return []
+        rows = []
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line torn by a kill
+                continue
+        return rows
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except json.JSONDecodeError:
+        return None
+
+
+def _model_dir(path: Path) -> TrainedRun:
+    config = read_config(path)
+    if "backbone" not in config or "preprocess" not in config:
+        raise VitxError(f"{path}/config.json is not a vitx run's (no backbone or preprocess record)")
+    phase = config.get("transfer", {}).get("phase")
+    if phase == "sweep":
+        raise VitxError(f"{path} is a sweep point of a transfer, which keeps no weights; give the task's directory "
+                        f"({path.parent.parent}) for its final model")
+    if not (path / "model.safetensors").is_file():
+        raise VitxError(f"{path} has no model.safetensors (a run that has not saved a checkpoint yet?)")
+    task_dir = None
+    if phase is not None:  # <task>/final, or a checkpoint inside it: <task>/final/checkpoints/step_N
+        task_dir = next((p for p in (path.parent, path.parent.parent.parent) if (p / "transfer.json").is_file()),
+                        None)
+    return TrainedRun(path, config, task_dir)
+
+
+def _task_dir(path: Path) -> TrainedRun:
+    result = _read_json(path / "result.json")
+    name = (result or _read_json(path / "transfer.json") or {}).get("task", path.name)
+    if result is not None and result.get("chosen") is None:
+        raise VitxError(f"{path}: {name} was evaluated in closed form (few-shot least squares); no classifier was "
+                        "trained or saved, so there is no model to use")
+    if result is None or not (path / "final" / "model.safetensors").is_file():
+        raise VitxError(f"{path}: the transfer of {name} has not finished (no final model and result.json); "
+                        "continue it with `vitx transfer --resume` and the same options")
+    run = _model_dir(path / "final")
+    return TrainedRun(run.path, run.config, path)
+
+
+def resolve_run(run: str | Path) -> TrainedRun:
+    """Find the model a RUN argument names (see `RUN_HELP`)."""
+    path = Path(run).expanduser()
+    if not path.exists():
+        raise VitxError(f"{run}: no such directory; give {RUN_HELP}")
+    if path.is_file():
+        raise VitxError(f"{run} is a file; give {RUN_HELP}")
+    if (path / "config.json").is_file():
+        return _model_dir(path)
+    if (path / "transfer.json").is_file():
+        return _task_dir(path)
+    tasks = sorted(p for p in path.iterdir() if (p / "transfer.json").is_file())
+    if len(tasks) == 1:
+        return _task_dir(tasks[0])
+    if tasks:
+        shown = ", ".join(p.name for p in tasks[:4]) + (", ..." if len(tasks) > 4 else "")
+        raise VitxError(f"{run} holds {len(tasks)} transferred tasks ({shown}); give one task's directory, "
+                        f"e.g. {tasks[0]}")
+    raise VitxError(f"{run} is not a vitx run (no config.json, transfer.json or task directories); give {RUN_HELP}")
+
+
+def classifier_heads(run: TrainedRun) -> dict[str, "torch.Tensor"]:
+    """The classifier weights of a run that has one (heads.safetensors, `head.*`), else one clear error."""
+    from .checkpoint import read_weights
+
+    if run.objective != "supervised":
+        raise VitxError(f"{run.path} was pre-trained with the {run.objective} objective, which has no classifier; "
+                        f"transfer it to a labelled task first (`vitx transfer --from {run.path}`) and use that")
+    if not run.num_classes:
+        raise VitxError(f"{run.path} records no classes (data.num_classes); it has no classifier to use")
+    return read_weights(run.path / "heads.safetensors")
+
+
+def load_classifier(run: TrainedRun) -> "nn.Module":
+    """The run's supervised objective (backbone and head, weights loaded strictly), for `classify`."""
+    from .checkpoint import load_backbone
+    from .objectives import create_objective
+
+    heads = classifier_heads(run)
+    options = dict(run.config.get("objective", {}).get("options", {}))
+    model = create_objective("supervised", load_backbone(run.path), int(run.num_classes or 0), **options)
+    missing, unexpected = model.load_state_dict(heads, strict=False)
+    missing = [k for k in missing if not k.startswith("backbone.")]
+    if missing or unexpected:
+        raise VitxError(f"{run.path}/heads.safetensors does not match its objective's head "
+                        f"(missing {missing[:2]}, unexpected {unexpected[:2]})")
+    return model.eval()
+
+
+__all__ = ["RUN_HELP", "TrainedRun", "classifier_heads", "load_classifier", "resolve_run"]

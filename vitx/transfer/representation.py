@@ -1,0 +1,77 @@
+"""What frozen-feature evaluation reads: the pre-logits, as in the paper (§4) and big_vision's few-shot evaluator.
+
+A supervised pre-training head is Linear → tanh → Linear; its first two layers are the "representation layer",
+and the pre-logits are the tanh outputs. An objective without such a layer (MPP, MAE, SimCLR, a timm start,
+scratch) has pre-logits equal to the backbone's pooled output. `features="backbone"` always takes the backbone's
+output instead (the [class] token after the final norm), for comparison with evaluations that do.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from ..checkpoint import read_weights
+from ..errors import VitxError
+
+FEATURES = ("pre-logits", "backbone")
+LAYER_KEY = "head.pre_logits.fc"  # the supervised objective's representation layer in heads.safetensors
+
+
+class Representation(nn.Module):
+    """backbone (B, 3, H, W) -> (B, D) pooled, then the representation layer (B, D') when there is one."""
+
+    def __init__(self, backbone: nn.Module, layer: nn.Module | None = None) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.layer = layer
+        self.train(backbone.training)  # a wrapper made mid-training must not change the backbone's mode
+
+    @property
+    def kind(self) -> str:
+        """One line for reports: which features these are."""
+        if self.layer is None:
+            return "backbone output ([class] token after the final norm)"
+        return "pre-logits (after the pre-training head's tanh representation layer)"
+
+    @property
+    def embed_dim(self) -> int:
+        return int(self.layer[0].out_features) if self.layer is not None else int(self.backbone.embed_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        feats = self.backbone(x)  # (B, D)
+        return self.layer(feats) if self.layer is not None else feats  # (B, D')
+
+
+def tanh_layer(weight: torch.Tensor, bias: torch.Tensor) -> nn.Sequential:
+    """Linear(D, D') → tanh with the given weights (D', D) and (D',)."""
+    fc = nn.Linear(weight.shape[1], weight.shape[0])
+    with torch.no_grad():
+        fc.weight.copy_(weight)
+        fc.bias.copy_(bias)
+    return nn.Sequential(fc, nn.Tanh())
+
+
+def saved_layer(run_dir: str | Path) -> nn.Sequential | None:
+    """The representation layer saved with a vitx run or checkpoint (its heads.safetensors), or None."""
+    path = Path(run_dir) / "heads.safetensors"
+    if not path.exists():
+        return None
+    heads = read_weights(path)
+    if f"{LAYER_KEY}.weight" not in heads:
+        return None
+    return tanh_layer(heads[f"{LAYER_KEY}.weight"], heads[f"{LAYER_KEY}.bias"])
+
+
+def representation(backbone: nn.Module, start: str, features: str = "pre-logits") -> Representation:
+    """The features of `backbone` (already resized) that evaluation reads, given where it came from (`--from`)."""
+    if features not in FEATURES:
+        raise VitxError(f"--features must be one of {', '.join(FEATURES)}, got '{features}'")
+    layer = None
+    if features == "pre-logits" and not start.startswith("timm:") and start != "scratch":
+        layer = saved_layer(Path(start).expanduser())
+    return Representation(backbone, layer)
+
+
+__all__ = ["FEATURES", "Representation", "representation", "saved_layer", "tanh_layer"]
