@@ -72,3 +72,21 @@ def test_bad_augmentation_settings_are_one_line_errors():
         PretrainConfig(random_erasing=1.5).validate()
     with pytest.raises(VitxError, match="mixup"):
         Supervised(create_backbone("vit-nano/4"), num_classes=10, mixup=-1.0)
+
+
+def test_randaugment_inc1_never_posterizes_to_zero_bits():
+    """timm's "inc1" policies posterize to 0 bits at magnitude 10 (mstd draws reach it ~2% of the time), which
+    Pillow ≥ 12 refuses: a loader worker crashed hundreds of steps into a run. vitx caps the magnitude at 9.99."""
+    import numpy as np
+    from PIL import Image
+
+    from vitx.data.transforms import rand_augment_policy
+
+    policy = rand_augment_policy("rand-m9-mstd0.5-inc1", 16, (0.5, 0.5, 0.5))
+    assert {op.magnitude_max for op in policy.ops} == {9.99}
+    posterize = next(op for op in policy.ops if op.name == "PosterizeIncreasing")
+    posterize.prob, posterize.magnitude_std = 1.0, 0.0
+    posterize.magnitude = 50.0  # clipped to the cap: 1 bit kept, not 0
+    image = Image.fromarray(np.arange(16 * 16 * 3, dtype=np.uint8).reshape(16, 16, 3))
+    kept = np.unique(np.asarray(posterize(image)))
+    assert set(kept.tolist()) <= {0, 128}  # one bit per channel

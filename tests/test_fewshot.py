@@ -81,6 +81,10 @@ def test_fewshot_reads_pre_logits_of_a_supervised_run(pretrained_run, mpp_run, t
         torch.testing.assert_close(feats(x), expected)  # (4, 64), in (-1, 1)
     assert feats.kind.startswith("pre-logits")
     assert representation(load_start(str(mpp_run)), str(mpp_run)).layer is None
+    mean = representation(backbone, str(pretrained_run), "patch-mean")  # what masked modelling trains
+    with torch.no_grad():
+        torch.testing.assert_close(mean(x), backbone.forward_features(x)[:, 1:].mean(1))  # (4, 64): 16 patches
+    assert mean.kind.startswith("patch-mean")
 
     numbers = {}
     for which in ("pre-logits", "backbone"):

@@ -78,10 +78,12 @@ class TrainedRun:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from `path`; None when it is absent, unreadable or not an object."""
     try:
-        return json.loads(path.read_text()) if path.is_file() else None
-    except json.JSONDecodeError:
+        found = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
+    return found if isinstance(found, dict) else None
 
 
 def _model_dir(path: Path) -> TrainedRun:
@@ -155,7 +157,11 @@ def load_classifier(run: TrainedRun) -> "nn.Module":
     heads = classifier_heads(run)
     options = dict(run.config.get("objective", {}).get("options", {}))
     model = create_objective("supervised", load_backbone(run.path), int(run.num_classes or 0), **options)
-    missing, unexpected = model.load_state_dict(heads, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(heads, strict=False)
+    except RuntimeError as exc:  # a tensor of another shape (heads of another class count)
+        raise VitxError(f"{run.path}/heads.safetensors does not fit its objective's head "
+                        f"({str(exc).splitlines()[-1].strip()})") from None
     missing = [k for k in missing if not k.startswith("backbone.")]
     if missing or unexpected:
         raise VitxError(f"{run.path}/heads.safetensors does not match its objective's head "

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import VitxError
@@ -32,7 +33,8 @@ def fewshot(
     output: Optional[str] = typer.Option(None, help="Write the numbers as JSON here."),
     seed: int = typer.Option(0, help="Initialisation of --from scratch (the shots are drawn with seeds 0..N-1)."),
     features: str = typer.Option("pre-logits", help="pre-logits (the paper's: after the pre-training head's tanh "
-                                 "layer when it has one) or backbone (the [class] token after the final norm)."),
+                                 "layer when it has one), backbone (the [class] token after the final norm) or "
+                                 "patch-mean (the mean of the patch tokens: what masked modelling trains)."),
 ) -> None:
     """Regularised least squares on frozen pre-logit features: accuracy at 1/5/10/25 shots over seeds."""
     from ..adapters import resize_backbone
@@ -83,7 +85,7 @@ def fewshot(
         table.add_row(k, f"{row['mean']:.2%}", "  ".join(f"{a:.1%}" for a in row["per_seed"]))
     table.caption = (f"{result['num_classes']} classes, chance {1 / result['num_classes']:.1%}; "
                      f"{result['test_samples']} test images; L2 {reg:g}; {result['feature_dim']}-d features: "
-                     f"{model.kind}")
+                     f"{escape(model.kind)}")
     Console().print(table)
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)

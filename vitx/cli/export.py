@@ -14,6 +14,10 @@ def export(
     """Write RUN for timm: `timm.create_model("local-dir:DIR", pretrained=True)`, or hf-hub:OWNER/NAME once pushed."""
     from ..export import export_run, push_folder
     from ..export.push import check_repo_id
+    from ..runner.launch import is_main_process
+
+    if not is_main_process():  # under a launcher: one process writes (and pushes) the folder
+        return
 
     if push:
         check_repo_id(push)

@@ -123,7 +123,10 @@ def rand_augment_policy(policy: str, size: int, mean: tuple[float, ...]):  # one
     parts = policy.split("-")
     if parts[0] != "rand" or any(not p.startswith("t") and not re.fullmatch(r"[a-z]+\d[\d.]*", p) for p in parts[1:]):
         raise VitxError(f"randaugment '{policy}' is not a timm RandAugment policy (e.g. rand-m9-mstd0.5-inc1)")
-    hparams = {"translate_const": int(size * 0.45), "img_mean": tuple(round(255 * m) for m in mean)}
+    # magnitude_max just under timm's 10: at 10, an "inc1" policy posterizes to 0 bits, which Pillow ≥ 12 refuses
+    # (a worker crash a few hundred steps in); a policy's own "mmax" still wins
+    hparams = {"translate_const": int(size * 0.45), "img_mean": tuple(round(255 * m) for m in mean),
+               "magnitude_max": 9.99}
     try:
         return rand_augment_transform(policy, hparams)
     except (AssertionError, KeyError, ValueError, IndexError):

@@ -136,7 +136,7 @@ def model_card(run: TrainedRun, config: dict[str, Any], folder: Path, repo_id: s
     lines += _usage(name, classifier)
     lines += ["## Training", "", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in _training(run)] + [""]
     results = _transfer_results(run.result()) + _metrics(run)
-    if (folder / "curves.png").is_file():
+    if (run.path / "curves.png").is_file():  # copied beside the card by the export
         results += ["![training curves: loss, accuracy, learning rate](curves.png)", ""]
     if results:
         lines += ["## Results", ""] + results

@@ -13,8 +13,9 @@ from ..trained import TrainedRun
 
 
 def _options(command: Callable[..., Any]) -> set[str]:
-    """The settings a CLI command takes as options of its own."""
-    return set(inspect.signature(command).parameters) - {"recipe", "set_", "resume"}
+    """The settings a CLI command takes as options of its own (`adapters` is `--adapter`, `start` `--from`)."""
+    params = set(inspect.signature(command).parameters) - {"recipe", "set_", "resume"}
+    return params | {key for key, flag in FLAGS.items() if flag.lstrip("-").replace("-", "_") in params}
 
 
 def _flag(key: str, value: Any) -> list[str]:

@@ -14,6 +14,7 @@ equivalent, so a pre-training is exported as the backbone alone (`num_classes` 0
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,11 @@ def build_checked(arch: str, args: dict[str, Any], state: dict[str, torch.Tensor
     import timm
 
     model = timm.create_model(arch, pretrained=False, **args)
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # a tensor of another shape
+        raise VitxError(f"the weights do not fit timm's {arch} ({str(exc).splitlines()[-1].strip()}); "
+                        "cannot export") from None
     if missing or unexpected:
         raise VitxError(f"the weights do not match timm's {arch} (missing {missing[:2]}, unexpected "
                         f"{unexpected[:2]}); cannot export")
@@ -111,8 +116,11 @@ def _check_target(to: Path) -> None:
         return
     if not to.is_dir():
         raise VitxError(f"--to {to} is a file; give a folder to write")
-    if not any(to.iterdir()):
-        return
+    try:
+        if not any(to.iterdir()):
+            return
+    except OSError as exc:
+        raise VitxError(f"--to {to}: cannot read it ({exc.strerror or exc})") from None
     try:
         earlier = json.loads((to / "config.json").read_text()).get("vitx") is not None
     except (OSError, json.JSONDecodeError, AttributeError):
@@ -144,15 +152,25 @@ def export_run(run: str | Path, to: str | Path, repo_id: str | None = None) -> E
     model = build_checked(arch, args, state)
     labels = found.class_names()[0] if num_classes else None
     config = hub_config(found, arch, args, model, labels)
-    to.mkdir(parents=True, exist_ok=True)
-    save_weights(state, to / "model.safetensors", {"vitx_version": __version__})
-    atomic_write_text(to / "config.json", json.dumps(config, indent=2) + "\n")
-    for name in FIGURES:
-        if (found.path / name).is_file():
-            shutil.copyfile(found.path / name, to / name)
-        else:
-            (to / name).unlink(missing_ok=True)  # an earlier export's
-    atomic_write_text(to / "README.md", model_card(found, config, to, repo_id))
+    card = model_card(found, config, to, repo_id)
+    # the whole folder is written beside `to` and moved into place: a failure leaves `to` as it was, never an
+    # earlier export's card beside new weights
+    staged = to.with_name(f".{to.name}.tmp-{os.getpid()}")
+    try:
+        shutil.rmtree(staged, ignore_errors=True)
+        staged.mkdir(parents=True)
+        save_weights(state, staged / "model.safetensors", {"vitx_version": __version__})
+        atomic_write_text(staged / "config.json", json.dumps(config, indent=2) + "\n")
+        atomic_write_text(staged / "README.md", card)
+        for name in FIGURES:
+            if (found.path / name).is_file():
+                shutil.copyfile(found.path / name, staged / name)
+        if to.exists():
+            shutil.rmtree(to)  # empty, or an earlier vitx export (_check_target)
+        os.replace(staged, to)
+    except OSError as exc:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise VitxError(f"--to {to}: cannot write the export ({exc.strerror or exc})") from None
     return Exported(to, found, num_classes)
 
 

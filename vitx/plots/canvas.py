@@ -3,6 +3,7 @@ renderer (no display, and no change to the user's pyplot backend: `Figure` objec
 and an atomic write (a temporary file renamed into place, so a reader never sees half a PNG)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from pathlib import Path
@@ -63,13 +64,16 @@ def save(fig: "Figure", path: str | Path) -> Path:
     """Write `fig` to `path` (format from the suffix: png, pdf or svg) under a temporary name, then rename."""
     path = Path(path)
     fmt = figure_format(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(tmp, format=fmt, dpi=DPI)
         os.replace(tmp, path)
+    except OSError as exc:  # a read-only folder, a file where a folder should be, a full disk
+        raise VitxError(f"cannot write {path}: {exc.strerror or exc}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return path
 
 

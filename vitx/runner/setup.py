@@ -133,6 +133,20 @@ def config_record(s: Setup, step: int) -> dict[str, Any]:
         "objective": {"name": obj_name, "options": obj_opts},
         "data": s.data_info,
         "run": s.cfg.to_dict(),
-        **({"command": command()} if command() else {}),  # how it was started, when from the command line
+        **_commands(s),
         **s.record,
     }
+
+
+def _commands(s: Setup) -> dict[str, Any]:
+    """How the run was started (`command`, when from the command line), kept across resumes: the first command
+    says how the run was made; the `--resume` lines that continued it are listed after it (`resumed_with`)."""
+    now = command()
+    saved = read_config(s.run.path) if (s.run.path / "config.json").exists() else {}
+    first = saved.get("command")
+    if first is None:
+        return {"command": now} if now else {}
+    resumed = [c for c in saved.get("resumed_with", []) if isinstance(c, str)]
+    if now and now != first and now not in resumed:
+        resumed.append(now)
+    return {"command": first, **({"resumed_with": resumed} if resumed else {})}

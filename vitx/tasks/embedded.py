@@ -28,7 +28,8 @@ DIGITS_VAL = 237  # the last images of embedded:digits' train split form the tas
 def digits_split(split: str):
     """scikit-learn's handwritten digits as a low-data task: train and val from `embedded:digits`' train split
     (1,437 images: the first 1,200 and the last 237), test = its test split (360 images), which no pre-training
-    on `embedded:digits` sees. Rendered at 64px, so the task can be fine-tuned at any resolution up to that."""
+    on `embedded:digits` sees. Rendered at 64px (8 pixels per digit pixel); other resolutions are resized from
+    that."""
     from ..data.procedural import Digits
     from .base import SubsetSource
 

@@ -130,7 +130,7 @@ def test_metrics(trainer: Trainer, prep: Prepared, limit: int) -> dict[str, floa
 
 
 @torch.no_grad()
-def closed_form(prep: Prepared, limit: int, start: str) -> dict[str, float]:
+def closed_form(prep: Prepared, limit: int, start: str) -> dict[str, Any]:
     """Few-shot linear evaluation on the task: least squares on trainN ∪ valN pre-logits (`start`'s tanh
     representation layer when it has one), accuracy on test."""
     from .representation import representation

@@ -4,6 +4,9 @@ A supervised pre-training head is Linear → tanh → Linear; its first two laye
 and the pre-logits are the tanh outputs. An objective without such a layer (MPP, MAE, SimCLR, a timm start,
 scratch) has pre-logits equal to the backbone's pooled output. `features="backbone"` always takes the backbone's
 output instead (the [class] token after the final norm), for comparison with evaluations that do.
+`features="patch-mean"` averages the patch tokens after the final norm (MAE's and BEiT's pooling): masked
+modelling trains the patch tokens and never the [class] token, whose frozen features can then read worse than
+a random network's while fine-tuning from the same weights gains (recipes/reproduction/STUDY.md).
 """
 from __future__ import annotations
 
@@ -15,22 +18,25 @@ import torch.nn as nn
 from ..checkpoint import read_weights
 from ..errors import VitxError
 
-FEATURES = ("pre-logits", "backbone")
+FEATURES = ("pre-logits", "backbone", "patch-mean")
 LAYER_KEY = "head.pre_logits.fc"  # the supervised objective's representation layer in heads.safetensors
 
 
 class Representation(nn.Module):
     """backbone (B, 3, H, W) -> (B, D) pooled, then the representation layer (B, D') when there is one."""
 
-    def __init__(self, backbone: nn.Module, layer: nn.Module | None = None) -> None:
+    def __init__(self, backbone: nn.Module, layer: nn.Module | None = None, patch_mean: bool = False) -> None:
         super().__init__()
         self.backbone = backbone
         self.layer = layer
+        self.patch_mean = patch_mean
         self.train(backbone.training)  # a wrapper made mid-training must not change the backbone's mode
 
     @property
     def kind(self) -> str:
         """One line for reports: which features these are."""
+        if self.patch_mean:
+            return "patch-mean (the mean of the patch tokens after the final norm)"
         if self.layer is None:
             return "backbone output ([class] token after the final norm)"
         return "pre-logits (after the pre-training head's tanh representation layer)"
@@ -40,6 +46,9 @@ class Representation(nn.Module):
         return int(self.layer[0].out_features) if self.layer is not None else int(self.backbone.embed_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.patch_mean:
+            tokens = self.backbone.forward_features(x)  # (B, prefix + N, D), after the final norm
+            return tokens[:, int(getattr(self.backbone, "num_prefix_tokens", 1)):].mean(1)  # (B, D)
         feats = self.backbone(x)  # (B, D)
         return self.layer(feats) if self.layer is not None else feats  # (B, D')
 
@@ -71,7 +80,7 @@ def representation(backbone: nn.Module, start: str, features: str = "pre-logits"
     layer = None
     if features == "pre-logits" and not start.startswith("timm:") and start != "scratch":
         layer = saved_layer(Path(start).expanduser())
-    return Representation(backbone, layer)
+    return Representation(backbone, layer, patch_mean=features == "patch-mean")
 
 
 __all__ = ["FEATURES", "Representation", "representation", "saved_layer", "tanh_layer"]
