@@ -9,6 +9,7 @@ then PIL for what neither reads. A file none can read raises `CorruptImageError`
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -83,4 +84,5 @@ def _decode_bytes(image: EncodedImage) -> "torch.Tensor":
         with Image.open(io.BytesIO(image.data)) as img:
             return decode(img.convert("RGB"))  # convert forces the full decode
     except Exception as exc:
-        raise CorruptImageError(f"cannot decode image {image.name}: {exc}") from None
+        reason = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(exc)) or type(exc).__name__
+        raise CorruptImageError(f"cannot decode image {image.name}: {reason}") from None
