@@ -102,8 +102,7 @@ def saved_model_accuracy(final: Path, task: str, limit: int, data_dir: str | Non
 
     backbone = load_backbone(final).eval()
     head = read_weights(Path(final) / "heads.safetensors")
-    saved = read_config(final)["preprocess"]
-    preprocess = Preprocess(**{k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
+    preprocess = Preprocess.from_dict(read_config(final)["preprocess"])
     _, test, _ = open_full_splits(get_task(task), data_dir)
     images, labels = zip(*(test.load(i) for i in range(limit)))
     with torch.no_grad():

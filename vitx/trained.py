@@ -65,16 +65,10 @@ class TrainedRun:
 
     def metrics(self) -> list[dict[str, Any]]:
         """metrics.jsonl, one dict per logged step (empty when absent, e.g. in a checkpoint directory)."""
+        from .plots.series import read_metrics  # pure Python: no matplotlib
+
         path = self.path / "metrics.jsonl"
-        if not path.is_file():
-            return []
-        rows = []
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a line torn by a kill
-                continue
-        return rows
+        return read_metrics(path) if path.is_file() else []
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -96,7 +96,7 @@ class RunDir:
                 link.unlink(missing_ok=True)
                 os.link(src, link)  # no copy: the top-level file shares the checkpoint's data
                 os.replace(link, self.path / name)
-            elif name == "curves.png":  # not drawn this time: an older step's picture must not pass for this one
+            else:  # the top level mirrors the latest checkpoint: an older step's file must not pass for its own
                 (self.path / name).unlink(missing_ok=True)
         fsync_path(self.path)
         steps = sorted((p for p in self.checkpoints.iterdir() if p.name.startswith(PREFIX)),
