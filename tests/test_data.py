@@ -56,6 +56,10 @@ def test_digits_real_images():
     assert len(train) + len(val) == 1797 and train.num_classes == 10
     img, label = train.load(0)
     assert img.size == (32, 32) and 0 <= label < 10
+    few = open_source("embedded:digits(length=300)", "train", image_size=32)  # the first 300 of the same split
+    few_val = open_source("embedded:digits(length=300)", "validation", image_size=32)
+    assert len(few) == 300 and np.array_equal(few.labels(), train.labels()[:300]) and len(few_val) == len(val)
+    assert np.array_equal(np.asarray(few.load(299)[0]), np.asarray(train.load(299)[0]))
 
 
 def test_transforms_are_seeded_per_sample_and_stay_uint8():
@@ -179,6 +183,7 @@ def test_save_to_disk_folder_in_hub_format(tmp_path):
     ("/no/such/dir", "data path /no/such/dir does not exist"),
     ("embedded:clouds", "unknown embedded dataset 'clouds'"),
     ("embedded:shapes(classes=40)", "2 to 10 classes"),
+    ("embedded:digits(length=2000)", "embedded:digits has 1437 train images; length must be 0 to 1437, got 2000"),
     ("hf:nobody/nothing", "cannot load 'nobody/nothing' from the Hugging Face hub"),
 ])
 def test_bad_data_specs(spec, match):

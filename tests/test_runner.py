@@ -34,11 +34,12 @@ def test_learning_curve_beats_chance(pretrained_run):
 
 
 def test_checkpoint_layout_and_timm_loads_it(tmp_path):
-    pretrain(tiny(tmp_path))
+    pretrain(tiny(tmp_path, hflip=False))
     run = tmp_path / "run"
     config = json.loads((run / "config.json").read_text())
     assert config["step"] == 6 and config["backbone"]["name"] == "vit-nano/4"
     assert config["preprocess"]["image_size"] == 16 and config["data"]["num_classes"] == 10
+    assert config["preprocess"]["hflip"] is False and config["run"]["hflip"] is False  # --no-hflip reached both
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000003", "step_00000006"]
     weights = load_file(str(run / "model.safetensors"))
     assert "pos_embed" in weights and "blocks.0.attn.qkv.weight" in weights  # timm key names

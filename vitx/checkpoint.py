@@ -48,6 +48,16 @@ def atomic_write_text(path: Path, text: str) -> None:
     fsync_path(path.parent)
 
 
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in `path`; None when it is absent, unreadable, torn by a kill or not an object (the
+    caller redoes or skips what it recorded)."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def save_weights(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
     """safetensors, written under a temporary name, synced, then renamed into place."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

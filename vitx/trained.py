@@ -6,12 +6,11 @@ Reads config.json and safetensors only; nothing is unpickled.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .checkpoint import read_config
+from .checkpoint import read_config, read_json_object
 from .errors import VitxError
 
 if TYPE_CHECKING:
@@ -61,7 +60,7 @@ class TrainedRun:
 
     def result(self) -> dict[str, Any] | None:
         """A transfer's result.json (test accuracy, sweep, choice); None for a pre-training."""
-        return _read_json(self.task_dir / "result.json") if self.task_dir else None
+        return read_json_object(self.task_dir / "result.json") if self.task_dir else None
 
     def metrics(self) -> list[dict[str, Any]]:
         """metrics.jsonl, one dict per logged step (empty when absent, e.g. in a checkpoint directory)."""
@@ -69,15 +68,6 @@ class TrainedRun:
 
         path = self.path / "metrics.jsonl"
         return read_metrics(path) if path.is_file() else []
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from `path`; None when it is absent, unreadable or not an object."""
-    try:
-        found = json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return found if isinstance(found, dict) else None
 
 
 def _model_dir(path: Path) -> TrainedRun:
@@ -98,8 +88,8 @@ def _model_dir(path: Path) -> TrainedRun:
 
 
 def _task_dir(path: Path) -> TrainedRun:
-    result = _read_json(path / "result.json")
-    name = (result or _read_json(path / "transfer.json") or {}).get("task", path.name)
+    result = read_json_object(path / "result.json")
+    name = (result or read_json_object(path / "transfer.json") or {}).get("task", path.name)
     if result is not None and result.get("chosen") is None:
         raise VitxError(f"{path}: {name} was evaluated in closed form (few-shot least squares); no classifier was "
                         "trained or saved, so there is no model to use")

@@ -46,6 +46,7 @@ def pretrain(
     shuffle_buffer: Optional[int] = typer.Option(None, help=f"Streams: shuffle through a seeded buffer of this many encoded images per process; 0: read in order. [default: {D.shuffle_buffer}]"),
     grad_checkpointing: Optional[bool] = typer.Option(None, "--grad-checkpointing/--no-grad-checkpointing", help="Trade compute for memory."),
     crop_scale: Optional[float] = typer.Option(None, help=f"Smallest random-crop area fraction. [default: {D.crop_scale}]"),
+    hflip: Optional[bool] = typer.Option(None, "--hflip/--no-hflip", help="Random horizontal flips of training images; off where a mirror image is another class (digits, text). [default: on]"),
     randaugment: Optional[str] = typer.Option(None, help="timm RandAugment policy for training images, e.g. rand-m9-mstd0.5-inc1. [default: none]"),
     random_erasing: Optional[float] = typer.Option(None, help="Probability of timm's RandomErasing per training image. [default: 0]"),
     curves: Optional[bool] = typer.Option(None, "--curves/--no-curves", help="At each checkpoint, draw curves.png (loss, accuracy, monitor, learning rate) from metrics.jsonl. [default: on]"),

@@ -186,12 +186,14 @@ class Shapes:
 class Digits:
     """scikit-learn's 8x8 handwritten digits (1,797 real images, 10 classes), upsampled and made RGB.
 
-    Split deterministically: a fixed permutation, 80% train and 20% validation/test.
+    Split deterministically: a fixed permutation, 80% train and 20% validation/test. `length` keeps the first N
+    images of the split (0: all): the same N digits every time, for studies of how much data a recipe needs.
     """
 
     size: int = 32
     split: str = "train"
     seed: int = 0
+    length: int = 0
 
     def __post_init__(self) -> None:
         try:
@@ -202,6 +204,10 @@ class Digits:
         order = np.random.default_rng(0).permutation(len(data.target))
         cut = int(0.8 * len(order))
         keep = order[:cut] if self.split == "train" else order[cut:]
+        if self.length < 0 or self.length > len(keep):
+            raise VitxError(f"embedded:digits has {len(keep)} {self.split} images; length must be 0 to {len(keep)}, "
+                            f"got {self.length}")
+        keep = keep[:self.length or len(keep)]
         object.__setattr__(self, "_images", (data.images[keep] / 16.0).astype(np.float32))  # (N, 8, 8)
         object.__setattr__(self, "_labels", data.target[keep].astype(np.int64))
 

@@ -147,10 +147,10 @@ def open_source(spec: str, split: str = "train", image_size: int = 32, seed: int
         options.setdefault("size", image_size)
         if name != "digits":
             options.setdefault("seed", seed)
-            if split != "train":
-                options["length"] = options.pop("eval_length", 2_000)
-            else:
-                options.pop("eval_length", None)
+        if split != "train":  # `length` sizes the training split; `eval_length` the validation split
+            options["length"] = options.pop("eval_length", 0 if name == "digits" else 2_000)
+        else:
+            options.pop("eval_length", None)
         try:
             return EMBEDDED[name](split=split, **options)
         except TypeError as exc:

@@ -20,6 +20,7 @@ from .. import __version__
 from ..analysis import inspect_backbone
 from ..backbones import create_backbone
 from ..checkpoint import atomic_write_text, load_backbone
+from ..plots.series import read_metrics
 from ..runner import pretrain
 from ..runner.launch import process_device
 from ..runner.reporting import make_console
@@ -33,7 +34,7 @@ from .report import write_report
 
 
 def _last_metrics(run: Path) -> dict[str, Any]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = read_metrics(run)
     trained = [r for r in rows if "loss" in r]
     first, last = trained[0], trained[-1]
     return {"first": first, "last": last, "val": next((r for r in reversed(rows) if "val_loss" in r), {}),

@@ -59,6 +59,7 @@ class PretrainConfig:
     skip_corrupt: bool = False
     grad_checkpointing: bool = False
     crop_scale: float = 0.8
+    hflip: bool = True  # random horizontal flips; off for data whose mirror image is another class (digits, text)
     randaugment: str = ""  # a timm RandAugment policy, e.g. "rand-m9-mstd0.5-inc1" (small-data supervised training)
     random_erasing: float = 0.0  # probability of timm's RandomErasing per training image
     log_with: str = "auto"  # auto: tensorboard when installed; none; or any Accelerate tracker name

@@ -92,8 +92,8 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
         model_opts["grad_checkpointing"] = True
     backbone = create_backbone(model_name, **model_opts)
     image_size = int(backbone.patch_embed.img_size[0])
-    preprocess = Preprocess(image_size=image_size, crop_scale=cfg.crop_scale, randaugment=cfg.randaugment,
-                            random_erasing=cfg.random_erasing)
+    preprocess = Preprocess(image_size=image_size, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
+                            randaugment=cfg.randaugment, random_erasing=cfg.random_erasing)
 
     train_source = open_source(cfg.data, "train", image_size=image_size, seed=cfg.seed, stream=cfg.stream,
                                shuffle_buffer=cfg.shuffle_buffer)

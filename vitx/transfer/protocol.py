@@ -22,7 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from .. import __version__
-from ..checkpoint import atomic_write_text
+from ..checkpoint import atomic_write_text, read_json_object
 from ..adapters import resolve_adapters
 from ..errors import VitxError
 from ..runner.launch import is_main_process
@@ -37,13 +37,6 @@ def task_dir(cfg: TransferConfig, task: Task) -> Path:
     return Path(cfg.output_dir) / task.name.replace("/", "-")
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text()) if path.exists() else None
-    except json.JSONDecodeError:
-        return None  # torn by a kill: redo that step
-
-
 def _write(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(data, indent=2))
@@ -52,7 +45,7 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 def _claim(cfg: TransferConfig, task: Task, resume: bool) -> Path:
     """The task's directory; refuses to mix two different transfers in one directory."""
     root = task_dir(cfg, task)
-    saved = _read(root / "transfer.json")
+    saved = read_json_object(root / "transfer.json")
     settings = result_settings(cfg)
     if saved is not None:
         if not resume:
@@ -84,7 +77,7 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
     """The whole protocol on one task; returns (and writes) its result."""
     console = console or make_console()
     root = _claim(cfg, task, resume)
-    done = _read(root / "result.json")
+    done = read_json_object(root / "result.json")
     if done is not None:
         console.print(f"{task.name}: already done ({done['test_top1']:.2%} test top-1); nothing to do", soft_wrap=True)
         return done
@@ -106,7 +99,7 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
     points = cfg.points() if cfg.sweep else []
     for i, (lr, steps) in enumerate(points, 1):
         point_dir = root / "sweep" / f"lr{lr:g}_steps{steps}"
-        point = _read(point_dir / "point.json")
+        point = read_json_object(point_dir / "point.json")
         if point is None:
             best = max(sweep, key=lambda p: p["val_top1"]) if sweep else None
             tick = time.perf_counter()
