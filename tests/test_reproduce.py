@@ -2,11 +2,15 @@
 token budgets) into a report whose figures all exist, and resumes without training again."""
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
+from vitx.errors import VitxError
 from vitx.reproduce import QUICK, reproduce
 from vitx.reproduce.claims import distance_claim, hires_claim, position_claim, transfer_claim
+
+from .conftest import vitx_cli
 
 
 def fake(scratch=0.2, mpp=0.25, supervised=0.4, hires=0.41, layers=((5.0, 8.0), (8.0, 8.5)), nearest=0.9, corr=-0.6):
@@ -66,3 +70,34 @@ def test_reproduction_pipeline_writes_a_complete_report_and_resumes(tmp_path):
     assert second["resumed"] and "reused the runs" in (out / "REPORT.md").read_text()
     assert (out / "pretrain-supervised" / "model.safetensors").stat().st_mtime_ns == weights
     assert second["transfer"]["mpp"][0]["test_top1"] == first["transfer"]["mpp"][0]["test_top1"]
+    with pytest.raises(VitxError, match=r"holds a reproduction of another plan \(shots differ: was 40\)"):
+        reproduce(out, replace(QUICK, shots=30))  # refused before anything is trained or overwritten
+    assert json.loads((out / "plan.json").read_text())["shots"] == 40
+
+
+@pytest.mark.parametrize("setting,needle", [
+    ("seeds=abc", "--set: seeds must be a list of integers, got 'abc'"),
+    ("hires_seeds=3", "plan: hires_seeds must be 0 to 1 (the seeds), got 3"),
+    ("transfer_lrs=[]", "plan: transfer_lrs must not be empty"),
+    ("pretrainings={}", "--set pretrainings cannot be changed"),
+])
+def test_plan_settings_are_checked_in_one_line(tmp_path, setting, needle):
+    result = vitx_cli("reproduce", "--plan", "quick", "--output-dir", str(tmp_path / "r"), "--set", setting)
+    assert result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow  # 36 s: subprocess start-up for every transfer
+def test_gpu_shaped_plan_runs_transfers_as_processes_with_a_sweep(tmp_path):
+    """The GPU plan's paths, at token size on the CPU: transfers as `vitx transfer --recipe` processes two at a
+    time (jobs > 1), each sweeping two learning rates; results come back as the in-process path gives them."""
+    plan = replace(QUICK, jobs=2, transfer_lrs=[0.03, 0.1], compute_points=[],
+                   pretrainings={k: v for k, v in QUICK.pretrainings.items() if k in ("supervised", "mpp")})
+    out = tmp_path / "repro"
+    results = reproduce(out, plan)
+    for start in ("scratch", "supervised", "mpp"):
+        row = results["transfer"][start][0]
+        assert row["chosen"]["lr"] in (0.03, 0.1) and len(row["sweep"]) == 2 and 0 <= row["test_top1"] <= 1
+        assert (out / "transfer" / f"{start}-seed0.toml").is_file()  # the job's settings, as a recipe
+    assert results["hires"]["0"]["lr"] == results["transfer"]["supervised"][0]["chosen"]["lr"]
+    assert "Sweep lr [0.03, 0.1] × [4] steps" in (out / "REPORT.md").read_text()

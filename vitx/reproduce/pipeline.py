@@ -19,7 +19,7 @@ from rich.console import Console
 from .. import __version__
 from ..analysis import inspect_backbone
 from ..backbones import create_backbone
-from ..checkpoint import atomic_write_text, load_backbone
+from ..checkpoint import atomic_write_text, load_backbone, read_json_object
 from ..plots.series import read_metrics
 from ..runner import pretrain
 from ..runner.launch import process_device
@@ -119,10 +119,25 @@ def _transfers(jobs: dict[str, dict[str, Any]], parallel: int, console: Console)
     return results
 
 
+def _same_plan(out: Path, plan: Plan) -> None:
+    """A second call continues the first only with the same plan (`jobs` may differ): mixing runs of two plans
+    in one report would misreport both. The plan is written before anything is trained."""
+    now = json.loads(json.dumps(plan.to_dict()))
+    saved = read_json_object(out / "plan.json")
+    if saved is None:
+        atomic_write_text(out / "plan.json", json.dumps(now, indent=1))
+        return
+    differ = [k for k in now if k != "jobs" and saved.get(k) != now[k]]
+    if differ:
+        raise VitxError(f"{out} holds a reproduction of another plan ({', '.join(differ)} differ: was "
+                        f"{saved.get(differ[0])!r}); continue it with the same plan or choose a new --output-dir")
+
+
 def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console: Console | None = None) -> dict[str, Any]:
     """Run every step (or what is missing) and write results.json and REPORT.md into `out_dir`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    _same_plan(out, plan)
     console = console or make_console()
     began = time.perf_counter()
     chosen = _available(plan, console)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from ..errors import VitxError
+
 
 @dataclass(frozen=True)
 class Pretraining:
@@ -31,9 +33,10 @@ SETTING_DIGITS = (
     "digits that no pre-training saw. This is the paper's question at a size a CPU can answer: does "
     "self-supervision on plentiful images help when labels are few? Supervised pre-training on all the labels "
     "of the same images is the in-domain reference (as JFT-300M's labels cover ImageNet's classes), so its "
-    "lead over MPP is expected to be large. The transfer settings (50 shots, lr 0.1 × 200 steps) come from a "
-    "study of this setting (recipes/reproduction/STUDY.md), chosen where training from scratch learns well "
-    "above chance; the same settings serve every start.")
+    "lead over MPP is expected to be large. The transfer settings (50 shots; lr 0.1 × 200 steps in the CPU "
+    "plan, which the GPU plan's sweep brackets) come from a study of this setting "
+    "(recipes/reproduction/STUDY.md), chosen where training from scratch learns well above chance; the same "
+    "settings serve every start.")
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,30 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def validate(self) -> "Plan":
+        """One line for a setting that cannot run (a `--set` typo), before anything is trained."""
+        for name in ("batch_size", "pretrain_steps", "shots", "transfer_batch", "image_size", "hires", "jobs"):
+            if getattr(self, name) <= 0:
+                raise VitxError(f"plan: {name} must be positive, got {getattr(self, name)}")
+        for name in ("seeds", "transfer_lrs", "transfer_steps"):
+            if not getattr(self, name):
+                raise VitxError(f"plan: {name} must not be empty")
+        if any(v <= 0 for v in [*self.transfer_lrs, *self.transfer_steps]):
+            raise VitxError("plan: transfer_lrs and transfer_steps must be positive")
+        if not all(0 < f < 1 for f in self.compute_points):
+            raise VitxError(f"plan: compute_points are fractions of MPP's steps in (0, 1), got {self.compute_points}")
+        if not 0 <= self.hires_seeds <= len(self.seeds):
+            raise VitxError(f"plan: hires_seeds must be 0 to {len(self.seeds)} (the seeds), got {self.hires_seeds}")
+        return self
+
+    def with_settings(self, changes: dict[str, Any]) -> "Plan":
+        """The plan with `--set` changes (budgets, model, data); the pre-trainings and the setting text are the
+        plan's own and cannot be set."""
+        fixed = sorted(set(changes) & {"name", "pretrainings", "setting"})
+        if fixed:
+            raise VitxError(f"--set {fixed[0]} cannot be changed: it is the plan's own; pick another --plan")
+        return replace(self, **changes).validate()
 
 
 CPU = Plan()
