@@ -22,6 +22,7 @@ def _one_line_error(result, needle):
     (["--model", "vit-ti/16", "--image-size", "33"], "image size 33 is not divisible by the patch size 16"),
     (["--data", "/no/such/dir"], "data path /no/such/dir does not exist"),
     (["--optimizer", "lamb"], "--optimizer must be one of adamw, adam, sgd"),
+    (["--monitor-features", "cls"], "--monitor-features must be one of pre-logits, backbone, patch-mean"),
     (["--precision", "fp16"], "fp16 mixed precision needs a GPU"),
     (["--batch-size", "10", "--grad-accum", "3"], "must divide evenly"),
     (["--objective", "supervised(colour=1)"], "no option(s) colour"),

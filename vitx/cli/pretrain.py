@@ -40,6 +40,7 @@ def pretrain(
     skip_corrupt: Optional[bool] = typer.Option(None, "--skip-corrupt/--no-skip-corrupt", help="Skip (and count) undecodable images instead of stopping."),
     monitor: Optional[str] = typer.Option(None, help="A labelled data spec (e.g. embedded:digits): log few-shot linear and kNN accuracy of the features at each checkpoint."),
     monitor_every: Optional[int] = typer.Option(None, help="Also run the --monitor every N steps; 0: at checkpoints only. [default: 0]"),
+    monitor_features: Optional[str] = typer.Option(None, help="What the --monitor reads: pre-logits (the paper's few-shot features), backbone ([class] token) or patch-mean (the mean patch token: what masked modelling trains). [default: pre-logits]"),
     compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the training step's forward and backward (minutes of compilation first; pays off on long GPU runs)."),
     tf32: Optional[bool] = typer.Option(None, "--tf32/--no-tf32", help="On GPUs that have it, float32 matmuls in TF32 (10-bit mantissa, ~8x the float32 rate). [default: on]"),
     stream: Optional[bool] = typer.Option(None, "--stream/--no-stream", help="Stream a hub dataset (or a local copy of one) instead of downloading it whole; tar shards always stream."),

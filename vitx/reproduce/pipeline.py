@@ -49,12 +49,14 @@ def _pretrain(plan: Plan, name: str, run: Path, console: Console) -> dict[str, A
     every = steps
     if name == "mpp":  # checkpoints at the compute points too: the MPP-vs-scratch gap as pre-training grows
         every = max(1, round(steps * min(plan.compute_points, default=1.0)))
+    monitor = {"monitor": plan.monitor, "monitor_every": every, "monitor_features": plan.monitor_features} \
+        if name == "mpp" and plan.monitor else {}
     pretrain({"objective": spec.objective, "model": plan.model, "data": plan.data, "image_size": plan.image_size,
               "batch_size": plan.batch_size, "steps": steps, "lr": spec.lr, "precision": plan.precision,
               "warmup_steps": max(1, steps // 15), "save_every": every,
               "keep_checkpoints": steps // every + 1, "log_every": max(1, steps // 30),
               "eval_samples": 1024 if name == "supervised" else 0, "output_dir": str(run), "log_with": "none",
-              "seed": 0, **({"monitor": plan.monitor, "monitor_every": every} if name == "mpp" and plan.monitor else {})},
+              "seed": 0, **monitor},
              resume=RunDir(run).latest() is not None, console=console)
     return {**_last_metrics(run), "steps": steps, "seconds": time.perf_counter() - tick}
 

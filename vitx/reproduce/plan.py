@@ -57,6 +57,7 @@ class Plan:
     })
     compute_points: list[float] = field(default_factory=lambda: [1 / 3])  # MPP checkpoints also transferred
     monitor: str = "embedded:digits"  # the representation monitor during MPP pre-training
+    monitor_features: str = "patch-mean"  # what MPP trains (the patch tokens); its [class] token is never trained
     task: str = "embedded/digits"  # low-data transfer: held-out test digits
     shots: int = 50
     transfer_batch: int = 64

@@ -64,6 +64,14 @@ def _steps(results: dict[str, Any]) -> str:
     return ", ".join(f"{name} {n} steps" for name, n in steps.items())
 
 
+MONITOR_FEATURES = {
+    "pre-logits": "the pre-logits, which for MPP (no representation layer) are the [class] token after the final norm",
+    "backbone": "the [class] token after the final norm",
+    "patch-mean": "the mean of the patch tokens after the final norm, which MPP trains (it never trains the "
+                  "[class] token)",
+}
+
+
 def _monitor_table(results: dict[str, Any]) -> list[str]:
     rows = [r for r in results["pretrain"]["mpp"].get("monitor", []) if "monitor_knn" in r]
     if not rows:
@@ -71,10 +79,10 @@ def _monitor_table(results: dict[str, Any]) -> list[str]:
     shots = sorted({k for r in rows for k in r if k.startswith("monitor_fewshot_")},
                    key=lambda k: int(k.split("_")[2][:-4]))
     head = " | ".join(k.split("_")[2].replace("shot", "-shot") for k in shots)
+    features = MONITOR_FEATURES.get(results["plan"].get("monitor_features", "pre-logits"), "")
     lines = [f"The representation monitor during MPP pre-training (`{results['plan']['monitor']}`, frozen "
-             "features: the pre-logits, which for MPP (no representation layer) are the [class] token after the "
-             "final norm; few-shot is the closed-form linear head of `vitx eval fewshot`, kNN the weighted "
-             "20-NN):", "",
+             f"features: {features}; few-shot is the closed-form linear head of `vitx eval fewshot`, kNN the "
+             "weighted 20-NN):", "",
              f"| step | {head} | kNN |", "|---" * (len(shots) + 2) + "|"]
     for r in rows:
         lines.append(f"| {r['step']} | " + " | ".join(_pct(r[k]) for k in shots) + f" | {_pct(r['monitor_knn'])} |")

@@ -11,6 +11,7 @@ CHOICES = {
     "optimizer": ("adamw", "adam", "sgd"),
     "schedule": ("cosine", "linear"),
     "precision": ("no", "bf16", "fp16"),
+    "monitor_features": ("pre-logits", "backbone", "patch-mean"),  # transfer.representation.FEATURES (torch-free here)
 }
 
 
@@ -70,6 +71,7 @@ class PretrainConfig:
     tf32: bool = True  # GPUs with TF32 (Ampere and later): float32 matmuls and convolutions in TF32
     monitor: str = ""  # a labelled data spec: few-shot and kNN accuracy of the features during the run (monitor.py)
     monitor_every: int = 0  # also monitor every N steps; 0: at checkpoints only
+    monitor_features: str = "pre-logits"  # what the monitor reads: pre-logits (the paper's), backbone or patch-mean
     stream: bool = False  # read a hub dataset (or a local copy of one) as a stream; tar shards always stream
     shuffle_buffer: int = 5000  # streams: a seeded shuffle buffer of this many encoded images per process; 0: in order
     curves: bool = True  # draw curves.png from metrics.jsonl at each checkpoint (the run's and the checkpoint's)
@@ -120,7 +122,8 @@ class PretrainConfig:
 
 # Options that may differ between a run and its resumption without changing the result.
 RESUME_FREE = {"output_dir", "workers", "log_with", "log_every", "save_every", "keep_checkpoints", "eval_samples",
-               "max_nonfinite_steps", "save_every_minutes", "stop_signals", "monitor", "monitor_every", "curves"}
+               "max_nonfinite_steps", "save_every_minutes", "stop_signals", "monitor", "monitor_every",
+               "monitor_features", "curves"}
 
 
 def merge_for_resume(saved: PretrainConfig, explicit: dict[str, Any]) -> PretrainConfig:

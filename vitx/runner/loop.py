@@ -244,7 +244,9 @@ class Trainer:
         from ..transfer.representation import Representation
 
         objective = self.s.accelerator.unwrap_model(self.s.model)
-        return self._monitor(Representation(objective.backbone, objective.representation_layer()),
+        features = self.s.cfg.monitor_features
+        layer = objective.representation_layer() if features == "pre-logits" else None
+        return self._monitor(Representation(objective.backbone, layer, patch_mean=features == "patch-mean"),
                              self.s.accelerator.device)
 
     @torch.no_grad()
