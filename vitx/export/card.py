@@ -3,11 +3,11 @@ data, steps, the command), what it measured (final metrics, transfer results) an
 from the run's own records: config.json, metrics.jsonl and, for a transfer, result.json."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..checkpoint import read_json_object
 from ..trained import TrainedRun
 from .command import command_line
 
@@ -55,9 +55,8 @@ def _training(run: TrainedRun) -> list[tuple[str, str]]:
 
 def _start(start: str) -> str:
     """The transfer's starting point, with what its own config.json says of it when it is still on disk."""
-    try:
-        config = json.loads((Path(start) / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
+    config = read_json_object(Path(start) / "config.json")
+    if config is None:
         return f"`{start}`"
     run = config.get("run", {})
     return (f"`{start}`: {run.get('objective', '?')} on `{run.get('data', '?')}`, {config.get('step', '?')} steps "

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from .. import __version__
-from ..checkpoint import atomic_write_text, read_weights, save_weights
+from ..checkpoint import atomic_write_text, read_json_object, read_weights, save_weights
 from ..errors import VitxError
 from ..trained import TrainedRun, classifier_heads, resolve_run
 from .card import model_card
@@ -121,11 +121,7 @@ def _check_target(to: Path) -> None:
             return
     except OSError as exc:
         raise VitxError(f"--to {to}: cannot read it ({exc.strerror or exc})") from None
-    try:
-        earlier = json.loads((to / "config.json").read_text()).get("vitx") is not None
-    except (OSError, json.JSONDecodeError, AttributeError):
-        earlier = False
-    if not earlier:
+    if (read_json_object(to / "config.json") or {}).get("vitx") is None:
         raise VitxError(f"--to {to} holds other files; give a new or empty folder (an earlier vitx export there "
                         "is replaced)")
 

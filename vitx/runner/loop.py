@@ -241,13 +241,11 @@ class Trainer:
             from .monitor import Monitor
 
             self._monitor = Monitor(self.s.cfg.monitor, self.s.preprocess.image_size)
-        from ..transfer.representation import Representation
+        from ..transfer.representation import read_as
 
         objective = self.s.accelerator.unwrap_model(self.s.model)
-        features = self.s.cfg.monitor_features
-        layer = objective.representation_layer() if features == "pre-logits" else None
-        return self._monitor(Representation(objective.backbone, layer, patch_mean=features == "patch-mean"),
-                             self.s.accelerator.device)
+        features = read_as(objective.backbone, self.s.cfg.monitor_features, objective.representation_layer())
+        return self._monitor(features, self.s.accelerator.device)
 
     @torch.no_grad()
     def evaluate(self, source: Any = None, limit: int | None = None, prefix: str = "val_") -> dict[str, float]:

@@ -73,14 +73,20 @@ def saved_layer(run_dir: str | Path) -> nn.Sequential | None:
     return tanh_layer(heads[f"{LAYER_KEY}.weight"], heads[f"{LAYER_KEY}.bias"])
 
 
-def representation(backbone: nn.Module, start: str, features: str = "pre-logits") -> Representation:
-    """The features of `backbone` (already resized) that evaluation reads, given where it came from (`--from`)."""
+def read_as(backbone: nn.Module, features: str, layer: nn.Module | None = None) -> Representation:
+    """`backbone` read as `features` (one of FEATURES); `layer` is the representation layer that pre-logits
+    pass through, when the start has one."""
     if features not in FEATURES:
         raise VitxError(f"--features must be one of {', '.join(FEATURES)}, got '{features}'")
+    return Representation(backbone, layer if features == "pre-logits" else None, patch_mean=features == "patch-mean")
+
+
+def representation(backbone: nn.Module, start: str, features: str = "pre-logits") -> Representation:
+    """The features of `backbone` (already resized) that evaluation reads, given where it came from (`--from`)."""
     layer = None
     if features == "pre-logits" and not start.startswith("timm:") and start != "scratch":
         layer = saved_layer(Path(start).expanduser())
-    return Representation(backbone, layer, patch_mean=features == "patch-mean")
+    return read_as(backbone, features, layer)
 
 
-__all__ = ["FEATURES", "Representation", "representation", "saved_layer", "tanh_layer"]
+__all__ = ["FEATURES", "Representation", "read_as", "representation", "saved_layer", "tanh_layer"]
