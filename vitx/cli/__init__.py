@@ -5,9 +5,11 @@ app, `--help` and the listings start in well under a second, and a plugin is imp
 """
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
-
-from typing import List
+import threading
+from typing import Any, Iterator, List
 
 import typer
 
@@ -81,6 +83,32 @@ def _take_plugins(argv: list[str]) -> tuple[list[str], list[str]]:
     return rest, plugins
 
 
+class Interrupted(VitxError):
+    """Ctrl-C. Raised in place of KeyboardInterrupt, which typer turns into a silent exit 130."""
+
+    exit_code = 130
+    label = "interrupted"
+
+
+@contextlib.contextmanager
+def _ctrl_c_says_so() -> Iterator[None]:
+    """While a command runs, Ctrl-C ends it with one line and status 130 (where SIGINT is not ignored, in the main
+    thread); the previous handler comes back after."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise Interrupted("Ctrl-C; checkpoints already written are intact (continue a run with --resume)")
+
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The console script. `argv` (default: sys.argv[1:]) lets tests and notebooks run a command in-process;
     like the script, it ends in SystemExit with the exit status."""
@@ -90,11 +118,11 @@ def main(argv: list[str] | None = None) -> None:
         load_env_plugins()
         for target in plugins:
             load_plugin(target)
-        with recording(given):  # config.json records the command line (model cards show it)
+        with recording(given), _ctrl_c_says_so():  # config.json records the command line (model cards show it)
             app(args=argv, prog_name="vitx")
     except VitxError as exc:
         print(f"{exc.label}: {exc.user_message()}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        print("interrupted; the last checkpoint is intact: continue with --resume", file=sys.stderr)
+    except KeyboardInterrupt:  # before the command started
+        print("interrupted: Ctrl-C", file=sys.stderr)
         sys.exit(130)

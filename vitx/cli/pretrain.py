@@ -35,6 +35,8 @@ def pretrain(
     stop_signals: Optional[str] = typer.Option(None, help=f"On these signals, checkpoint at the next step and exit 75 (a second one exits at once); '' to leave them alone. [default: {D.stop_signals}]"),
     keep_checkpoints: Optional[int] = typer.Option(None, help=f"How many checkpoints to keep. [default: {D.keep_checkpoints}]"),
     log_every: Optional[int] = typer.Option(None, help=f"Log metrics every N steps. [default: {D.log_every}]"),
+    log_format: Optional[str] = typer.Option(None, help="Progress: auto (a bar on a terminal; a plain, flushed line every --log-every steps in a log file or pipe), bar, lines or json (a JSON object per line). [default: auto]"),
+    quiet: Optional[bool] = typer.Option(None, "--quiet/--no-quiet", help="Print nothing but errors (metrics.jsonl is written as always)."),
     eval_samples: Optional[int] = typer.Option(None, help=f"Validation images evaluated at each checkpoint; 0 disables. [default: {D.eval_samples}]"),
     workers: Optional[int] = typer.Option(None, help="Loader worker processes per process. [default: the cores available / local processes - 1; at most 4 when training on the CPU]"),
     skip_corrupt: Optional[bool] = typer.Option(None, "--skip-corrupt/--no-skip-corrupt", help="Skip (and count) undecodable images instead of stopping."),

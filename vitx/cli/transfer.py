@@ -50,6 +50,8 @@ def transfer(
     skip_missing: Optional[bool] = typer.Option(None, "--skip-missing", help="In a suite, skip tasks whose data is unavailable."),
     compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile each run's training step."),
     tf32: Optional[bool] = typer.Option(None, "--tf32/--no-tf32", help="On GPUs that have it, float32 matmuls in TF32. [default: on]"),
+    log_format: Optional[str] = typer.Option(None, help="Progress of each run: auto (a bar on a terminal; a plain, flushed line per log step in a log file or pipe), bar, lines or json. [default: auto]"),
+    quiet: Optional[bool] = typer.Option(None, "--quiet/--no-quiet", help="Print nothing but errors (results are written as always)."),
     curves: Optional[bool] = typer.Option(None, "--curves/--no-curves", help="Draw sweep.png (validation top-1 per lr × steps) and the final run's curves.png. [default: on]"),
     recipe: Optional[str] = RECIPE,
     set_: List[str] = SET,

@@ -13,9 +13,11 @@ pinned when the model is on a GPU. The runner normalises on the device (`Preproc
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import threading
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -109,12 +111,66 @@ def _as_is(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def _worker_init(worker_id: int) -> None:
-    """Loader workers leave stop signals to the main process: a scheduler that signals the whole process group
-    (SLURM's scancel) must not kill a worker while the main process finishes its step and checkpoint. Workers
-    still end with the main process (PyTorch watches their parent). One thread each: the cores are the workers."""
-    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+    """Loader workers leave stop signals to the main process: a scheduler that signals the whole job (SLURM's
+    scancel, Ctrl-C in a terminal) must not kill a worker while the main process finishes its step and
+    checkpoint. A worker still ends with the main process: at once when that process dies (the kernel's
+    parent-death signal), and on a SIGTERM sent by that process itself (how Python's multiprocessing stops
+    workers still running at interpreter exit; ignoring that one is a run that never exits). One thread each:
+    the cores are the workers."""
+    parent = os.getppid()
+    _die_with(parent)
+    for sig in (signal.SIGUSR1, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
+    _terminate_only_from(parent)
     torch.set_num_threads(1)
+
+
+def _die_with(parent: int) -> None:
+    """Linux: this process gets SIGKILL when its parent dies (a worker busy on a huge batch never polls for it)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(0)
+
+
+def _terminate_only_from(parent: int) -> None:
+    """SIGTERM ends this process when `parent` sends it, and is ignored from anyone else. The signal is blocked
+    and a thread reads each one with its sender (`sigwaitinfo`); elsewhere than POSIX it is simply ignored."""
+    if not hasattr(signal, "sigwaitinfo"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def watch() -> None:
+        while True:
+            if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
+                os._exit(0)  # status 0: the parent's worker watch takes it for an orderly exit
+
+    threading.Thread(target=watch, name="vitx-sigterm", daemon=True).start()
+
+
+def close(batches: Iterator[Any]) -> None:
+    """Stop a loader iterator's workers now, not whenever garbage collection reaches it (a reference cycle, or
+    `gc.disable()`, would otherwise leave them to the interpreter's exit). In-process iterators need nothing."""
+    shutdown = getattr(batches, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+
+
+@contextlib.contextmanager
+def iterate(loader: DataLoader) -> Iterator[Iterator[Any]]:
+    """`for batch in loader` whose workers are stopped when the block ends, however it ends."""
+    batches = iter(loader)
+    try:
+        yield batches
+    finally:
+        close(batches)
 
 
 def make_loader(data: Batches, sampler: Iterable[list[Key]], *, workers: int, pin: bool,

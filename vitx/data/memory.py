@@ -11,7 +11,7 @@ from typing import Sequence
 
 import torch
 
-from .loader import Batches, make_loader
+from .loader import Batches, iterate, make_loader
 from .sources import ImageSource
 from .transforms import Preprocess
 
@@ -43,9 +43,10 @@ def decode_split(source: ImageSource, preprocess: Preprocess, indices: Sequence[
     chosen = [int(i) for i in (range(len(source)) if indices is None else indices)]
     chunks = [[(i, None) for i in chosen[k:k + 256]] for k in range(0, len(chosen), 256)]
     images, labels = [], []
-    for batch in make_loader(Batches(source, preprocess), chunks, workers=workers, pin=False):
-        images.append(batch["image"])
-        labels.append(batch["label"])
+    with iterate(make_loader(Batches(source, preprocess), chunks, workers=workers, pin=False)) as batches:
+        for batch in batches:
+            images.append(batch["image"])
+            labels.append(batch["label"])
     if not images:
         size = preprocess.image_size
         return TensorSplit(torch.empty((0, 3, size, size), dtype=torch.uint8), torch.empty(0, dtype=torch.long),

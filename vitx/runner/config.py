@@ -12,6 +12,7 @@ CHOICES = {
     "schedule": ("cosine", "linear"),
     "precision": ("no", "bf16", "fp16"),
     "monitor_features": ("pre-logits", "backbone", "patch-mean"),  # transfer.representation.FEATURES (torch-free here)
+    "log_format": ("auto", "bar", "lines", "json"),  # runner.reporting.LOG_FORMATS (torch-free here)
 }
 
 
@@ -55,6 +56,8 @@ class PretrainConfig:
     save_every: int = 400
     keep_checkpoints: int = 2
     log_every: int = 10
+    log_format: str = "auto"  # progress: auto (a bar on a terminal, a plain line per --log-every otherwise), bar, lines, json
+    quiet: bool = False  # print nothing but errors
     eval_samples: int = 1024
     workers: int = -1  # -1: default_workers()
     skip_corrupt: bool = False
@@ -121,9 +124,9 @@ class PretrainConfig:
 
 
 # Options that may differ between a run and its resumption without changing the result.
-RESUME_FREE = {"output_dir", "workers", "log_with", "log_every", "save_every", "keep_checkpoints", "eval_samples",
-               "max_nonfinite_steps", "save_every_minutes", "stop_signals", "monitor", "monitor_every",
-               "monitor_features", "curves"}
+RESUME_FREE = {"output_dir", "workers", "log_with", "log_every", "log_format", "quiet", "save_every",
+               "keep_checkpoints", "eval_samples", "max_nonfinite_steps", "save_every_minutes", "stop_signals", "monitor",
+               "monitor_every", "monitor_features", "curves"}
 
 
 def merge_for_resume(saved: PretrainConfig, explicit: dict[str, Any]) -> PretrainConfig:

@@ -18,11 +18,12 @@ from rich.console import Console
 from .. import __version__
 from ..checkpoint import export_state, save_weights
 from ..data import TensorSplit, eval_loader, first_sample_batch, train_loader
+from ..data.loader import close, iterate
 from ..errors import Preempted, VitxError
 from .config import default_workers
 from .preemption import StopRequests, parse_signals
 from .randomness import EVAL, TRAIN, seed_position
-from .reporting import MetricsLog, make_console, progress_bar
+from .reporting import MetricsLog, Progress, make_console
 from .rundir import RunDir
 from .setup import Setup, build, config_record, resolve_config
 
@@ -46,7 +47,7 @@ class Trainer:
     def __init__(self, setup: Setup, console: Console | None = None, label: str = "pretrain") -> None:
         self.s = setup
         self.label = label
-        self.console = console or make_console()
+        self.console = console or make_console(setup.cfg.quiet)
         cfg, acc = setup.cfg, setup.accelerator
         self.micro = cfg.batch_size // (acc.num_processes * cfg.grad_accum)  # per process, per micro-step
         self.workers = default_workers() if cfg.workers < 0 else cfg.workers
@@ -90,6 +91,12 @@ class Trainer:
                                   skip_corrupt=cfg.skip_corrupt, pin=acc.device.type == "cuda")
             self._batches = iter(loader)
         return self._batches
+
+    def close(self) -> None:
+        """Stop the training stream's loader workers (the end of every run, sweep point and failure)."""
+        if self._batches is not None:
+            close(self._batches)
+            self._batches = None
 
     def to_device(self, batch: dict[str, Any], train: bool = False) -> dict[str, torch.Tensor]:
         """Host uint8 batch → the model's input on the device: images normalised there (a quarter of float32's
@@ -272,11 +279,12 @@ class Trainer:
                 sums[k] = sums.get(k, 0) + v.detach().float() * weight
 
         forwards = 0
-        for batch in loader:
-            n = batch["image"].shape[0]
-            forward(batch, n)
-            count += n
-            forwards += 1
+        with iterate(loader) as batches:
+            for batch in batches:
+                n = batch["image"].shape[0]
+                forward(batch, n)
+                count += n
+                forwards += 1
         # shards differ by a sample, and a process may have none (--eval-samples 1): every process runs as many
         # forwards as the busiest one, the extra ones on a filler counted for nothing (FSDP needs each forward
         # on every process); the weighted sums then equal a 1-process evaluation
@@ -340,7 +348,10 @@ class Trainer:
             if acc.reduce(torch.tensor(0.0 if owned else 1.0, device=acc.device), reduction="sum") > 0:
                 raise VitxError(f"another vitx process (pid {s.run.holder()}) is writing {s.run.path}; wait for it "
                                 "to finish, or choose another --output-dir")
-            return self._fit()
+            try:
+                return self._fit()
+            finally:
+                self.close()
 
     def _fit(self) -> dict[str, Any]:
         s, cfg, acc = self.s, self.s.cfg, self.s.accelerator
@@ -359,10 +370,10 @@ class Trainer:
         tick, done_at_tick = time.perf_counter(), self.step_count
         self._last_save = time.monotonic()
         stopping, saved = False, None
-        with progress_bar(self.console, main) as bar, StopRequests(parse_signals(cfg.stop_signals)) as requests:
+        with Progress(self.console, cfg.log_format, main) as progress, \
+                StopRequests(parse_signals(cfg.stop_signals)) as requests:
             self.requests = requests
-            task = bar.add_task(f"{self.label} (resumed)" if resumed else self.label, total=cfg.steps, completed=self.step_count,
-                                loss="-", lr="-", speed="-")
+            progress.start(f"{self.label} (resumed)" if resumed else self.label, cfg.steps, self.step_count)
             while self.step_count < cfg.steps:
                 self.step()
                 step = self.step_count
@@ -388,11 +399,10 @@ class Trainer:
                     if log:
                         log.write(last)
                     acc.log(metrics, step=step)
-                    bar.update(task, loss=f"{metrics.get('loss', float('nan')):.4f}", lr=f"{metrics.get('lr', 0):.2e}",
-                               speed=f"{metrics['images_per_s']:.1f}")
+                    progress.log(step, metrics)
                 if saving:
                     saved = self.save()
-                bar.update(task, completed=step)
+                progress.advance(step)
                 if stopping:
                     break
         self.requests = None
@@ -416,7 +426,7 @@ def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | 
     """Run (or resume) a pre-training from explicitly given options; returns the last logged metrics."""
     cfg, resume_from = resolve_config(explicit, resume)
     setup = build(cfg, resume_from)
-    console = console or make_console()
+    console = console or make_console(cfg.quiet)
     if setup.accelerator.is_main_process:
         n_params = sum(p.numel() for p in setup.objective.backbone.parameters())
         what = f"resuming {cfg.output_dir} at step {setup.start_step}" if resume_from else f"run {cfg.output_dir}"

@@ -1,12 +1,16 @@
-"""What a run reports: a rich progress bar for people, metrics.jsonl (and Accelerate trackers) for tools."""
+"""What a run reports: a rich progress bar on a terminal, plain or JSON lines in a log, metrics.jsonl (and
+Accelerate trackers) for tools."""
 from __future__ import annotations
 
 import json
+import math
+import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as RichProgress
 
 from ..checkpoint import atomic_write_text
 
@@ -40,14 +44,96 @@ def _step(line: str) -> int | None:
         return None  # a line torn by a kill
 
 
-def make_console() -> Console:
-    """stderr console; when it is a file or pipe (CI, logs), wide enough that the progress line is not cut."""
-    console = Console(stderr=True)
-    return console if console.is_terminal else Console(stderr=True, width=max(console.width, 132))
+def make_console(quiet: bool = False) -> Console:
+    """stderr console; when it is a file or pipe (CI, logs), wide enough that a line is not cut. `quiet`: it
+    prints nothing (errors still reach stderr: the CLI prints them itself)."""
+    console = Console(stderr=True, quiet=quiet)
+    return console if console.is_terminal else Console(stderr=True, quiet=quiet, width=max(console.width, 132))
 
 
-def progress_bar(console: Console, enabled: bool) -> Progress:
-    return Progress(
+LOG_FORMATS = ("auto", "bar", "lines", "json")  # runner/config.py's CHOICES repeats it (torch-free there)
+SHOWN_FIRST = ("loss", "top1", "lr", "images_per_s")  # the rest of a log step's metrics follow in name order
+
+
+class Progress:
+    """How a run shows its progress: a rich bar on a terminal; one plain, flushed line per log step where the
+    output is a file or pipe (a batch job's log, `nohup`, `| tee`: a bar there renders only at the end); JSON
+    lines for scripts. `--quiet` (a quiet console) shows nothing."""
+
+    def __init__(self, console: Console, fmt: str, enabled: bool) -> None:
+        if fmt == "auto":
+            fmt = "bar" if console.is_terminal else "lines"
+        self.console, self.fmt = console, fmt
+        self.enabled = enabled and not console.quiet
+        self._bar: RichProgress | None = None
+        self._task: Any = None
+        self.label, self.total, self.first, self._t0 = "", 0, 0, 0.0
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def start(self, label: str, total: int, completed: int) -> None:
+        """A run of `total` steps begins (or resumes) at `completed`."""
+        self.label, self.total, self.first, self._t0 = label, total, completed, time.monotonic()
+        if self.enabled and self.fmt == "bar":
+            self._bar = progress_bar(self.console, True)
+            self._bar.start()
+            self._task = self._bar.add_task(label, total=total, completed=completed, loss="-", lr="-", speed="-")
+
+    def advance(self, step: int) -> None:
+        """Every step: only the bar moves."""
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """A log step's metrics (loss, lr, img/s and whatever evaluation or monitor figures came with them)."""
+        if not self.enabled:
+            return
+        elapsed = time.monotonic() - self._t0
+        eta = (self.total - step) * elapsed / (step - self.first) if step > self.first else float("nan")
+        if self.fmt == "bar":
+            self._bar.update(self._task, loss=f"{metrics.get('loss', float('nan')):.4f}",
+                             lr=f"{metrics.get('lr', 0):.2e}", speed=f"{metrics.get('images_per_s', 0):.1f}")
+        elif self.fmt == "json":
+            record = {"run": self.label, "step": step, "total": self.total, **metrics,
+                      "elapsed_s": round(elapsed, 1), "eta_s": round(eta, 1) if math.isfinite(eta) else None}
+            self._write(json.dumps(record))
+        else:
+            self._write(self.line(step, metrics, elapsed, eta))
+
+    def line(self, step: int, metrics: dict[str, float], elapsed: float, eta: float) -> str:
+        """`pretrain 50/1200 (4%) | loss 2.301 | lr 1.00e-04 | 812 img/s | val_top1 0.41 | 0:00:31, ETA 0:11:50`"""
+        keys = [k for k in SHOWN_FIRST if k in metrics] + sorted(k for k in metrics if k not in SHOWN_FIRST)
+        parts = [f"{self.label} {step}/{self.total} ({step / max(self.total, 1):.0%})"]
+        for key in keys:
+            value = metrics[key]
+            if key == "lr":
+                parts.append(f"lr {value:.2e}")
+            elif key == "images_per_s":
+                parts.append(f"{value:.1f} img/s")
+            else:
+                parts.append(f"{key} {value:.4g}")
+        parts.append(f"{_clock(elapsed)}, ETA {_clock(eta)}")
+        return " | ".join(parts)
+
+    def _write(self, text: str) -> None:
+        self.console.file.write(text + "\n")
+        self.console.file.flush()
+
+
+def _clock(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "-"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
+
+
+def progress_bar(console: Console, enabled: bool) -> RichProgress:
+    return RichProgress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),

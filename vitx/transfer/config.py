@@ -37,6 +37,8 @@ class TransferConfig:
     test_samples: int = 0  # 0: the whole test split
     save_every: int = 500
     log_every: int = 25
+    log_format: str = "auto"  # progress of each run: auto (a bar on a terminal, plain lines otherwise), bar, lines, json
+    quiet: bool = False  # print nothing but errors
     workers: int = -1
     skip_missing: bool = False  # suites: skip tasks with no data available instead of stopping
     compile: bool = False  # torch.compile each run's training step
@@ -59,6 +61,10 @@ class TransferConfig:
             raise VitxError(f"--image-size must be positive, got {self.image_size}")
         if self.test_samples < 0:
             raise VitxError("--test-samples must not be negative")
+        from ..runner.config import CHOICES
+
+        if self.log_format not in CHOICES["log_format"]:
+            raise VitxError(f"--log-format must be one of {', '.join(CHOICES['log_format'])}, got '{self.log_format}'")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -93,14 +93,15 @@ def source_features(backbone: nn.Module, source: Any, preprocess: Any, limit: in
                     device: torch.device | str = "cpu") -> tuple[np.ndarray, np.ndarray]:
     """Features (N, D) and labels (N,) of the first `limit` images of a source, streamed in batches (test splits
     can be far larger than memory allows to decode at once)."""
-    from ..data.loader import eval_loader
+    from ..data.loader import eval_loader, iterate
 
     loader = eval_loader(source, preprocess, batch=256, rank=0, world=1, limit=limit, workers=workers,
                          skip_corrupt=False)
     feats, labels = [], []
-    for batch in loader:
-        feats.append(extract_features(backbone, batch["image"], device=device, normalise=preprocess.normalise))
-        labels.append(batch["label"].numpy())
+    with iterate(loader) as batches:
+        for batch in batches:
+            feats.append(extract_features(backbone, batch["image"], device=device, normalise=preprocess.normalise))
+            labels.append(batch["label"].numpy())
     if not feats:
         return np.zeros((0, int(backbone.embed_dim)), np.float32), np.zeros((0,), np.int64)
     return np.concatenate(feats), np.concatenate(labels)

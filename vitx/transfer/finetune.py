@@ -98,7 +98,7 @@ def run_config(cfg: TransferConfig, lr: float, steps: int, out_dir: Path, eval_s
         grad_clip=cfg.grad_clip, precision=cfg.precision, grad_accum=cfg.grad_accum, output_dir=str(out_dir),
         seed=cfg.seed, save_every=min(cfg.save_every, steps), keep_checkpoints=1, log_every=min(cfg.log_every, steps),
         eval_samples=eval_samples, workers=cfg.workers, log_with="none", crop_scale=1.0, compile=cfg.compile,
-        tf32=cfg.tf32, curves=curves,
+        tf32=cfg.tf32, curves=curves, log_format=cfg.log_format, quiet=cfg.quiet,
     ).validate()
 
 

@@ -75,7 +75,7 @@ def _draw_sweep(task: Task, sweep: list[dict[str, Any]], best: dict[str, Any], r
 def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Console | None = None,
              splits: TaskSplits | None = None) -> dict[str, Any]:
     """The whole protocol on one task; returns (and writes) its result."""
-    console = console or make_console()
+    console = console or make_console(cfg.quiet)
     root = _claim(cfg, task, resume)
     done = read_json_object(root / "result.json")
     if done is not None:
@@ -139,7 +139,7 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
 def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None = None) -> dict[str, Any]:
     """Run the protocol on every task `cfg.task` selects; prints a table and writes summary.json."""
     cfg.validate()
-    console = console or make_console()
+    console = console or make_console(cfg.quiet)
     resolve_adapters(cfg.adapters)  # name errors now, not after the data is opened
     tasks = select_tasks(cfg.task)
     opened: dict[str, TaskSplits] = {}

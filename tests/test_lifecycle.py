@@ -1,0 +1,121 @@
+"""A run ends, and says how it goes while it runs: loader workers that stop with their process (never a hang at
+exit, even with garbage collection off), and progress as plain or JSON lines where the output is a log file."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import re
+import subprocess
+import sys
+import textwrap
+
+from .conftest import ROOT, as_flags, tiny, vitx_cli
+
+# A loader with one worker whose iterator is kept alive by a reference cycle, with garbage collection off: at
+# interpreter exit multiprocessing sends the worker SIGTERM and joins it. The worker first proves that a SIGTERM
+# from anyone else (a scheduler signalling the whole job) leaves it working.
+WORKER_SCRIPT = textwrap.dedent("""
+    import gc, sys
+    gc.disable()
+    from vitx.data.loader import train_loader
+    from vitx.data.procedural import Shapes
+    from vitx.data.transforms import Preprocess
+
+    loader = train_loader(Shapes(size=16, length=64), Preprocess(image_size=16), global_micro_batch=8, rank=0,
+                          world=1, seed=0, start_micro_step=0, workers=1, skip_corrupt=False)
+    batches = iter(loader)
+    next(batches)
+    print(*(w.pid for w in batches._workers), flush=True)
+    sys.stdin.readline()  # the test signals the worker meanwhile
+    print(tuple(next(batches)["image"].shape), flush=True)
+    cycle = [batches]
+    cycle.append(cycle)  # only the (disabled) collector could free the iterator: exit must stop its worker
+    print("done", flush=True)
+""")
+
+
+def test_worker_ignores_others_sigterm_and_exits_with_its_process():
+    proc = subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT], cwd=ROOT, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        worker = int(proc.stdout.readline())
+        subprocess.run(["kill", "-TERM", str(worker)], check=True)  # from this process: not the worker's parent
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=120)  # a hang, not a speed: it ends in seconds, or never
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert out.split() == ["(8,", "3,", "16,", "16)", "done"]
+
+
+def test_run_stops_its_loader_workers(tmp_path):
+    """The training stream's workers are stopped when the run ends (here while the trainer, which holds the
+    stream, is still referenced), not left to the garbage collector or the interpreter's exit."""
+    from vitx.runner.loop import Trainer
+    from vitx.runner.setup import build, resolve_config
+
+    cfg, _ = resolve_config(tiny(tmp_path, steps=2, save_every=2, workers=1, eval_samples=4), resume=False)
+    trainer = Trainer(build(cfg))
+    trainer.fit()
+    assert trainer.step_count == 2 and multiprocessing.active_children() == []
+
+
+def test_ctrl_c_is_one_line_and_the_run_resumes(tmp_path, monkeypatch):
+    """Ctrl-C in the middle of a run (at step 4; the checkpoint of step 3 is on disk): one line, status 130
+    (typer alone exits 130 in silence), the loader stopped, and --resume continues from step 3."""
+    import os
+    import signal
+
+    from vitx.runner.loop import Trainer
+
+    step = Trainer.step
+
+    def step_then_ctrl_c(self, *args):
+        step(self, *args)
+        if self.step_count == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(Trainer, "step", step_then_ctrl_c)
+    flags = as_flags(tiny(tmp_path, workers=1))
+    proc = vitx_cli("pretrain", *flags)
+    assert proc.returncode == 130
+    assert proc.stderr.splitlines()[-1] == \
+        "interrupted: Ctrl-C; checkpoints already written are intact (continue a run with --resume)"
+    assert multiprocessing.active_children() == []
+    monkeypatch.setattr(Trainer, "step", step)
+    resumed = vitx_cli("pretrain", *flags, "--resume")
+    assert resumed.returncode == 0 and "resuming" in resumed.stderr and "at step 3" in resumed.stderr
+
+
+LINE = re.compile(r"^pretrain (\d+)/6 \(\d+%\) \| loss [\d.]+ \| top1 [\d.]+ \| lr [\d.e+-]+ \| [\d.]+ img/s \| "
+                  r"grad_norm [\d.]+( \| val_loss [\d.]+ \| val_top1 [\d.]+)? \| \d+:\d\d:\d\d, ETA (\d+:\d\d:\d\d|-)$")
+
+
+def test_log_lines_when_output_is_not_a_terminal(tmp_path):
+    """In a log file (captured stderr is not a terminal): one flushed line per --log-every steps, with the
+    validation figures on the checkpoint's line; no progress bar."""
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, log_every=2)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [m for m in map(LINE.match, proc.stderr.splitlines()) if m]
+    assert [int(m.group(1)) for m in lines] == [2, 3, 4, 6]  # every 2 steps, and the checkpoints at 3 and 6
+    assert [m.group(2) is not None for m in lines] == [False, True, False, True]  # validation at checkpoints
+    assert "━" not in proc.stderr
+
+
+def test_log_format_json_and_quiet(tmp_path):
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, log_every=2, output_dir=str(tmp_path / "a"))),
+                    "--log-format", "json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    assert [r["step"] for r in records] == [2, 3, 4, 6]
+    assert all(r["run"] == "pretrain" and r["total"] == 6 and r["loss"] > 0 and r["eta_s"] >= 0 for r in records)
+    assert records[-1]["eta_s"] == 0 and "val_top1" in records[-1]
+
+    quiet = vitx_cli("pretrain", *as_flags(tiny(tmp_path, output_dir=str(tmp_path / "b"))), "--quiet")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    assert len((tmp_path / "b" / "metrics.jsonl").read_text().splitlines()) == 6  # written as always
+
+    bad = vitx_cli("pretrain", "--log-format", "xml", "--output-dir", str(tmp_path / "c"))
+    assert bad.returncode == 2 and bad.stderr.strip() == \
+        "error: --log-format must be one of auto, bar, lines, json, got 'xml'"
