@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,8 +62,8 @@ def test_existing_run_is_never_overwritten(tmp_path):
     before = (tmp_path / "run" / "model.safetensors").read_bytes()
     with pytest.raises(VitxError, match="already holds a run"):
         resolve_config(tiny(tmp_path), resume=False)
-    with pytest.raises(VitxError, match="cannot resume with different settings: --lr"):
-        resolve_config(tiny(tmp_path, lr=0.5), resume=True)
+    with pytest.raises(VitxError, match="cannot resume with different settings: --seed"):
+        resolve_config(tiny(tmp_path, seed=5), resume=True)
     assert (tmp_path / "run" / "model.safetensors").read_bytes() == before
     assert pretrain(tiny(tmp_path), resume=True) == {"step": 6}  # a finished run stays as it is
     assert (tmp_path / "run" / "model.safetensors").read_bytes() == before
@@ -294,16 +295,28 @@ def test_a_diverged_run_stops_in_one_line_and_keeps_the_last_good_checkpoint(tmp
     plugin.write_text(NAN_OBJECTIVE)
     monkeypatch.setenv("VITX_TEST_NAN_AT", "-1,5")  # every training forward from the 5th on
     out = tmp_path / "run"
-    proc = vitx_cli("--plugin", str(plugin), "pretrain", *as_flags(tiny(tmp_path, objective="nan-sometimes",
-                    steps=20, save_every=2, eval_samples=0, max_nonfinite_steps=3, output_dir=str(out))))
+    opts = tiny(tmp_path, objective="nan-sometimes", steps=20, save_every=2, eval_samples=0, max_nonfinite_steps=3,
+                keep_checkpoints=5, output_dir=str(out))
+    proc = vitx_cli("--plugin", str(plugin), "pretrain", *as_flags(opts))
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "3 optimiser steps in a row (up to step 7)" in lines[0], proc.stderr[-2000:]
-    assert "step_00000006" in lines[0]  # the last good checkpoint, named
-    # step 6 fell inside the streak: its weights are step 4's (skipped steps change nothing), so it is good
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000004", "step_00000006"]
+    # the last applied update (step 4) made the weights every later step failed on; step 6 holds them too
+    # (skipped steps change nothing): the last good checkpoint is step 2, and the later ones are to go
+    assert f"the last good checkpoint is {out / 'checkpoints' / 'step_00000002'}: delete the later ones " \
+           "(step_00000004, step_00000006), then continue with --resume and a lower --lr" in lines[0]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [f"step_{s:08d}" for s in (2, 4, 6)]
     assert _all_finite(out / "model.safetensors")
     assert json.loads((out / "config.json").read_text())["step"] == 6
+
+    # the advice can be followed: resume from step 2 with a lower --lr (the data is fine again)
+    for later in ("step_00000004", "step_00000006"):
+        shutil.rmtree(out / "checkpoints" / later)
+    monkeypatch.setenv("VITX_TEST_NAN_AT", "")
+    proc = vitx_cli("--plugin", str(plugin), "pretrain", *as_flags({**opts, "lr": 1e-4}), "--resume")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "resuming" in proc.stderr and "at step 2" in proc.stderr and "note: --lr 0.0001 from step 2" in proc.stderr
+    assert json.loads((out / "config.json").read_text())["step"] == 20
 
 
 def test_stop_signal_checkpoints_the_step_reached_and_resumes_exactly(tmp_path):

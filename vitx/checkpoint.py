@@ -6,8 +6,10 @@ A run directory holds `config.json` (everything needed to rebuild the model and 
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,23 @@ def atomic_write_text(path: Path, text: str) -> None:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     fsync_path(path.parent)
+
+
+_REASONS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is used up",
+            errno.EROFS: "the filesystem is read-only", errno.EACCES: "permission denied",
+            errno.EPERM: "permission denied", errno.ENOTDIR: "part of the path is a file, not a folder",
+            errno.EEXIST: "a file of that name is in the way", errno.EISDIR: "a folder of that name is in the way"}
+
+
+def cannot_write(path: Path | str, exc: OSError | SafetensorError) -> VitxError:
+    """A failed write (full disk, read-only folder, a file where a folder should be) as one plain line: these are
+    the machine's state, not a bug, and the user can fix them. safetensors reports the OS error only in its text."""
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code is None:
+        found = re.search(r"os error (\d+)", str(exc))
+        code = int(found.group(1)) if found else None
+    reason = _REASONS.get(code) or (os.strerror(code).lower() if code else "an input/output error")
+    return VitxError(f"cannot write {path}: {reason}")
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:

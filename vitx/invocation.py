@@ -6,7 +6,7 @@ import contextlib
 import shlex
 from typing import Iterator
 
-_current: str | None = None
+_current: list[str] | None = None
 
 
 @contextlib.contextmanager
@@ -14,13 +14,16 @@ def recording(argv: list[str]) -> Iterator[None]:
     """While a command runs, `command()` is `vitx ARGV` (shell-quoted). Cleared afterwards, so a run started
     later from Python in the same process (tests, notebooks) is not credited to the last command."""
     global _current
-    before, _current = _current, shlex.join(["vitx", *argv])
+    before, _current = _current, ["vitx", *argv]
     try:
         yield
     finally:
         _current = before
 
 
-def command() -> str | None:
-    """The running command line, or None when vitx is used as a library."""
-    return _current
+def command(fresh: bool = False) -> str | None:
+    """The running command line, or None when vitx is used as a library. `fresh`: it made a new run, so a
+    `--resume` in it found nothing to resume and is left out (the line says how the run was made)."""
+    if _current is None:
+        return None
+    return shlex.join([a for a in _current if not (fresh and a == "--resume")])

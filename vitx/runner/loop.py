@@ -7,16 +7,19 @@ is built in `setup.py`; where it runs, in `launch.py`; what its random draws dep
 from __future__ import annotations
 
 import contextlib
+import errno
+import shutil
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from accelerate.utils import DistributedType
 from rich.console import Console
+from safetensors import SafetensorError
 
 from .. import __version__
-from ..checkpoint import export_state, save_weights
+from ..checkpoint import cannot_write, export_state, save_weights
 from ..data import TensorSplit, eval_loader, first_sample_batch, train_loader
 from ..data.loader import close, iterate
 from ..errors import Preempted, VitxError
@@ -24,7 +27,7 @@ from .config import default_workers
 from .preemption import StopRequests, parse_signals
 from .randomness import EVAL, TRAIN, seed_position
 from .reporting import MetricsLog, Progress, make_console
-from .rundir import RunDir
+from .rundir import PREFIX, RunDir, step_number
 from .setup import Setup, build, config_record, resolve_config
 
 
@@ -218,11 +221,23 @@ class Trainer:
         self.nonfinite = skips
         limit = self.s.cfg.max_nonfinite_steps
         if streak >= limit:
-            latest = self.s.run.latest()
-            where = f"the last good checkpoint is {latest}" if latest else "no checkpoint was written"
             raise VitxError(f"{streak} optimiser steps in a row (up to step {self.step_count}) had a non-finite loss "
-                            f"or gradient and were skipped: the run has diverged; {where} (lower --lr, check the "
-                            f"data, or raise --max-nonfinite-steps)")
+                            f"or gradient and were skipped: the run has diverged; {self.rescue(streak)} (or check "
+                            "the data, or raise --max-nonfinite-steps)")
+
+    def rescue(self, streak: int) -> str:
+        """Where to go back to after a divergence. The weights of the last applied step are what went non-finite
+        (skipped steps keep them: checkpoints written since hold them too), so the last good checkpoint is one
+        from before that step: its weights were trained on, with a finite loss and gradient."""
+        run = self.s.run
+        good = run.latest(before=self.step_count - streak)
+        if good is None:
+            return "no checkpoint was written before that: start again with a lower --lr in another --output-dir"
+        later = [p.name for p in run.steps() if step_number(p) > step_number(good)]
+        if not later:
+            return f"the last good checkpoint is {good}: continue it with --resume and a lower --lr"
+        return (f"the last good checkpoint is {good}: delete the later ones ({', '.join(later)}), then continue "
+                "with --resume and a lower --lr")
 
     def pop_metrics(self) -> dict[str, float]:
         """Means since the last call over applied updates, averaged over processes (the one wait for the device,
@@ -301,13 +316,36 @@ class Trainer:
         return {f"{prefix}{k}": float(v / totals[-1]) for k, v in zip(keys, totals[:-1])}
 
     def save(self) -> Path | None:
-        """Write a checkpoint for the current step (all processes take part; the main process publishes)."""
+        """Write a checkpoint for the current step (all processes take part; the main process publishes). A write
+        that fails (a full disk, a folder made read-only) stops every process together, none left waiting for
+        another, with one line; the earlier checkpoints stay as they are."""
         s, acc = self.s, self.s.accelerator
-        acc.wait_for_everyone()
-        staged = s.run.staging(self.step_count) if acc.is_main_process else None
+        main, step = acc.is_main_process, self.step_count
+        failed: list[OSError | SafetensorError] = []
+
+        def attempt(write: Callable[[], Any]) -> Any:
+            if not failed:
+                try:
+                    return write()
+                except (OSError, SafetensorError) as exc:
+                    failed.append(exc)
+            return None
+
+        def stop_if_failed() -> None:  # every process learns of a failure on any one
+            if acc.reduce(torch.tensor(float(len(failed)), device=acc.device), reduction="sum") > 0:
+                if main:
+                    shutil.rmtree(target, ignore_errors=True)  # give back the space the attempt took
+                where = s.run.checkpoints / f"{PREFIX}{step:08d}"
+                said = cannot_write(where, failed[0]) if failed else VitxError(f"cannot write {where} (see the "
+                                                                               "main process)")
+                raise VitxError(f"{said}; the earlier checkpoints are intact: fix that, then continue with --resume")
+
         acc.wait_for_everyone()
         target = s.run.checkpoints / f".step_{self.step_count:08d}.partial"
-        acc.save_state(str(target / "accelerate"), safe_serialization=True)
+        staged = attempt(lambda: s.run.staging(self.step_count)) if main else None
+        stop_if_failed()
+        attempt(lambda: acc.save_state(str(target / "accelerate"), safe_serialization=True))
+        stop_if_failed()
         state = acc.get_state_dict(s.model)  # full weights, gathered when sharded
         state = export_state(acc.unwrap_model(s.model), state)  # e.g. LoRA factors merged into their layers
         final = None
@@ -315,20 +353,24 @@ class Trainer:
             if acc.is_main_process else []
         if acc.reduce(torch.tensor(float(len(broken)), device=acc.device), reduction="sum") > 0:
             # never publish non-finite weights (every process stops here together); earlier checkpoints stay
+            if main:
+                shutil.rmtree(target, ignore_errors=True)
             raise VitxError(f"step {self.step_count}: weights are not finite ({', '.join(broken[:2]) or 'see rank 0'});"
-                            f" no checkpoint written. The last good one is {s.run.latest() or 'none'}; lower --lr "
-                            "and resume from it")
+                            f" no checkpoint written; {self.rescue(int(self._streak))}")
         if acc.is_main_process:
-            back = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
-            heads = {k: v for k, v in state.items() if not k.startswith("backbone.")}
-            meta = {"vitx_step": str(self.step_count)}
-            save_weights(back, staged / "model.safetensors", meta)
-            if heads:
-                save_weights(heads, staged / "heads.safetensors", meta)
-            if s.cfg.curves and not self.stop_requested:  # a preempted job has seconds: no figure
-                self.draw_curves(staged / "curves.png")
-            final = s.run.publish(staged, self.step_count, config_record(s, self.step_count), s.cfg.keep_checkpoints)
-        acc.wait_for_everyone()
+            def write() -> Path:
+                back = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
+                heads = {k: v for k, v in state.items() if not k.startswith("backbone.")}
+                meta = {"vitx_step": str(self.step_count)}
+                save_weights(back, staged / "model.safetensors", meta)
+                if heads:
+                    save_weights(heads, staged / "heads.safetensors", meta)
+                if s.cfg.curves and not self.stop_requested:  # a preempted job has seconds: no figure
+                    self.draw_curves(staged / "curves.png")
+                return s.run.publish(staged, self.step_count, config_record(s, self.step_count),
+                                     s.cfg.keep_checkpoints)
+            final = attempt(write)
+        stop_if_failed()
         self._last_save = time.monotonic()
         return final
 
@@ -344,12 +386,32 @@ class Trainer:
     # ---- the whole run -----------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         s, acc = self.s, self.s.accelerator
-        with s.run.exclusive() if acc.is_main_process else contextlib.nullcontext(True) as owned:
-            if acc.reduce(torch.tensor(0.0 if owned else 1.0, device=acc.device), reduction="sum") > 0:
+        main = acc.is_main_process
+        with s.run.exclusive() if main else contextlib.nullcontext(True) as owned:
+            # checked under the lock: another run may have checkpointed here since this one looked (setup can
+            # take minutes), and this one must not overwrite it
+            latest = s.run.latest() if main and owned else None
+            moved = main and owned and (latest and latest.name) != (s.resumed_from and s.resumed_from.name)
+            refused = acc.reduce(torch.tensor([0.0 if owned else 1.0, float(moved)], device=acc.device),
+                                 reduction="sum")
+            if refused[0] > 0:
                 raise VitxError(f"another vitx process (pid {s.run.holder()}) is writing {s.run.path}; wait for it "
                                 "to finish, or choose another --output-dir")
+            if refused[1] > 0:
+                now = f"its last checkpoint is now {latest.name}" if latest else \
+                    "its checkpoints are gone" if main else "see the main process"
+                raise VitxError(f"another vitx process wrote to {s.run.path} after this run started ({now}); nothing "
+                                "was overwritten: run the command again (with --resume to continue that run), or "
+                                "choose another --output-dir")
+            if latest is not None:
+                s.run.mirror(latest)  # a kill between a checkpoint and its top-level files left older ones there
             try:
                 return self._fit()
+            except OSError as exc:  # the disk filled up (or went read-only) under metrics.jsonl, say
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                    raise
+                raise VitxError(f"{cannot_write(exc.filename or s.run.path, exc)}; the earlier checkpoints are "
+                                "intact: fix that, then continue with --resume") from None
             finally:
                 self.close()
 
@@ -438,8 +500,13 @@ def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | 
             console.print(f"note: {note}", soft_wrap=True)
         if resume and resume_from is None:
             console.print(f"nothing to resume in {cfg.output_dir}; starting a new run", soft_wrap=True)
+        changed = setup.record.get("lr_changes", [])
+        if changed and changed[-1]["step"] == setup.start_step:
+            console.print(f"note: --lr {cfg.lr:g} from step {setup.start_step} (the run had {changed[-1]['from']:g}); "
+                          "the schedule goes on with the new peak (config.json: lr_changes)", soft_wrap=True)
     if setup.start_step >= cfg.steps:
         if setup.accelerator.is_main_process:
+            setup.run.repair()  # the top-level files a kill may have left at an older step
             console.print(f"{cfg.output_dir} is already complete at step {setup.start_step}; nothing to do",
                           soft_wrap=True)
         return {"step": setup.start_step}

@@ -3,12 +3,14 @@ backbone, data sources, objective, optimiser and schedule, prepared by Accelerat
 records about it. The loop (`loop.py`) takes a `Setup` and runs it."""
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate import Accelerator
+from safetensors import SafetensorError
 
 from .. import __version__
 from ..backbones import backbone_record, create_backbone
@@ -41,20 +43,30 @@ class Setup:
     train_source: Any  # an ImageSource, or a TensorSplit held in memory
     val_source: Any
     record: dict[str, Any] = field(default_factory=dict)  # extra config.json content
+    resumed_from: Path | None = None  # the checkpoint loaded (None: a fresh run)
 
 
 def resolve_config(explicit: dict[str, Any], resume: bool) -> tuple[PretrainConfig, Path | None]:
-    """The config to run and the checkpoint to resume from (None: start fresh)."""
+    """The config to run and the checkpoint to resume from (None: start fresh).
+
+    --lr may change on resume (lowering it is how a diverged run is rescued): the schedule goes on with the new
+    peak, and config.json lists the change (`lr_changes`). Other settings that change the result must match."""
     cfg = PretrainConfig(**explicit).validate()
     run = RunDir(cfg.output_dir)
     latest = run.latest()
     if latest is None:
+        run.check_writable()
         return cfg, None
     if not resume:
         raise VitxError(f"{cfg.output_dir} already holds a run (last checkpoint {latest.name}); "
                         "pass --resume to continue it, or choose another --output-dir")
     saved = PretrainConfig.from_dict(read_config(latest)["run"])
-    return merge_for_resume(saved, explicit).validate(), latest
+    merged = merge_for_resume(saved, {k: v for k, v in explicit.items() if k != "lr"})
+    merged.lr = explicit.get("lr", saved.lr)
+    merged.validate()
+    if RunDir.step_of(latest) < merged.steps:
+        run.check_writable()  # (a finished run is only read: it may sit on a read-only disk)
+    return merged, latest
 
 
 def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective, preprocess: Preprocess,
@@ -70,16 +82,50 @@ def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective
     configure_deepspeed(accelerator, cfg)
     model, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
     start = 0
+    saved = read_config(resume_from) if resume_from is not None else None  # read now: pruning will remove it
+    record = {**_commands(saved), **(record or {})}
     if resume_from is not None:
-        accelerator.load_state(str(resume_from / "accelerate"))
+        try:
+            accelerator.load_state(str(resume_from / "accelerate"))
+        except (pickle.UnpicklingError, SafetensorError, OSError, EOFError, RuntimeError, ValueError, KeyError):
+            # torch.load stays weights_only: a damaged or foreign file is refused, never run
+            raise VitxError(f"the training state in {resume_from} is damaged or incomplete; delete that checkpoint "
+                            "to resume from the one before it") from None
         start = RunDir.step_of(resume_from)
+        changes = _lr_changes(saved, cfg.lr, start)
+        if changes:
+            set_lr(scheduler, cfg.lr)
+            record["lr_changes"] = changes
     seen = accelerator.gather(torch.tensor([start], device=accelerator.device))  # every process's resume step
     if bool((seen != seen[0]).any()):
         raise VitxError(f"the processes see different checkpoints in {cfg.output_dir} (resume steps "
                         f"{sorted(set(seen.tolist()))}): on several machines --output-dir must be on a filesystem "
                         "they all share")
     return Setup(cfg, accelerator, model, objective, optimizer, scheduler, preprocess, RunDir(cfg.output_dir),
-                 start, data_info, train_source, val_source, dict(record or {}))
+                 start, data_info, train_source, val_source, record, resume_from)
+
+
+def _lr_changes(saved: dict[str, Any], lr: float, step: int) -> list[dict[str, Any]]:
+    """The run's --lr changes on resume (kept across resumes), with this one's when the lr differs."""
+    changes = [c for c in saved.get("lr_changes", []) if isinstance(c, dict)]
+    was = saved.get("run", {}).get("lr")
+    if was is not None and was != lr:
+        changes.append({"step": step, "from": was, "to": lr})
+    return changes
+
+
+def set_lr(scheduler: Any, lr: float) -> None:
+    """Give a loaded schedule a new peak lr: the resumed optimiser and schedule carry the old one."""
+    inner = getattr(scheduler, "scheduler", scheduler)  # Accelerate's wrapper
+    factor = inner.lr_lambdas[0](inner.last_epoch)
+    inner.base_lrs = [lr for _ in inner.base_lrs]
+    inner._last_lr = [lr * factor for _ in inner.base_lrs]
+    for group in inner.optimizer.param_groups:
+        group["initial_lr"] = lr
+        if torch.is_tensor(group["lr"]):
+            group["lr"].fill_(lr * factor)
+        else:
+            group["lr"] = lr * factor
 
 
 def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
@@ -133,20 +179,22 @@ def config_record(s: Setup, step: int) -> dict[str, Any]:
         "objective": {"name": obj_name, "options": obj_opts},
         "data": s.data_info,
         "run": s.cfg.to_dict(),
-        **_commands(s),
         **s.record,
     }
 
 
-def _commands(s: Setup) -> dict[str, Any]:
-    """How the run was started (`command`, when from the command line), kept across resumes: the first command
-    says how the run was made; the `--resume` lines that continued it are listed after it (`resumed_with`)."""
-    now = command()
-    saved = read_config(s.run.path) if (s.run.path / "config.json").exists() else {}
-    first = saved.get("command")
-    if first is None:
+def _commands(saved: dict[str, Any] | None) -> dict[str, Any]:
+    """How the run was started (`command`, when from the command line), kept across resumes from the resumed
+    checkpoint's config (`saved`; None: a fresh run): the first command says how the run was made; the
+    `--resume` lines that continued it are listed after it (`resumed_with`). A `--resume` that found nothing to
+    resume made the run: it is recorded as the command, without `--resume`. A run made from Python has no
+    `command` (`vitx export` rebuilds one from its settings)."""
+    if saved is None:
+        now = command(fresh=True)
         return {"command": now} if now else {}
+    now = command()
+    first = saved.get("command")
     resumed = [c for c in saved.get("resumed_with", []) if isinstance(c, str)]
     if now and now != first and now not in resumed:
         resumed.append(now)
-    return {"command": first, **({"resumed_with": resumed} if resumed else {})}
+    return {**({"command": first} if first else {}), **({"resumed_with": resumed} if resumed else {})}

@@ -120,6 +120,8 @@ def train_run(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_di
     trainer.last = {"step": setup.start_step}
     if setup.start_step < steps:
         trainer.last = trainer.fit()
+    elif accelerator.is_main_process:
+        setup.run.repair()  # the top-level files a kill may have left at an older step
     return trainer
 
 

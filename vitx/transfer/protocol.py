@@ -22,7 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from .. import __version__
-from ..checkpoint import atomic_write_text, read_json_object
+from ..checkpoint import atomic_write_text, cannot_write, read_json_object
 from ..adapters import resolve_adapters
 from ..errors import VitxError
 from ..runner.launch import is_main_process
@@ -38,8 +38,11 @@ def task_dir(cfg: TransferConfig, task: Task) -> Path:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(data, indent=2))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(data, indent=2))
+    except OSError as exc:  # a read-only or full disk, a file where a folder goes: one line
+        raise VitxError(f"{cannot_write(path.parent, exc)}; choose another --output-dir") from None
 
 
 def _claim(cfg: TransferConfig, task: Task, resume: bool) -> Path:

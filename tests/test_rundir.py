@@ -1,0 +1,283 @@
+"""The run folder never loses or misstates work: a run never overwrites another, the top-level files are the
+newest checkpoint's, a half-removed checkpoint never passes for complete, names that are not ours are left
+alone, a write that fails (full or read-only disk, a file in the way) or a damaged training state is one line,
+and config.json says truthfully how the run was made and changed."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import pickle
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors import SafetensorError
+
+import vitx
+from vitx.runner import pretrain
+from vitx.runner.config import PretrainConfig
+from vitx.runner.rundir import RunDir
+
+from .conftest import as_flags, tiny, vitx_cli
+
+SHORT = dict(steps=4, save_every=2, warmup_steps=1, eval_samples=0)  # two checkpoints: step 2 and step 4
+
+
+def _errors(proc) -> list[str]:
+    """The error lines (progress lines go to stderr too); a traceback fails the test."""
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+
+
+def _fake_checkpoint(run: RunDir, step: int, complete: bool = True) -> Path:
+    path = run.checkpoints / f"step_{step:08d}"
+    path.mkdir(parents=True)
+    for name in ("model.safetensors", "config.json"):
+        (path / name).write_text(f"{name} of step {step}")
+    if complete:
+        (path / "trainer_state.json").write_text(json.dumps({"step": step}))
+    return path
+
+
+def test_a_run_that_finished_while_another_was_setting_up_is_never_overwritten(tmp_path, monkeypatch):
+    """Run B looks at the folder (empty), spends its setup indexing data; run A completes there meanwhile; B
+    reaches the lock: it refuses in one line and A's run is as A left it."""
+    import vitx.runner.loop as loop
+
+    real = loop.build
+    finished: dict[str, bytes] = {}
+
+    def build_while_a_finishes(cfg, resume_from=None):
+        setup = real(cfg, resume_from)
+        monkeypatch.setattr(loop, "build", real)
+        pretrain(tiny(tmp_path, seed=1, **SHORT))  # run A, same --output-dir
+        finished["model"] = (tmp_path / "run" / "model.safetensors").read_bytes()
+        return setup
+
+    monkeypatch.setattr(loop, "build", build_while_a_finishes)
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, seed=2, **SHORT)))  # run B
+    assert proc.returncode == 2
+    assert len(_errors(proc)) == 1 and "another vitx process wrote to" in proc.stderr, proc.stderr
+    assert "step_00000004" in proc.stderr and "nothing was overwritten" in proc.stderr
+    run = tmp_path / "run"
+    assert (run / "model.safetensors").read_bytes() == finished["model"]
+    assert json.loads((run / "config.json").read_text())["run"]["seed"] == 1
+
+
+def test_a_kill_before_the_top_level_follows_its_checkpoint_is_repaired(tmp_path, monkeypatch):
+    """Killed after checkpoints/step_4 is in place but before model.safetensors etc. point at it: --resume
+    (here: already complete) makes the top level step 4's, not step 2's."""
+    real = os.link
+
+    def killed(src, dst):
+        if "step_00000004" in str(src):
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "link", killed)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(tiny(tmp_path, **SHORT))
+    monkeypatch.setattr(os, "link", real)
+    run = tmp_path / "run"
+    assert json.loads((run / "config.json").read_text())["step"] == 2  # stale: what the probe found
+
+    assert pretrain(tiny(tmp_path, **SHORT), resume=True) == {"step": 4}
+    assert json.loads((run / "config.json").read_text())["step"] == 4
+    for name in ("model.safetensors", "heads.safetensors", "config.json"):
+        assert os.path.samefile(run / name, run / "checkpoints" / "step_00000004" / name)
+
+
+def test_a_start_repairs_the_top_level_and_removes_half_pruned_checkpoints(tmp_path):
+    run = RunDir(tmp_path / "run")
+    _fake_checkpoint(run, 2)
+    newest = _fake_checkpoint(run, 4)
+    half = _fake_checkpoint(run, 1, complete=False)  # a prune killed after its marker went
+    (run.path / "config.json").write_text("config.json of step 2")  # a kill left the top level behind
+    assert run.latest() == newest
+    run.repair()
+    assert (run.path / "config.json").read_text() == "config.json of step 4"
+    assert (run.path / "model.safetensors").read_text() == "model.safetensors of step 4"
+    run.clean_partial()
+    assert not half.exists() and sorted(p.name for p in run.steps()) == ["step_00000002", "step_00000004"]
+
+
+def test_pruning_removes_the_completeness_marker_first(tmp_path, monkeypatch):
+    """A kill while pruning the oldest checkpoint must never leave its marker over missing weights."""
+    import vitx.runner.rundir as rundir
+
+    run = RunDir(tmp_path / "run")
+    _fake_checkpoint(run, 2)
+    _fake_checkpoint(run, 4)
+    staged = run.staging(6)
+    (staged / "model.safetensors").write_text("model.safetensors of step 6")
+
+    def killed_rmtree(path, ignore_errors=False):  # the weights go first, then the kill
+        (Path(path) / "model.safetensors").unlink(missing_ok=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rundir.shutil, "rmtree", killed_rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        run.publish(staged, 6, {"step": 6}, keep=2)
+    monkeypatch.setattr(rundir.shutil, "rmtree", shutil.rmtree)
+    for p in run.checkpoints.iterdir():
+        assert (p / "model.safetensors").exists() or not (p / "trainer_state.json").exists(), p.name
+    assert run.latest().name == "step_00000006"
+
+
+def test_names_that_are_not_checkpoints_are_left_alone(tmp_path):
+    """A user's step_old or step_00000020.bak (even with a trainer_state.json in it) is neither the latest
+    checkpoint nor pruned, and crashes nothing."""
+    out = tmp_path / "run"
+    stray = [out / "checkpoints" / name for name in ("step_old", "step_00000020.bak", "step_")]
+    for p in stray:
+        p.mkdir(parents=True)
+        (p / "trainer_state.json").write_text(json.dumps({"step": 20}))
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, **SHORT)), "--resume")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert RunDir(out).latest().name == "step_00000004"
+    assert all(p.is_dir() for p in stray)
+    assert sorted(p.name for p in RunDir(out).steps()) == ["step_00000002", "step_00000004"]
+
+
+@pytest.mark.parametrize("where", ["file", "under a file"])
+def test_an_output_dir_that_is_a_file_is_one_line(tmp_path, where):
+    (tmp_path / "notes.txt").write_text("mine")
+    out = tmp_path / "notes.txt" if where == "file" else tmp_path / "notes.txt" / "run"
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, output_dir=str(out))))
+    assert proc.returncode == 2 and len(_errors(proc)) == 1, proc.stderr
+    assert f"error: cannot write {out}: " in proc.stderr and "choose another --output-dir" in proc.stderr
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+@pytest.fixture
+def read_only(tmp_path, monkeypatch) -> Path:
+    """A folder nothing can be made in: chmod 0o555, and where that does not bind (root), mkdir under it fails
+    and os.access says so, as on a read-only filesystem."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    if os.access(folder, os.W_OK):  # root
+        real_mkdir = os.mkdir
+
+        def mkdir(path, *args, **kwargs):
+            if str(path).startswith(str(folder)):
+                raise OSError(errno.EROFS, "Read-only file system", str(path))
+            return real_mkdir(path, *args, **kwargs)
+
+        real_access = os.access
+        monkeypatch.setattr(os, "mkdir", mkdir)
+        monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if str(path).startswith(str(folder))
+                            and mode & os.W_OK else real_access(path, mode, **kw))
+    yield folder
+    folder.chmod(0o755)
+
+
+def test_a_read_only_output_dir_is_one_line(read_only, tmp_path):
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, output_dir=str(read_only / "run"))))
+    assert proc.returncode == 2 and len(_errors(proc)) == 1, proc.stderr
+    assert f"error: cannot write {read_only / 'run'}: " in proc.stderr and "choose another --output-dir" in proc.stderr
+
+    proc = vitx_cli("transfer", "--task", "embedded/digits", "--from", "scratch", "--model", "vit-nano/4",
+                    "--image-size", "16", "--shots", "20", "--output-dir", str(read_only / "transfer"))
+    assert proc.returncode == 2 and len(_errors(proc)) == 1, proc.stderr
+    assert f"error: cannot write {read_only / 'transfer'}" in proc.stderr
+
+
+def test_a_full_disk_while_saving_is_one_line_and_keeps_the_earlier_checkpoints(tmp_path, monkeypatch):
+    import vitx.checkpoint as checkpoint
+
+    real = checkpoint.save_file
+
+    def full(tensors, path, metadata=None):
+        if "step_00000004" in str(path):
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        return real(tensors, path, metadata=metadata)
+
+    monkeypatch.setattr(checkpoint, "save_file", full)
+    out = tmp_path / "run"
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, **SHORT)))
+    assert proc.returncode == 2 and len(_errors(proc)) == 1, proc.stderr[-2000:]
+    assert f"error: cannot write {out / 'checkpoints' / 'step_00000004'}: no space left on the device" in proc.stderr
+    assert "earlier checkpoints are intact" in proc.stderr
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000002"]  # no partial left behind
+    assert json.loads((out / "config.json").read_text())["step"] == 2
+    vitx.load_backbone(out / "checkpoints" / "step_00000002")
+
+
+def test_a_full_disk_under_the_metrics_log_is_one_line(tmp_path, monkeypatch):
+    from vitx.runner.reporting import MetricsLog
+
+    def full(self, record):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "run" / "metrics.jsonl"))
+
+    monkeypatch.setattr(MetricsLog, "write", full)
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, **SHORT)))
+    assert proc.returncode == 2 and len(_errors(proc)) == 1, proc.stderr[-2000:]
+    assert f"error: cannot write {tmp_path / 'run' / 'metrics.jsonl'}: no space left on the device" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["optimizer.bin", "scheduler.bin"])
+def test_a_damaged_or_malicious_training_state_is_one_line_and_never_run(tmp_path, name):
+    pretrain(tiny(tmp_path, **SHORT))
+    out = tmp_path / "run"
+    shutil.rmtree(out / "checkpoints" / "step_00000004")
+    witness = tmp_path / "unpickled"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {witness}",))
+
+    (out / "checkpoints" / "step_00000002" / "accelerate" / name).write_bytes(pickle.dumps(Payload()))
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, **SHORT)), "--resume")
+    assert proc.returncode == 2 and len(_errors(proc)) == 1, proc.stderr[-2000:]
+    assert f"the training state in {out / 'checkpoints' / 'step_00000002'} is damaged" in proc.stderr
+    assert "delete that checkpoint" in proc.stderr
+    assert not witness.exists()
+
+
+def test_resume_may_lower_the_lr_and_config_json_records_it(tmp_path):
+    opts = tiny(tmp_path, **SHORT)
+    pretrain(opts)
+    out = tmp_path / "run"
+    before = {m["step"]: m["lr"] for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+    shutil.rmtree(out / "checkpoints" / "step_00000004")  # back to step 2, as after a divergence
+    lr = before[1] / 20
+    proc = vitx_cli("pretrain", *as_flags({**opts, "lr": lr}), "--resume")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"note: --lr {lr:g} from step 2 (the run had" in proc.stderr
+    after = {m["step"]: m["lr"] for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+    assert [after[s] for s in (1, 2)] == [before[s] for s in (1, 2)]
+    assert [after[s] for s in (3, 4)] == pytest.approx([before[s] / 20 for s in (3, 4)], rel=1e-5)
+    config = json.loads((out / "config.json").read_text())
+    assert config["lr_changes"] == [{"step": 2, "from": PretrainConfig().lr, "to": lr}]
+    assert config["run"]["lr"] == lr and config["resumed_with"][0].endswith("--resume")
+
+
+def test_a_diverged_run_without_a_good_checkpoint_says_so(tmp_path):
+    """--lr 1e9: the first update throws the weights to ~1e7 (finite, useless), then every step is skipped. The
+    checkpoints written since hold those weights: none is named good."""
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, steps=12, save_every=2, lr=1e9, max_nonfinite_steps=3,
+                                               eval_samples=0)))
+    assert proc.returncode == 2 and len(_errors(proc)) == 1, proc.stderr[-2000:]
+    assert "the run has diverged; no checkpoint was written before that" in proc.stderr
+    assert "step_0" not in proc.stderr
+
+
+def test_a_resume_that_found_nothing_records_the_command_without_resume(tmp_path, monkeypatch):
+    """The first run was killed before its first checkpoint; `--resume` then made the run: config.json's command
+    is that line without `--resume`, and nothing is listed as resumed."""
+    import vitx.runner.loop as loop
+
+    def killed(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop.Trainer, "save", killed)
+    flags = as_flags(tiny(tmp_path, **SHORT))
+    assert vitx_cli("pretrain", *flags).returncode == 130
+    monkeypatch.undo()
+    proc = vitx_cli("pretrain", *flags, "--resume")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["command"] == shlex.join(["vitx", "pretrain", *flags]) and "resumed_with" not in config
