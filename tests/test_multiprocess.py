@@ -124,3 +124,53 @@ def test_cpu_flag_launch_warns_that_it_runs_one_process(tmp_path):
                           *as_flags(opts)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "started a single process" in res.stderr and "1 process(es)" in res.stderr
+
+
+MULTI_CPU_CONFIG = """compute_environment: LOCAL_MACHINE
+distributed_type: MULTI_CPU
+num_machines: 1
+num_processes: 2
+mixed_precision: 'no'
+use_cpu: true
+"""
+
+
+def test_single_process_warning_names_no_flag_and_says_what_to_change(monkeypatch, capsys):
+    """The environment `accelerate launch --config_file` leaves for a MULTI_CPU config of 2 processes (the same
+    as `--cpu --num_processes 2`): the warning must not name --cpu, which the user may not have passed, and must
+    say what to write in the config file instead."""
+    from vitx.runner.launch import _warn_single_process_cpu_launch
+
+    for key in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    _warn_single_process_cpu_launch()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("warning: accelerate launch started a single process")
+    assert "--cpu" not in err
+    assert "`distributed_type: MULTI_GPU`" in err and "`--multi_gpu --num_processes N`" in err
+    monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun (--multi_gpu, or a MULTI_GPU config): several processes
+    _warn_single_process_cpu_launch()
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow  # two launches, 20-60 s on 2 shared cores
+@pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate CLI not on PATH")
+def test_multi_cpu_config_file_warns_and_its_multi_gpu_fix_runs_two_processes(tmp_path):
+    """A MULTI_CPU config file of 2 processes runs one (Accelerate needs mpirun) and says what to change; the
+    change it names, `distributed_type: MULTI_GPU`, then runs 2 processes on the CPU."""
+    opts = dict(model="vit-nano/4", batch_size=8, steps=1, eval_samples=0, workers=0, log_with="none")
+    for name, kind, port in (("cpu", "MULTI_CPU", "29541"), ("gpu", "MULTI_GPU", "29542")):
+        config = tmp_path / f"{name}.yaml"
+        config.write_text(MULTI_CPU_CONFIG.replace("MULTI_CPU", kind))
+        res = subprocess.run(["accelerate", "launch", "--config_file", str(config), "--main_process_port", port,
+                              "-m", "vitx", "pretrain", *as_flags({**opts, "output_dir": str(tmp_path / name)})],
+                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+        if kind == "MULTI_CPU":
+            assert "1 process(es)" in res.stderr and "distributed_type: MULTI_GPU" in res.stderr
+            assert "--cpu" not in res.stderr
+        else:
+            assert "2 process(es)" in res.stderr and "started a single process" not in res.stderr

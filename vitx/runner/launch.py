@@ -34,15 +34,18 @@ def _reset_single_process_state() -> None:
 
 
 def _warn_single_process_cpu_launch() -> None:
-    """`accelerate launch --cpu --num_processes N` without mpirun starts ONE process (Accelerate leaves several
-    CPU processes to mpirun); it only leaves MASTER_ADDR behind. Say so rather than train with 1/N of the plan."""
+    """`accelerate launch` asked for several processes without torchrun (`--cpu --num_processes N`, or a config
+    file with `distributed_type: MULTI_CPU`) starts ONE process: Accelerate leaves several CPU processes to
+    mpirun, and only leaves MASTER_ADDR behind. Say so, and what launches several, rather than train with 1/N of
+    the plan, without naming either cause: both leave the same environment."""
     env = os.environ
     mpi = any(k in env for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"))
-    if env.get("ACCELERATE_USE_CPU", "").lower() == "true" and "MASTER_ADDR" in env and "WORLD_SIZE" not in env \
-            and not mpi:
-        print("warning: `accelerate launch --cpu` started a single process (it needs mpirun for several); "
-              "for several CPU processes use `accelerate launch --multi_gpu --num_processes N -m vitx ...`",
-              file=sys.stderr)
+    by_accelerate = "ACCELERATE_USE_CPU" in env  # every `accelerate launch` sets it; torchrun sets WORLD_SIZE too
+    if by_accelerate and "MASTER_ADDR" in env and "WORLD_SIZE" not in env and not mpi:
+        print("warning: accelerate launch started a single process although several were asked for (Accelerate "
+              "starts several CPU processes only through mpirun); for several processes, on the CPU too, launch "
+              "with `--multi_gpu --num_processes N`, or set `distributed_type: MULTI_GPU` in the Accelerate "
+              "config file", file=sys.stderr)
 
 
 def make_accelerator(cfg: PretrainConfig) -> Accelerator:
