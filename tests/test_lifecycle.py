@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from .conftest import ROOT, as_flags, tiny, vitx_cli
 
 # A loader with one worker whose iterator is kept alive by a reference cycle, with garbage collection off: at
@@ -119,3 +121,26 @@ def test_log_format_json_and_quiet(tmp_path):
     bad = vitx_cli("pretrain", "--log-format", "xml", "--output-dir", str(tmp_path / "c"))
     assert bad.returncode == 2 and bad.stderr.strip() == \
         "error: --log-format must be one of auto, bar, lines, json, got 'xml'"
+
+
+def test_a_full_or_read_only_disk_is_one_line_in_every_command(monkeypatch):
+    """Whatever command meets a full, over-quota or read-only disk (inspect, eval fewshot --output, reproduce, ...)
+    says so in one line, exit 2; other OS errors stay bugs with their traceback."""
+    import errno
+
+    import vitx.cli
+
+    def write_fails(code: int):
+        def app(**kw):
+            raise OSError(code, "os says no", "/data/out/analysis.json")
+        return app
+
+    expected = {errno.EROFS: "the filesystem is read-only", errno.ENOSPC: "no space left on the device",
+                errno.EDQUOT: "the disk quota is used up"}
+    for code, reason in expected.items():
+        monkeypatch.setattr(vitx.cli, "app", write_fails(code))
+        proc = vitx_cli("inspect", "runs/x")
+        assert (proc.returncode, proc.stderr) == (2, f"error: cannot write /data/out/analysis.json: {reason}\n")
+    monkeypatch.setattr(vitx.cli, "app", write_fails(errno.EBADF))
+    with pytest.raises(OSError):
+        vitx_cli("inspect", "runs/x")

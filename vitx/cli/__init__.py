@@ -6,6 +6,7 @@ app, `--help` and the listings start in well under a second, and a plugin is imp
 from __future__ import annotations
 
 import contextlib
+import errno
 import signal
 import sys
 import threading
@@ -123,6 +124,13 @@ def main(argv: list[str] | None = None) -> None:
     except VitxError as exc:
         print(f"{exc.label}: {exc.user_message()}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):  # the machine's state, whatever command
+            raise
+        from ..checkpoint import cannot_write
+
+        print(f"error: {cannot_write(exc.filename or 'a file', exc).user_message()}", file=sys.stderr)
+        sys.exit(2)
     except KeyboardInterrupt:  # before the command started
         print("interrupted: Ctrl-C", file=sys.stderr)
         sys.exit(130)
