@@ -26,6 +26,24 @@ def _one_line_error(result, needle):
     (["--precision", "fp16"], "fp16 mixed precision needs a GPU"),
     (["--batch-size", "10", "--grad-accum", "3"], "must divide evenly"),
     (["--objective", "supervised(colour=1)"], "no option(s) colour"),
+    (["--lr", "nan"], "--lr must be a finite number, got nan"),
+    (["--lr", "inf"], "--lr must be a finite number, got inf"),
+    (["--weight-decay", "nan"], "--weight-decay must be a finite number, got nan"),
+    (["--set", "crop_scale=inf"], "--crop-scale must be a finite number, got inf"),
+    (["--batch-size", "1000000"], "--batch-size 1000000 is too large: at most 65,536"),
+    (["--image-size", "100000"], "--image-size 100000 is too large: at most 4,096"),
+    (["--workers", "100000"], "--workers 100000 is too large: at most 256"),
+    (["--eval-samples", "1000000000"], "--eval-samples 1000000000 is too large"),
+    (["--shuffle-buffer", "100000000"], "--shuffle-buffer 100000000 is too large"),
+    (["--workers", "-5"], "--workers must be -1 (the default"),
+    (["--seed", "-1"], "--seed must not be negative, got -1"),
+    (["--data", "embedded:shapes(length=-5)"],
+     "embedded:shapes: length must be a whole number from 0 to 100,000,000, got -5"),
+    (["--data", "embedded:shapes(classes='a')"], "embedded:shapes: classes must be a whole number"),
+    (["--data", "embedded:digits(length='x')"],
+     "embedded:digits: length must be a whole number from 0 to 100,000,000, got 'x'"),
+    (["--data", "embedded:shapes(size=0)"], "embedded:shapes: size must be a whole number from 1 to 4,096, got 0"),
+    (["--data", "embedded:shapes(bogus=1)"], "embedded:shapes has no option 'bogus' (its options: size, length, seed"),
 ])
 def test_user_errors_are_one_line(tmp_path, args, needle):
     result = vitx_cli("pretrain", "--output-dir", str(tmp_path / "run"), "--log-with", "none", *args)
@@ -33,11 +51,52 @@ def test_user_errors_are_one_line(tmp_path, args, needle):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["--set", "lrs=[]"], "--lrs is empty: give at least one learning rate"),
+    (["--lrs", ","], "--lrs is empty: give at least one value, e.g. --lrs 0.001,0.003,0.01,0.03"),
+    (["--lrs", "1,abc"], "--lrs takes comma-separated numbers, e.g. --lrs 0.001,0.003,0.01,0.03; got '1,abc'"),
+    (["--sweep-steps", "1,x"], "--sweep-steps takes comma-separated whole numbers"),
+    (["--lrs", "nan"], "--lrs must be finite numbers, got [nan]"),
+    (["--no-sweep", "--lr", "inf"], "--lr must be a finite number, got inf"),
+    (["--set", "grad_clip=nan"], "--grad-clip must be a finite number, got nan"),
+    (["--batch-size", "10000000"], "--batch-size 10000000 is too large: at most 65,536"),
+    (["--seed", "-2"], "--seed must not be negative, got -2"),
+])
+def test_transfer_settings_are_checked_in_one_line(tmp_path, args, needle):
+    result = vitx_cli("transfer", "--task", "embedded/digits", "--from", "scratch", "--model", "vit-nano/4",
+                      "--output-dir", str(tmp_path / "t"), *args)
+    _one_line_error(result, needle)
+    assert not (tmp_path / "t").exists()
+
+
+def test_help_texts_keep_their_square_brackets():
+    """Rich reads `[...]` in a help text as markup and drops it: `backbone ([class] token)` printed as
+    `backbone ( token)`, and every hand-written `[default: ...]` vanished. Each must print as written."""
+    import typer
+    from rich.markup import render
+
+    from vitx.cli import app
+
+    def helps(command):
+        yield command.help or ""
+        for param in command.params:
+            yield getattr(param, "help", None) or ""
+        for sub in getattr(command, "commands", {}).values():
+            yield from helps(sub)
+
+    texts = [h for h in helps(typer.main.get_command(app)) if "[" in h]
+    assert any("\\[class]" in h for h in texts) and any("\\[default: 0.002]" in h for h in texts)
+    for text in texts:
+        assert render(text).plain == text.replace("\\[", "["), text
+    shown = vitx_cli("pretrain", "--help").stdout
+    assert "[class]" in shown and "[default:" in shown
+
+
 def test_console_script_answers_without_the_training_stack():
     """The installed `vitx` script (not an entry function): --version, and that neither it nor `vitx models`
     imports torch, timm, datasets or matplotlib (what made every command take 5 s to start)."""
     script = shutil.which("vitx") or str(ROOT / "no-vitx-script")
-    version = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
+    version = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=300)
     assert version.returncode == 0 and version.stdout.startswith("vitx 0."), version.stderr
     probe = ("import sys; from vitx.cli import main\n"
              "try: main(sys.argv[1:])\n"
@@ -45,13 +104,13 @@ def test_console_script_answers_without_the_training_stack():
              "heavy = [m for m in ('torch', 'timm', 'datasets', 'matplotlib', 'lightly') if m in sys.modules]\n"
              "print('heavy:', ','.join(heavy) or 'none', file=sys.stderr)")
     for args in (["--help"], ["pretrain", "--help"], ["transfer", "--help"], ["models"], ["tasks"]):
-        proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60,
+        proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=300,
                               cwd=ROOT)
         assert proc.stderr.strip().splitlines()[-1] == "heavy: none", (args, proc.stderr[-2000:])
     # the library too: `import vitx` and the registries' listings load the built-ins without torch
     library = ("import sys, vitx; print(len(vitx.BACKBONES.names()), len(vitx.TASKS.names()), "
                "'torch' in sys.modules, 'timm' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", library], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", library], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.stdout.split() == ["13", "21", "False", "False"], proc.stderr[-2000:]
 
 

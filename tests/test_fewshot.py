@@ -98,3 +98,39 @@ def test_fewshot_reads_pre_logits_of_a_supervised_run(pretrained_run, mpp_run, t
     assert numbers["pre-logits"]["shots"] != numbers["backbone"]["shots"]  # different features, different heads
     bad = vitx_cli("eval", "fewshot", "--from", str(pretrained_run), "--features", "logits")
     assert bad.returncode != 0 and "--features" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--shots", "1,abc"], "--shots takes comma-separated whole numbers, e.g. --shots 1,5,10,25; got '1,abc'"),
+    (["--shots", "0"], "--shots are images per class and must be positive, got 0"),
+    (["--reg", "-1"], "--reg must be positive (the paper's is 1024), got -1"),
+    (["--reg", "nan"], "--reg must be a finite number, got nan"),
+    (["--image-size", "0"], "--image-size must be positive, got 0"),
+    (["--test-samples", "-5"], "--test-samples and --seed must not be negative"),
+])
+def test_fewshot_options_are_checked_in_one_line(args, needle, tmp_path):
+    """A negative or nan regulariser printed a table (12.5% for an all-nan head); a bad --shots crashed inside
+    its own error message."""
+    from .conftest import vitx_cli
+
+    result = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4",
+                      "--output", str(tmp_path / "out.json"), *args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip() == f"error: {needle}"
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_fewshot_on_a_one_class_folder_says_so(tmp_path):
+    from PIL import Image
+
+    from .conftest import vitx_cli
+
+    for split in ("train", "test"):
+        (tmp_path / "one" / split / "cat").mkdir(parents=True)
+        for i in range(3):
+            Image.new("RGB", (16, 16), (i * 40, 0, 0)).save(tmp_path / "one" / split / "cat" / f"{i}.png")
+    result = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4", "--shots", "1",
+                      "--data", str(tmp_path / "one"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().endswith("one has one class (cat); a few-shot classifier needs two or more")
+

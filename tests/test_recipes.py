@@ -129,3 +129,14 @@ def test_cpu_transfer_recipes_run(name, tmp_path, pretrained_run):
     assert result["test_samples"] == 32
     final = out / recipe["task"].replace("/", "-") / "final"  # the reported number is the saved model's
     assert result["test_top1"] == pytest.approx(saved_model_accuracy(final, recipe["task"], 32), abs=1e-6)
+
+
+def test_a_recipe_value_that_is_not_finite_is_one_line(tmp_path):
+    """TOML reads `nan` and `inf` as floats, and nan passes every `<= 0` check: refused before anything runs."""
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[pretrain]\nlr = nan\n")
+    result = vitx_cli("pretrain", "--recipe", str(recipe), "--output-dir", str(tmp_path / "run"))
+    assert result.returncode == 2 and result.stderr.strip() == "error: --lr must be a finite number, got nan"
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(VitxError, match=r"--lrs must be finite numbers, got \[0\.1, inf\]"):
+        TransferConfig(lrs=[0.1, float("inf")]).validate()

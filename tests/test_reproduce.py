@@ -80,10 +80,20 @@ def test_reproduction_pipeline_writes_a_complete_report_and_resumes(tmp_path):
     ("hires_seeds=3", "plan: hires_seeds must be 0 to 1 (the seeds), got 3"),
     ("transfer_lrs=[]", "plan: transfer_lrs must not be empty"),
     ("pretrainings={}", "--set pretrainings cannot be changed"),
+    ("transfer_lrs=[nan]", "plan: transfer_lrs must be finite numbers, got [nan]"),
+    ("transfer_batch=10000000", "plan: transfer_batch 10000000 is too large: at most 65,536"),
+    ("seeds=[-1]", "plan: seeds must not be negative"),
 ])
 def test_plan_settings_are_checked_in_one_line(tmp_path, setting, needle):
     result = vitx_cli("reproduce", "--plan", "quick", "--output-dir", str(tmp_path / "r"), "--set", setting)
     assert result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_quick_and_another_plan_is_a_contradiction(tmp_path):
+    result = vitx_cli("reproduce", "--quick", "--plan", "gpu", "--output-dir", str(tmp_path / "r"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == "error: --quick is --plan quick, which contradicts --plan gpu; give one of them"
     assert not (tmp_path / "r").exists()
 
 

@@ -47,7 +47,7 @@ def shards(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def hub_copy(tmp_path_factory) -> Path:
-    """A local copy of a hub dataset as `huggingface-cli download` leaves it: data/<split>-0000i-of-0000k.parquet."""
+    """A local copy of a hub dataset as `hf download` leaves it: data/<split>-0000i-of-0000k.parquet."""
     import datasets
 
     root = tmp_path_factory.mktemp("hub")
@@ -86,9 +86,8 @@ def test_a_damaged_shard_or_another_process_count_is_one_line(shards, tmp_path):
         middle = [m for m in tar.getmembers() if m.name.endswith(".jpg")][12]
     cut = middle.offset_data + middle.size // 2  # inside the 13th image's bytes
     (broken / "train-0000.tar").write_bytes((shards / "train-0001.tar").read_bytes()[:cut])
-    source = open_source(str(broken), "train")
-    with pytest.raises(VitxError, match=r"cannot read .*broken"):
-        list(itertools.islice(source.records(0, 1, seed=0), 48))
+    with pytest.raises(VitxError, match=r"shard .*broken/train-0000\.tar is cut short"):
+        open_source(str(broken), "train")
 
     opts = dict(model="vit-nano/4", data=str(shards), image_size=16, batch_size=8, steps=4, save_every=2,
                 eval_samples=0, workers=0, log_with="none", objective="mpp", output_dir=str(tmp_path / "run"))
@@ -100,6 +99,23 @@ def test_a_damaged_shard_or_another_process_count_is_one_line(shards, tmp_path):
     config.write_text(json.dumps(record))
     with pytest.raises(VitxError, match="streams .* on 2 process"):
         pretrain({**opts, "steps": 2}, resume=True)
+
+
+def test_a_shard_cut_at_a_sample_boundary_is_refused_not_read_short(shards, tmp_path):
+    """A copy stopped between two samples reads as a valid, shorter tar: without the check, training would
+    silently see 12 of the shard's 24 samples."""
+    with tarfile.open(shards / "train-0002.tar") as tar:
+        cut = [m for m in tar.getmembers() if m.name.endswith(".cls")][12].offset  # the 13th sample's header
+    half = tmp_path / "half"
+    half.mkdir()
+    for s in range(SHARDS):
+        shutil.copy(shards / f"train-{s:04d}.tar", half)
+    (half / "train-0002.tar").write_bytes((shards / "train-0002.tar").read_bytes()[:cut])
+    with tarfile.open(half / "train-0002.tar") as tar:
+        assert len(tar.getmembers()) == 24  # what a reader sees: 12 whole samples, no error
+    assert open_source(str(shards), "train").num_shards == SHARDS  # whole shards pass
+    with pytest.raises(VitxError, match=r"shard .*half/train-0002\.tar is cut short"):
+        open_source(str(half / "train-{0000..0003}.tar"), "train")
 
 
 @pytest.mark.parametrize("kind", ["shards", "hub"])
@@ -123,10 +139,21 @@ def test_each_process_reads_its_own_shards_and_resumes_at_its_position(kind, sha
     assert [label for (_, label), _ in run[0]] != sorted(label for (_, label), _ in run[0])  # shuffled
 
 
+def _alive(pid: int) -> bool:
+    """Whether `pid` is still a running process (a zombie, killed but not reaped by its parent, is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 RECORDING = '''
-"""Supervised, writing each optimiser step's labels to $VITX_TEST_SEEN/rank<r>.jsonl (a test plugin)."""
+"""Supervised, writing each optimiser step's labels to $VITX_TEST_SEEN/rank<r>.jsonl (a test plugin); held after
+step $VITX_TEST_HOLD_AT until killed (its pid in held<r>.pid), so a kill lands mid-run however slowly a loaded
+machine runs it."""
 import json
 import os
+import time
 
 import datasets.config
 import torch.distributed as dist
@@ -147,6 +174,10 @@ class Recording(Supervised):
         rank = dist.get_rank() if dist.is_initialized() else 0
         with open(os.path.join(os.environ["VITX_TEST_SEEN"], f"rank{rank}.jsonl"), "a") as f:
             f.write(json.dumps({"step": step, "labels": self.__dict__.pop("_seen", [])}) + "\\n")
+        if step == int(os.environ.get("VITX_TEST_HOLD_AT", "0")):
+            with open(os.path.join(os.environ["VITX_TEST_SEEN"], f"held{rank}.pid"), "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(3600)
 '''
 
 
@@ -167,18 +198,24 @@ def test_two_processes_stream_and_resume_at_the_right_sample_after_kill_9(kind, 
            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29521" if stream else "29522",
            "-m", "vitx", "--plugin", str(plugin), "pretrain", *as_flags(opts), *(["--stream"] if stream else [])]
     env = {**os.environ, "VITX_TEST_SEEN": str(seen)}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    deadline = time.time() + 240
-    while not (run / "checkpoints" / "step_00000004").exists():
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**env, "VITX_TEST_HOLD_AT": "6"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # held after step 6
+    deadline = time.time() + 900  # only catches a run that never gets there
+    held = [seen / f"held{rank}.pid" for rank in range(2)]
+    while not all(p.exists() and p.read_text() for p in held):
         assert proc.poll() is None, proc.stderr.read()[-3000:]
         assert time.time() < deadline
         time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both processes
+    for pid in (int(p.read_text()) for p in held):  # torch's launcher starts each in a session of its own
+        os.kill(pid, signal.SIGKILL)
+        while _alive(pid):
+            time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher
     proc.wait()
     assert max(json.loads(line)["step"] for line in (seen / "rank0.jsonl").read_text().splitlines()) < 16
 
-    start = max(int(p.name.split("_")[1]) for p in (run / "checkpoints").glob("step_*"))  # 4 (8 if slow to die)
+    start = max(int(p.name.split("_")[1]) for p in (run / "checkpoints").glob("step_*"))
+    assert start == 4  # held at step 6: killed between the checkpoints of steps 4 and 8
     resumed = subprocess.run([*cmd, "--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming" in resumed.stderr

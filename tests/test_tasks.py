@@ -69,7 +69,7 @@ def test_n_shot_splits():
     np.testing.assert_array_equal(splits.val.indices, np.arange(200))  # val200 = val[:200]
     with pytest.raises(VitxError, match="--shots 1000000 needs 800000 train"):
         open_task(get_task("vtab/dsprites_loc"), 1_000_000)
-    with pytest.raises(VitxError, match="huggingface-cli download clip-benchmark/wds_vtab-dtd"):
+    with pytest.raises(VitxError, match="hf download clip-benchmark/wds_vtab-dtd --repo-type dataset --local-dir DIR"):
         open_task(get_task("vtab/dtd"), 1000, offline=True)
 
 

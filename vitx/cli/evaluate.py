@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import VitxError
-from ..runner.config import default_workers
+from ..runner.config import check_numbers, default_workers
 from ..transfer.config import FEWSHOT_REG
 from .transfer import number_list
 
@@ -22,18 +22,18 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate fro
 def fewshot(
     start: str = typer.Option("runs/pretrain", "--from", help="A vitx run or checkpoint directory, timm:<name>, or scratch."),
     model: Optional[str] = typer.Option(None, help="Backbone for --from scratch."),
-    data: Optional[str] = typer.Option(None, help="Labelled data: embedded:digits|shapes, a folder, hf:owner/name. [default: embedded:digits]"),
+    data: Optional[str] = typer.Option(None, help="Labelled data: embedded:digits|shapes, a folder, hf:owner/name. \\[default: embedded:digits]"),
     task: Optional[str] = typer.Option(None, help="Or a registered task, e.g. vtab/dsprites_loc (its train and test splits)."),
     data_dir: Optional[str] = typer.Option(None, help="Local copy of the task's data."),
     shots: str = typer.Option("1,5,10,25", help="Images per class."),
     seeds: int = typer.Option(3, help="Draws of the shots per count (seeds 0..N-1)."),
     reg: float = typer.Option(FEWSHOT_REG, help="L2 regularisation of the least-squares head."),
-    image_size: Optional[int] = typer.Option(None, help="Resolution; position embeddings are interpolated. [default: the checkpoint's]"),
+    image_size: Optional[int] = typer.Option(None, help="Resolution; position embeddings are interpolated. \\[default: the checkpoint's]"),
     test_samples: int = typer.Option(0, help="Evaluate on the first N test images; 0: all."),
     output: Optional[str] = typer.Option(None, help="Write the numbers as JSON here."),
     seed: int = typer.Option(0, help="Initialisation of --from scratch (the shots are drawn with seeds 0..N-1)."),
     features: str = typer.Option("pre-logits", help="pre-logits (the paper's: after the pre-training head's tanh "
-                                 "layer when it has one), backbone (the [class] token after the final norm) or "
+                                 "layer when it has one), backbone (the \\[class] token after the final norm) or "
                                  "patch-mean (the mean of the patch tokens: what masked modelling trains)."),
 ) -> None:
     """Regularised least squares on frozen pre-logit features: accuracy at 1/5/10/25 shots over seeds."""
@@ -49,9 +49,18 @@ def fewshot(
     if not is_main_process():  # under a launcher: one process does the (small) work, on its own device
         return
 
-    shot_list = number_list(shots, int, "--shots")
+    shot_list = number_list(shots, int, "--shots", "1,5,10,25")
+    if min(shot_list) <= 0:
+        raise VitxError(f"--shots are images per class and must be positive, got {shots}")
     if seeds <= 0:
         raise VitxError(f"--seeds must be positive, got {seeds}")
+    check_numbers({"reg": reg, "image_size": image_size, "test_samples": test_samples, "seed": seed})
+    if reg <= 0:  # 0 leaves the least-squares system singular; below 0 it solves for nonsense
+        raise VitxError(f"--reg must be positive (the paper's is {FEWSHOT_REG:g}), got {reg:g}")
+    if image_size is not None and image_size <= 0:
+        raise VitxError(f"--image-size must be positive, got {image_size}")
+    if test_samples < 0 or seed < 0:
+        raise VitxError("--test-samples and --seed must not be negative")
     backbone = load_start(start, model, seed)
     size = image_size or int(backbone.patch_embed.img_size[0])
     backbone = resize_backbone(backbone, size)
@@ -73,6 +82,9 @@ def fewshot(
                             "copy or an image folder")
         if not train.num_classes:
             raise VitxError(f"{what} has no labels")
+        if train.num_classes < 2:
+            raise VitxError(f"{what} has one class ({', '.join(train.class_names or ['?'])}); a few-shot classifier "
+                            "needs two or more")
         preprocess = Preprocess(image_size=size)
     result = evaluate_sources(model, train, test, preprocess, shot_list, range(seeds), reg, test_samples,
                               workers=default_workers(), device=process_device())

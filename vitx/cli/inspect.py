@@ -25,11 +25,11 @@ def _default_data(start: str) -> str:
 def inspect(
     start: str = typer.Argument(..., metavar="CHECKPOINT", help="A vitx run or checkpoint directory, timm:<name>, or scratch (with --model)."),
     model: Optional[str] = typer.Option(None, help="Backbone for scratch (its initialisation)."),
-    image: List[str] = typer.Option([], help="An image to show attention rollout on; repeatable. [default: 6 embedded images]"),
-    data: Optional[str] = typer.Option(None, help="Images for the mean attention distance. [default: the checkpoint's embedded data, else embedded:shapes]"),
+    image: List[str] = typer.Option([], help="An image to show attention rollout on; repeatable. \\[default: 6 embedded images]"),
+    data: Optional[str] = typer.Option(None, help="Images for the mean attention distance. \\[default: the checkpoint's embedded data, else embedded:shapes]"),
     samples: int = typer.Option(128, help="How many images the mean attention distance averages over (the paper: 128)."),
     components: int = typer.Option(28, help="Principal components of the embedding filters to show (the paper: 28)."),
-    output_dir: Optional[str] = typer.Option(None, help="Where the figures and analysis.json go. [default: CHECKPOINT/inspect, or runs/inspect/<name>]"),
+    output_dir: Optional[str] = typer.Option(None, help="Where the figures and analysis.json go. \\[default: CHECKPOINT/inspect, or runs/inspect/<name>]"),
 ) -> None:
     """Embedding filters, position-embedding similarity, mean attention distance, attention rollout."""
     from ..analysis import FIGURES, inspect_backbone

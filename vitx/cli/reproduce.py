@@ -1,7 +1,7 @@
 """`vitx reproduce`: the paper's Section 4.5/4.6 findings at small scale, with a Markdown report."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import typer
 
@@ -11,7 +11,7 @@ from .options import SET
 
 def reproduce(
     output_dir: str = typer.Option("runs/reproduce", help="Runs, figures, results.json and REPORT.md. A second call resumes."),
-    plan: str = typer.Option("cpu", help="cpu (about 20 minutes on 2 cores), gpu (meant for about 10 minutes on one H100: vit-ti/4 at 64px, a 16x16 grid, 8 seeds, an lr sweep; not yet run in this setting) or quick (a smoke test; the numbers mean nothing)."),
+    plan: Optional[str] = typer.Option(None, help="cpu (about 20 minutes on 2 cores), gpu (meant for about 10 minutes on one H100: vit-ti/4 at 64px, a 16x16 grid, 8 seeds, an lr sweep; not yet run in this setting) or quick (a smoke test; the numbers mean nothing). \\[default: cpu]"),
     quick: bool = typer.Option(False, "--quick", help="Same as --plan quick."),
     set_: List[str] = SET,
 ) -> None:
@@ -20,7 +20,9 @@ def reproduce(
     from ..reproduce import PLANS
     from ..reproduce import reproduce as run_reproduce
 
-    name = "quick" if quick else plan
+    if quick and plan not in (None, "quick"):
+        raise VitxError(f"--quick is --plan quick, which contradicts --plan {plan}; give one of them")
+    name = "quick" if quick else plan or "cpu"
     if name not in PLANS:
         raise VitxError(f"--plan must be one of {', '.join(PLANS)}, got '{plan}'")
     from ..recipe import parse_sets

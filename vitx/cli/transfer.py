@@ -13,46 +13,47 @@ from .options import RECIPE, SET
 D = TransferConfig()
 
 
-def number_list(text: str, kind: type, flag: str) -> list:
+def number_list(text: str, kind: type, flag: str, example: str) -> list:
+    """`--lrs 0.01,0.03`-style values; `example` shows the form in the error."""
     try:
         values = [kind(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise VitxError(f"{flag} takes comma-separated {kind.__name__}s, e.g. {flag} "
-                        f"{','.join(map(str, getattr(D, flag.strip('-').replace('-', '_'), [1, 2])))}") from None
+        what = "whole numbers" if kind is int else "numbers"
+        raise VitxError(f"{flag} takes comma-separated {what}, e.g. {flag} {example}; got '{text}'") from None
     if not values:
-        raise VitxError(f"{flag} is empty")
+        raise VitxError(f"{flag} is empty: give at least one value, e.g. {flag} {example}")
     return values
 
 
 def transfer(
-    task: Optional[str] = typer.Option(None, help=f"Task (see `vitx tasks`), vtab/all, vtab/natural|specialized|structured, or a pattern like 'vtab/dsprites_*'. [default: {D.task}]"),
-    start: Optional[str] = typer.Option(None, "--from", help=f"A vitx run or checkpoint directory, timm:<name> (pretrained, online), or scratch. [default: {D.start}]"),
+    task: Optional[str] = typer.Option(None, help=f"Task (see `vitx tasks`), vtab/all, vtab/natural|specialized|structured, or a pattern like 'vtab/dsprites_*'. \\[default: {D.task}]"),
+    start: Optional[str] = typer.Option(None, "--from", help=f"A vitx run or checkpoint directory, timm:<name> (pretrained, online), or scratch. \\[default: {D.start}]"),
     model: Optional[str] = typer.Option(None, help="Backbone for --from scratch (see `vitx models`)."),
     adapter: List[str] = typer.Option([], help="Adapter with options, repeatable, e.g. linear-probe or 'resize-posemb(mode=\"bilinear\")' (see `vitx adapters`)."),
-    shots: Optional[int] = typer.Option(None, help=f"Training images: 4/5 train, 1/5 validation (VTAB-1k: 1000 = 800 + 200). [default: {D.shots}]"),
-    image_size: Optional[int] = typer.Option(None, help="Fine-tuning resolution; position embeddings are interpolated. [default: the checkpoint's]"),
-    batch_size: Optional[int] = typer.Option(None, help=f"Global batch per step. [default: {D.batch_size}]"),
-    grad_accum: Optional[int] = typer.Option(None, help=f"Split each batch into this many accumulated micro-batches (memory). [default: {D.grad_accum}]"),
-    sweep: Optional[bool] = typer.Option(None, "--sweep/--no-sweep", help="Sweep lr × steps on train → val and retrain the best; --no-sweep: --lr and --steps (the paper's 0.01, 2500). [default: sweep]"),
-    lrs: Optional[str] = typer.Option(None, help=f"Sweep learning rates. [default: {','.join(map(str, D.lrs))}]"),
-    sweep_steps: Optional[str] = typer.Option(None, help=f"Sweep step counts. [default: {','.join(map(str, D.sweep_steps))}]"),
-    lr: Optional[float] = typer.Option(None, help=f"Learning rate with --no-sweep. [default: {D.lr}]"),
-    steps: Optional[int] = typer.Option(None, help=f"Steps with --no-sweep. [default: {D.steps}]"),
-    warmup: Optional[float] = typer.Option(None, help=f"Warm-up, as a fraction of each run's steps. [default: {D.warmup}]"),
-    precision: Optional[str] = typer.Option(None, help=f"no, bf16 or fp16 (GPU). [default: {D.precision}]"),
+    shots: Optional[int] = typer.Option(None, help=f"Training images: 4/5 train, 1/5 validation (VTAB-1k: 1000 = 800 + 200). \\[default: {D.shots}]"),
+    image_size: Optional[int] = typer.Option(None, help="Fine-tuning resolution; position embeddings are interpolated. \\[default: the checkpoint's]"),
+    batch_size: Optional[int] = typer.Option(None, help=f"Global batch per step. \\[default: {D.batch_size}]"),
+    grad_accum: Optional[int] = typer.Option(None, help=f"Split each batch into this many accumulated micro-batches (memory). \\[default: {D.grad_accum}]"),
+    sweep: Optional[bool] = typer.Option(None, "--sweep/--no-sweep", help="Sweep lr × steps on train → val and retrain the best; --no-sweep: --lr and --steps (the paper's 0.01, 2500). \\[default: sweep]"),
+    lrs: Optional[str] = typer.Option(None, help=f"Sweep learning rates. \\[default: {','.join(map(str, D.lrs))}]"),
+    sweep_steps: Optional[str] = typer.Option(None, help=f"Sweep step counts. \\[default: {','.join(map(str, D.sweep_steps))}]"),
+    lr: Optional[float] = typer.Option(None, help=f"Learning rate with --no-sweep. \\[default: {D.lr}]"),
+    steps: Optional[int] = typer.Option(None, help=f"Steps with --no-sweep. \\[default: {D.steps}]"),
+    warmup: Optional[float] = typer.Option(None, help=f"Warm-up, as a fraction of each run's steps. \\[default: {D.warmup}]"),
+    precision: Optional[str] = typer.Option(None, help=f"no, bf16 or fp16 (GPU). \\[default: {D.precision}]"),
     data_dir: Optional[str] = typer.Option(None, help="A local copy of the task's data: the VTAB-1k folder release, the hub's WebDataset layout, or save_to_disk; for a suite, their root."),
-    output_dir: Optional[str] = typer.Option(None, help=f"Results, per-task runs and the final models. [default: {D.output_dir}]"),
+    output_dir: Optional[str] = typer.Option(None, help=f"Results, per-task runs and the final models. \\[default: {D.output_dir}]"),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted transfer in --output-dir."),
-    seed: Optional[int] = typer.Option(None, help=f"[default: {D.seed}]"),
-    test_samples: Optional[int] = typer.Option(None, help="Evaluate on the first N test images; 0: all. [default: 0]"),
-    save_every: Optional[int] = typer.Option(None, help=f"Checkpoint each run every N steps (for --resume). [default: {D.save_every}]"),
-    workers: Optional[int] = typer.Option(None, help="Data worker processes; -1: cores - 1, at most 4. [default: -1]"),
+    seed: Optional[int] = typer.Option(None, help=f"\\[default: {D.seed}]"),
+    test_samples: Optional[int] = typer.Option(None, help="Evaluate on the first N test images; 0: all. \\[default: 0]"),
+    save_every: Optional[int] = typer.Option(None, help=f"Checkpoint each run every N steps (for --resume). \\[default: {D.save_every}]"),
+    workers: Optional[int] = typer.Option(None, help="Data worker processes; -1: cores - 1, at most 4. \\[default: -1]"),
     skip_missing: Optional[bool] = typer.Option(None, "--skip-missing", help="In a suite, skip tasks whose data is unavailable."),
     compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile each run's training step."),
-    tf32: Optional[bool] = typer.Option(None, "--tf32/--no-tf32", help="On GPUs that have it, float32 matmuls in TF32. [default: on]"),
-    log_format: Optional[str] = typer.Option(None, help="Progress of each run: auto (a bar on a terminal; a plain, flushed line per log step in a log file or pipe), bar, lines or json. [default: auto]"),
+    tf32: Optional[bool] = typer.Option(None, "--tf32/--no-tf32", help="On GPUs that have it, float32 matmuls in TF32. \\[default: on]"),
+    log_format: Optional[str] = typer.Option(None, help="Progress of each run: auto (a bar on a terminal; a plain, flushed line per log step in a log file or pipe), bar, lines or json. \\[default: auto]"),
     quiet: Optional[bool] = typer.Option(None, "--quiet/--no-quiet", help="Print nothing but errors (results are written as always)."),
-    curves: Optional[bool] = typer.Option(None, "--curves/--no-curves", help="Draw sweep.png (validation top-1 per lr × steps) and the final run's curves.png. [default: on]"),
+    curves: Optional[bool] = typer.Option(None, "--curves/--no-curves", help="Draw sweep.png (validation top-1 per lr × steps) and the final run's curves.png. \\[default: on]"),
     recipe: Optional[str] = RECIPE,
     set_: List[str] = SET,
 ) -> None:
@@ -61,9 +62,9 @@ def transfer(
     if adapter:
         options["adapters"] = list(adapter)
     if lrs is not None:
-        options["lrs"] = number_list(lrs, float, "--lrs")
+        options["lrs"] = number_list(lrs, float, "--lrs", ",".join(map(str, D.lrs)))
     if sweep_steps is not None:
-        options["sweep_steps"] = number_list(sweep_steps, int, "--sweep-steps")
+        options["sweep_steps"] = number_list(sweep_steps, int, "--sweep-steps", ",".join(map(str, D.sweep_steps)))
     chosen = resolve(TransferConfig, "transfer", recipe, set_, options)
     from ..transfer import transfer as run_transfer  # torch, timm, accelerate: seconds, so only here
 

@@ -9,7 +9,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -17,6 +18,30 @@ from PIL import Image
 from ..errors import VitxError
 
 SPLIT_KEYS = {"train": 0, "validation": 1, "test": 2}
+
+
+MAX_LENGTH = 100_000_000  # far above any real use: a typo must not allocate labels for minutes
+
+
+def check_options(data: Any) -> None:
+    """Each option as its default's kind (`length=-5`, `classes='a'`, `size=0`): one line naming the option,
+    instead of a crash inside numpy at the first image."""
+    what = "embedded:" + next(k for k, v in EMBEDDED.items() if isinstance(data, v))
+    for f in fields(data):
+        value = getattr(data, f.name)
+        if isinstance(f.default, bool):
+            if not isinstance(value, bool):
+                raise VitxError(f"{what}: {f.name} must be True or False, got {value!r}")
+        elif isinstance(f.default, int):
+            low = 1 if f.name == "size" else 0
+            high = MAX_LENGTH if f.name == "length" else 2 ** 32 - 1 if f.name == "seed" else 4_096
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise VitxError(f"{what}: {f.name} must be a whole number from {low} to {high:,}, got {value!r}")
+        elif isinstance(f.default, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise VitxError(f"{what}: {f.name} must be a positive number, got {value!r}")
+        elif isinstance(f.default, str) and value not in SPLIT_KEYS:
+            raise VitxError(f"{what}: {f.name} must be one of {', '.join(SPLIT_KEYS)}, got {value!r}")
 
 
 def _rng(seed: int, split: str, index: int) -> np.random.Generator:
@@ -59,6 +84,9 @@ class DeadLeaves:
     r_max: float = 0.4
     num_classes: None = None
     class_names: None = None
+
+    def __post_init__(self) -> None:
+        check_options(self)
 
     def __len__(self) -> int:
         return self.length
@@ -140,6 +168,7 @@ class Shapes:
     rotate: bool = True
 
     def __post_init__(self) -> None:
+        check_options(self)
         if not 2 <= self.classes <= len(SHAPES):
             raise VitxError(f"embedded:shapes supports 2 to {len(SHAPES)} classes, got {self.classes}")
 
@@ -196,6 +225,7 @@ class Digits:
     length: int = 0
 
     def __post_init__(self) -> None:
+        check_options(self)
         try:
             from sklearn.datasets import load_digits
         except ImportError:

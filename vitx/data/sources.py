@@ -12,6 +12,7 @@ reported by name.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Protocol
@@ -151,10 +152,13 @@ def open_source(spec: str, split: str = "train", image_size: int = 32, seed: int
             options["length"] = options.pop("eval_length", 0 if name == "digits" else 2_000)
         else:
             options.pop("eval_length", None)
-        try:
-            return EMBEDDED[name](split=split, **options)
-        except TypeError as exc:
-            raise VitxError(f"bad options for embedded:{name}: {exc}") from None
+        known = [f.name for f in dataclasses.fields(EMBEDDED[name])
+                 if f.name not in ("split", "num_classes", "class_names")]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise VitxError(f"embedded:{name} has no option '{unknown[0]}' (its options: {', '.join(known)}, "
+                            "eval_length)")
+        return EMBEDDED[name](split=split, **options)
     from .streams import is_shards, open_stream
 
     if stream or is_shards(spec):
@@ -197,7 +201,20 @@ def _open_local(path: Path, split: str) -> ImageSource | None:
     except Exception as exc:
         raise VitxError(f"cannot read image folder {path}: {str(exc).splitlines()[0]}") from None
     chosen = _pick_split(dd, split, str(path))
-    return None if chosen is None else HFImageSource(chosen, str(path))
+    if chosen is None:
+        return None
+    lone = _lone_class(path, split)
+    if lone is not None and "label" not in chosen.features:  # datasets drops a lone class's labels: keep them,
+        chosen = chosen.add_column("label", [0] * len(chosen))  # so that a classifier is told "one class"
+        chosen = chosen.cast_column("label", datasets.ClassLabel(names=[lone]))
+    return HFImageSource(chosen, str(path))
+
+
+def _lone_class(path: Path, split: str) -> str | None:
+    """The name of an image folder's only class folder (in the split's folder, when it has one), else None."""
+    root = next((path / name for name in SPLIT_ALIASES[split] if (path / name).is_dir()), path)
+    classes = [d.name for d in root.iterdir() if d.is_dir()]
+    return classes[0] if len(classes) == 1 else None
 
 
 def _open_hub(repo: str, split: str) -> ImageSource | None:

@@ -72,6 +72,25 @@ def shard_files(spec: str, split: str) -> list[str] | None:
     return files
 
 
+def check_complete(files: list[str]) -> None:
+    """Refuse a local shard cut short. Cut inside a member, a tar fails as it is read; cut at a member's
+    boundary (a copy stopped half-way), it reads as a shorter valid archive and the rest of its samples are
+    silently never seen. Only the missing end-of-archive marker (two zero 512-byte blocks, which every tar
+    writer ends with) tells; reading a file's last 1 KiB is cheap, so every local shard is checked at open."""
+    for name in files:
+        if "://" in name:
+            continue
+        path = Path(name).expanduser()
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 1024))
+            tail = f.read()
+        if len(tail) < 1024 or any(tail):
+            raise VitxError(f"shard {name} is cut short (it lacks a tar's end-of-archive marker, so the samples "
+                            "after the cut would be silently missing): copy or write it again")
+
+
 class StreamSource:
     """A streamed dataset of (image, label) records, read in order by each process."""
 
@@ -164,6 +183,7 @@ def open_stream(spec: str, split: str, shuffle_buffer: int) -> StreamSource | No
         files = shard_files(spec, split)
         if files is None:
             return None
+        check_complete(files)
         names = Path(files[0]).parent / "classnames.txt" if "://" not in files[0] else None
         classes = names.read_text().split("\n") if names is not None and names.exists() else None
         args: dict[str, Any] = {"path": "webdataset", "data_files": {split: files}}
@@ -178,8 +198,8 @@ def open_stream(spec: str, split: str, shuffle_buffer: int) -> StreamSource | No
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         hint = "" if is_shards(spec) or Path(spec).expanduser().exists() else (
-            "; offline, download a copy where you have internet (huggingface-cli download NAME --repo-type "
-            "dataset --local-dir DIR) and pass --data DIR --stream")
+            "; offline, download a copy where you have internet (hf download NAME --repo-type dataset "
+            "--local-dir DIR) and pass --data DIR --stream")
         raise VitxError(f"cannot stream {what}: {first}{hint}") from None
     from .sources import SPLIT_ALIASES
 

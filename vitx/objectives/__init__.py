@@ -19,6 +19,9 @@ def create_objective(name: str, backbone: nn.Module, num_classes: int | None, **
     if getattr(cls, "needs_labels", False):
         if not num_classes:
             raise VitxError(f"objective '{name}' needs labelled data; this dataset has no labels")
+        if num_classes < 2:
+            raise VitxError(f"objective '{name}' trains a classifier, which needs two or more classes; this dataset "
+                            "has one")
         options.setdefault("num_classes", num_classes)
     try:
         return cls(backbone, **options)

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..errors import VitxError
+from ..runner.config import LIMITS, check_numbers
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,12 @@ class Plan:
 
     def validate(self) -> "Plan":
         """One line for a setting that cannot run (a `--set` typo), before anything is trained."""
+        limits = {**LIMITS, "transfer_batch": LIMITS["batch_size"], "hires": LIMITS["image_size"],
+                  "jobs": LIMITS["workers"]}
+        check_numbers({k: v for k, v in self.to_dict().items() if k != "pretrainings"}, lambda n: f"plan: {n}",
+                      limits)
+        if any(s < 0 for s in self.seeds):
+            raise VitxError(f"plan: seeds must not be negative, got {self.seeds}")
         for name in ("batch_size", "pretrain_steps", "shots", "transfer_batch", "image_size", "hires", "jobs"):
             if getattr(self, name) <= 0:
                 raise VitxError(f"plan: {name} must be positive, got {getattr(self, name)}")

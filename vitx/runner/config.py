@@ -1,9 +1,10 @@
 """Run configuration as data: one dataclass, saved in config.json, compared on --resume."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import VitxError
 
@@ -14,6 +15,31 @@ CHOICES = {
     "monitor_features": ("pre-logits", "backbone", "patch-mean"),  # transfer.representation.FEATURES (torch-free here)
     "log_format": ("auto", "bar", "lines", "json"),  # runner.reporting.LOG_FORMATS (torch-free here)
 }
+
+# Sizes far above any real run: a slip of the keyboard (1000000 for 1000) is refused in one line instead of
+# allocating for minutes. Seeds are what numpy's generators take.
+LIMITS = {"batch_size": 65_536, "grad_accum": 65_536, "image_size": 4_096, "eval_samples": 10_000_000,
+          "test_samples": 10_000_000, "workers": 256, "shuffle_buffer": 1_000_000, "seed": 2 ** 32 - 1}
+
+
+def flag(name: str) -> str:
+    """The command-line option of a config field."""
+    return "--" + name.replace("_", "-")
+
+
+def check_numbers(values: dict[str, Any], name_of: Callable[[str], str] = flag,
+                  limits: dict[str, int] = LIMITS) -> None:
+    """Every float finite (nan passes every `<= 0` check after it) and every size within `limits`, else one line
+    naming the setting. `values`: setting name → value (a list of floats is checked item by item)."""
+    for name, value in values.items():
+        items = value if isinstance(value, list) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in items):
+            what = "finite numbers" if isinstance(value, list) else "a finite number"
+            raise VitxError(f"{name_of(name)} must be {what}, got {value}")
+        limit = limits.get(name)
+        if limit is not None and isinstance(value, int) and value > limit:
+            raise VitxError(f"{name_of(name)} {value} is too large: at most {limit:,}, far above any real run "
+                            "(a typo?)")
 
 
 def default_workers() -> int:
@@ -80,6 +106,7 @@ class PretrainConfig:
     curves: bool = True  # draw curves.png from metrics.jsonl at each checkpoint (the run's and the checkpoint's)
 
     def validate(self) -> "PretrainConfig":
+        check_numbers(self.to_dict())
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise VitxError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}, "
@@ -91,6 +118,13 @@ class PretrainConfig:
                 raise VitxError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.image_size is not None and self.image_size <= 0:
             raise VitxError(f"--image-size must be positive, got {self.image_size}")
+        if self.seed < 0:
+            raise VitxError(f"--seed must not be negative, got {self.seed}")
+        if self.workers < -1:
+            raise VitxError(f"--workers must be -1 (the default: as many as the cores allow) or more, "
+                            f"got {self.workers}")
+        if self.eval_samples < 0:
+            raise VitxError(f"--eval-samples must not be negative (0 disables), got {self.eval_samples}")
         if self.lr <= 0:
             raise VitxError(f"--lr must be positive, got {self.lr}")
         if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.sources import HFImageSource
+from ..data.streams import check_complete
 from ..errors import VitxError
 
 SPLIT_DIRS = {"train": ("train",), "val": ("validation", "valid", "val"), "test": ("test",)}
@@ -18,8 +19,8 @@ IMAGE_EXTS = ("webp", "png", "jpg", "jpeg")
 
 
 def _download_hint(repo: str, task: str) -> str:
-    return (f"download it where you have internet (`huggingface-cli download {repo} --repo-type dataset "
-            f"--local-dir DIR`) and pass --data-dir DIR")
+    return (f"download it where you have internet (`hf download {repo} --repo-type dataset --local-dir DIR`) "
+            f"and pass --data-dir DIR")
 
 
 def open_hub_splits(repo: str, task: str, data_dir: str | None) -> dict[str, Any]:
@@ -37,6 +38,8 @@ def open_hub_splits(repo: str, task: str, data_dir: str | None) -> dict[str, Any
                             f"(train800.txt, val200.txt, train800val200.txt, test.txt and images/), the hub format "
                             f"(train/*.tar and test/*.tar, as in {repo}), or a save_to_disk folder")
         files = {split: sorted(str(p) for p in (base / d).glob("*.tar")) for split, d in found.items() if d}
+        for shards in files.values():
+            check_complete(shards)
         origin = str(base)
     else:
         files = {"train": f"hf://datasets/{repo}/train/*.tar", "test": f"hf://datasets/{repo}/test/*.tar"}

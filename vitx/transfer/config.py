@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..errors import VitxError
+from ..runner.config import check_numbers
 
 FEWSHOT_REG = 2.0 ** 10  # big_vision's L2 regularisation of the few-shot least-squares head
 
@@ -46,13 +47,25 @@ class TransferConfig:
     curves: bool = True  # figures: sweep.png (val top-1 per lr × steps) and the final run's curves.png
 
     def validate(self) -> "TransferConfig":
+        check_numbers(self.to_dict())
         for name in ("shots", "batch_size", "grad_accum", "steps", "save_every", "log_every"):
             if getattr(self, name) <= 0:
                 raise VitxError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if not self.lrs or any(lr <= 0 for lr in self.lrs) or self.lr <= 0:
+        if not self.lrs:
+            raise VitxError("--lrs is empty: give at least one learning rate to sweep, e.g. --lrs 0.01,0.03")
+        if not self.sweep_steps:
+            raise VitxError("--sweep-steps is empty: give at least one step count, e.g. --sweep-steps 500,2500")
+        if any(lr <= 0 for lr in self.lrs) or self.lr <= 0:
             raise VitxError("learning rates must be positive")
-        if not self.sweep_steps or any(s <= 0 for s in self.sweep_steps):
+        if any(s <= 0 for s in self.sweep_steps):
             raise VitxError("--sweep-steps must be positive step counts")
+        if self.grad_clip < 0:
+            raise VitxError(f"--grad-clip must not be negative (0 disables), got {self.grad_clip}")
+        if self.seed < 0:
+            raise VitxError(f"--seed must not be negative, got {self.seed}")
+        if self.workers < -1:
+            raise VitxError(f"--workers must be -1 (the default: as many as the cores allow) or more, "
+                            f"got {self.workers}")
         if not 0 <= self.warmup < 1:
             raise VitxError(f"--warmup is a fraction of the steps in [0, 1), got {self.warmup}")
         if self.precision not in ("no", "bf16", "fp16"):
