@@ -107,7 +107,7 @@ def test_fine_tuning_learns_dsprites_location(tmp_path):
     (["--task", "vtab/dsprites_loc", "--from", "{tmp}"], "is not a vitx checkpoint (no config.json)"),
     (["--task", "vtab/dsprites_loc", "--from", "{tmp}/x.safetensors"], "is a file"),
     (["--task", "vtab/dsprites_loc", "--from", "scratch", "--model", "vit-nano/4", "--lrs", "a,b"],
-     "--lrs takes comma-separated floats"),
+     "--lrs takes comma-separated numbers, e.g. --lrs 0.001,0.003,0.01,0.03; got 'a,b'"),
     (["--task", "vtab/dsprites_loc", "--from", "{tmp}", "--model", "vit-b/16"], "--model is for --from scratch"),
     (["--task", "vtab/dsprites_loc", "--adapter", "lorra"], "unknown adapter 'lorra'; did you mean lora?"),
     (["--task", "vtab/dsprites_loc", "--from", "timm:vit_tiny_patch16_224"], "could not fetch pretrained weights"),
