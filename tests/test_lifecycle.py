@@ -87,7 +87,7 @@ def test_ctrl_c_is_one_line_and_the_run_resumes(tmp_path, monkeypatch):
     assert multiprocessing.active_children() == []
     monkeypatch.setattr(Trainer, "step", step)
     resumed = vitx_cli("pretrain", *flags, "--resume")
-    assert resumed.returncode == 0 and "resuming" in resumed.stderr and "at step 3" in resumed.stderr
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout and "at step 3" in resumed.stdout
 
 
 LINE = re.compile(r"^pretrain (\d+)/6 \(\d+%\) \| loss [\d.]+ \| top1 [\d.]+ \| lr [\d.e+-]+ \| [\d.]+ img/s \| "
@@ -95,21 +95,23 @@ LINE = re.compile(r"^pretrain (\d+)/6 \(\d+%\) \| loss [\d.]+ \| top1 [\d.]+ \| 
 
 
 def test_log_lines_when_output_is_not_a_terminal(tmp_path):
-    """In a log file (captured stderr is not a terminal): one flushed line per --log-every steps, with the
-    validation figures on the checkpoint's line; no progress bar."""
+    """In a log file (captured stdout is not a terminal: `vitx pretrain > log.txt`): one flushed line per
+    --log-every steps, with the validation figures on the checkpoint's line; no progress bar; errors alone on
+    stderr."""
     proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, log_every=2)))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = [m for m in map(LINE.match, proc.stderr.splitlines()) if m]
+    assert proc.stderr == ""
+    lines = [m for m in map(LINE.match, proc.stdout.splitlines()) if m]
     assert [int(m.group(1)) for m in lines] == [2, 3, 4, 6]  # every 2 steps, and the checkpoints at 3 and 6
     assert [m.group(2) is not None for m in lines] == [False, True, False, True]  # validation at checkpoints
-    assert "━" not in proc.stderr
+    assert "━" not in proc.stdout and proc.stdout.splitlines()[-1].startswith("done: step 6")
 
 
 def test_log_format_json_and_quiet(tmp_path):
     proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, log_every=2, output_dir=str(tmp_path / "a"))),
                     "--log-format", "json")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    records = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [r["step"] for r in records] == [2, 3, 4, 6]
     assert all(r["run"] == "pretrain" and r["total"] == 6 and r["loss"] > 0 and r["eta_s"] >= 0 for r in records)
     assert records[-1]["eta_s"] == 0 and "val_top1" in records[-1]

@@ -40,7 +40,7 @@ def test_two_processes_match_one(tmp_path, monkeypatch):
                           *as_flags({**opts, "output_dir": str(tmp_path / "two")})],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
-    assert "2 process(es)" in two.stderr
+    assert "2 process(es)" in two.stdout
 
     def curve(name):
         return [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
@@ -123,7 +123,7 @@ def test_cpu_flag_launch_warns_that_it_runs_one_process(tmp_path):
                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "vitx", "pretrain",
                           *as_flags(opts)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "started a single process" in res.stderr and "1 process(es)" in res.stderr
+    assert "started a single process" in res.stderr and "1 process(es)" in res.stdout
 
 
 MULTI_CPU_CONFIG = """compute_environment: LOCAL_MACHINE
@@ -170,7 +170,7 @@ def test_multi_cpu_config_file_warns_and_its_multi_gpu_fix_runs_two_processes(tm
                              cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr[-2000:]
         if kind == "MULTI_CPU":
-            assert "1 process(es)" in res.stderr and "distributed_type: MULTI_GPU" in res.stderr
+            assert "1 process(es)" in res.stdout and "distributed_type: MULTI_GPU" in res.stderr
             assert "--cpu" not in res.stderr
         else:
-            assert "2 process(es)" in res.stderr and "started a single process" not in res.stderr
+            assert "2 process(es)" in res.stdout and "started a single process" not in res.stderr

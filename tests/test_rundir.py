@@ -246,7 +246,7 @@ def test_resume_may_lower_the_lr_and_config_json_records_it(tmp_path):
     lr = before[1] / 20
     proc = vitx_cli("pretrain", *as_flags({**opts, "lr": lr}), "--resume")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"note: --lr {lr:g} from step 2 (the run had" in proc.stderr
+    assert f"note: --lr {lr:g} from step 2 (the run had" in proc.stdout
     after = {m["step"]: m["lr"] for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
     assert [after[s] for s in (1, 2)] == [before[s] for s in (1, 2)]
     assert [after[s] for s in (3, 4)] == pytest.approx([before[s] / 20 for s in (3, 4)], rel=1e-5)

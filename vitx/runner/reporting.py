@@ -45,10 +45,11 @@ def _step(line: str) -> int | None:
 
 
 def make_console(quiet: bool = False) -> Console:
-    """stderr console; when it is a file or pipe (CI, logs), wide enough that a line is not cut. `quiet`: it
-    prints nothing (errors still reach stderr: the CLI prints them itself)."""
-    console = Console(stderr=True, quiet=quiet)
-    return console if console.is_terminal else Console(stderr=True, quiet=quiet, width=max(console.width, 132))
+    """A run's report (its header, progress, results) goes to stdout, so `vitx pretrain > log.txt` or `| tee` keep
+    it; errors go to stderr (the CLI prints them itself). In a file or pipe the console is wide enough that a line
+    is not cut. `quiet`: it prints nothing."""
+    console = Console(quiet=quiet)
+    return console if console.is_terminal else Console(quiet=quiet, width=max(console.width, 132))
 
 
 LOG_FORMATS = ("auto", "bar", "lines", "json")  # runner/config.py's CHOICES repeats it (torch-free there)
