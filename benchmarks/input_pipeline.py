@@ -1,12 +1,16 @@
 """Input pipeline throughput against bare decoding of the same files, in one run.
 
     python benchmarks/input_pipeline.py [--folder DIR] [--images 600] [--workers 1,15] [--batch 64]
+                                        [--decoders pil,torchvision,torchcodec]
 
 Writes (once) a folder of 500×375 JPEGs at quality 90 in `class/xxx.jpg` layout (photo-like content: smooth
 colour fields, occluding discs, sensor noise; ~55 KB each) unless --folder names one, then measures:
   bare PIL decode   `Image.open(f).convert("RGB")` of every file on one core (file reads included), best of 2
   vitx train loader the runner's loader (decode, random-resized crop to --size, flip, uint8 batches) with each
                     worker count, consumed by a negligible model (the batch is only moved to the device)
+  --decoders        each named decoder alone on the files' bytes in memory, one core, best of 2: `pil`
+                    (Image.open + convert("RGB")), `torchvision` (torchvision.io.decode_jpeg, deprecated since
+                    0.29), `torchcodec` (torchcodec.decoders.decode_jpeg, its replacement; when installed)
 The ratio vitx(1 worker) / bare PIL is the issue-13 figure (target ≥ 0.6).
 """
 from __future__ import annotations
@@ -55,6 +59,37 @@ def bare_pil(files: list[Path]) -> float:
     return best
 
 
+def _decoder(name: str):
+    """bytes → (3, H, W) uint8 by one library, for `--decoders`."""
+    import io
+    import warnings
+
+    if name == "pil":
+        return lambda data: torch.from_numpy(np.array(Image.open(io.BytesIO(data)).convert("RGB"))).permute(2, 0, 1)
+    if name == "torchvision":
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        warnings.filterwarnings("ignore", "The image decoding", DeprecationWarning)  # measured, not used here
+        return lambda data: decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+    if name == "torchcodec":
+        from torchcodec.decoders import decode_jpeg
+
+        return lambda data: decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode="RGB")
+    raise SystemExit(f"--decoders: unknown decoder '{name}' (pil, torchvision, torchcodec)")
+
+
+def bare_decoder(files: list[Path], name: str) -> float:
+    decode = _decoder(name)
+    data = [f.read_bytes() for f in files]
+    best = 0.0
+    for _ in range(2):
+        start = time.perf_counter()
+        for d in data:
+            decode(d)
+        best = max(best, len(data) / (time.perf_counter() - start))
+    return best
+
+
 def vitx_loader(folder: Path, workers: int, batch: int, size: int, batches: int, device: torch.device) -> float:
     from vitx.data import Preprocess, open_source, train_loader
 
@@ -85,6 +120,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--batches", type=int, default=0, help="batches timed per worker count (default: 2 passes)")
+    parser.add_argument("--decoders", default="", help="also time these decoders alone: pil,torchvision,torchcodec")
     args = parser.parse_args()
     folder = Path(args.folder)
     write_folder(folder, args.images)
@@ -95,6 +131,10 @@ def main() -> None:
           f"{len(os.sched_getaffinity(0))} cores; device {device}; torch {torch.__version__}", flush=True)
     pil = bare_pil(files)
     print(f"bare PIL decode, one core: {pil:.0f} img/s", flush=True)
+    for name in [v for v in args.decoders.split(",") if v]:
+        rate = bare_decoder(files, name)
+        print(f"decoder {name} alone, bytes in memory, one core: {rate:.0f} img/s = {rate / pil:.2f}x bare PIL",
+              flush=True)
     for w in [int(v) for v in args.workers.split(",")]:
         batches = args.batches or max(4, 2 * len(files) // args.batch)
         rate = vitx_loader(folder, w, args.batch, args.size, batches, device)

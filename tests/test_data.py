@@ -1,4 +1,5 @@
 """The data layer: embedded sources, local folders in `datasets` formats, transforms, the sample stream."""
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +101,57 @@ def test_a_16_bit_png_is_scaled_to_8_bits_not_wrapped(tmp_path):
     assert out.dtype == torch.uint8 and out[0, 0].tolist() == [0, 1, 2, 255]
 
 
+def test_an_image_claiming_too_many_pixels_is_refused_before_decoding(tmp_path, monkeypatch):
+    """The header's size is read first: torchvision has no decompression-bomb limit (a 50 KB PNG claiming
+    20000×20000 took 1.9 GB in `vitx predict`). The limit is PIL's, lowered here to keep the test small."""
+    Image.new("1", (200, 150)).save(tmp_path / "big.png")  # 30,000 pixels in a few hundred bytes
+    encoded = EncodedImage.from_file(str(tmp_path / "big.png"))
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 20_000)  # PIL only warns below twice its limit: we refuse
+    with pytest.raises(CorruptImageError, match=r"big\.png is 200x150 pixels, more than the 20,000 pixels"):
+        decode(encoded)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10_000)  # above twice it, PIL's own open refuses it
+    with pytest.raises(CorruptImageError, match=r"big\.png is 30,000 pixels, more than the 10,000 pixels"):
+        decode(encoded)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 30_000)  # at the limit: decoded
+    assert decode(encoded).shape == (3, 150, 200)
+
+
+def test_an_unusable_torchvision_decoder_is_said_once_and_pil_decodes(tmp_path, monkeypatch, capsys):
+    """torchvision 0.29 deprecates its decoders: under `python -W error` each call raises its
+    DeprecationWarning. The decode falls back to PIL, and says so once per process; a damaged file says nothing
+    of the kind (it is named by CorruptImageError)."""
+    import warnings
+
+    import torchvision.io
+
+    from vitx.data import decoding
+
+    real = torchvision.io.decode_image
+
+    def deprecated(*args, **kwargs):  # as torchvision 0.29's decoders do, whatever the installed version
+        warnings.warn("The image decoding capabilities of TorchVision are deprecated. Use TorchCodec",
+                      DeprecationWarning)
+        return real(*args, **kwargs)
+
+    Image.fromarray(np.arange(48, dtype=np.uint8).reshape(4, 4, 3)).save(tmp_path / "a.png")
+    encoded = EncodedImage.from_file(str(tmp_path / "a.png"))
+    broken = EncodedImage(b"\x89PNG\r\n\x1a\n not really", "broken.png")
+    monkeypatch.setattr(decoding, "_torchvision_unusable", None)
+    with pytest.raises(CorruptImageError, match="broken.png"):
+        decode(broken)
+    assert capsys.readouterr().err == ""  # a bad file is not the decoder's fault
+
+    monkeypatch.setattr(torchvision.io, "decode_image", deprecated)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        images = [decode(encoded) for _ in range(3)]
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: torchvision cannot decode images here")
+    assert "DeprecationWarning: The image decoding capabilities" in lines[0] and "decoding with PIL" in lines[0]
+    expected = torch.from_numpy(np.arange(48, dtype=np.uint8).reshape(4, 4, 3)).permute(2, 0, 1)
+    assert all(torch.equal(image, expected) for image in images)
+
+
 def test_batches_arrive_as_uint8_and_are_pinned_for_a_gpu():
     src = Shapes(size=20, length=64)
     pre = Preprocess(image_size=16)
@@ -194,3 +246,19 @@ def test_bad_data_specs(spec, match):
 def test_empty_folder(tmp_path):
     with pytest.raises(VitxError, match="no class folders"):
         open_source(str(tmp_path), "train")
+
+
+def test_a_one_class_folder_says_one_class_not_no_labels(tmp_path):
+    """`datasets` drops the labels of an image folder with a single class folder; the source keeps its one
+    class, so that training a classifier on it is refused for what it is (one class), not "no labels"."""
+    from .conftest import vitx_cli
+
+    _write_image_folder(tmp_path / "imgs")
+    shutil.rmtree(tmp_path / "imgs" / "blue")
+    src = open_source(str(tmp_path / "imgs"), "train")
+    assert len(src) == 4 and src.num_classes == 1 and src.class_names == ["red"] and src.load(0)[1] == 0
+    result = vitx_cli("pretrain", "--data", str(tmp_path / "imgs"), "--output-dir", str(tmp_path / "run"),
+                      "--steps", "1", "--batch-size", "4", "--eval-samples", "0", "--log-with", "none")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "trains a classifier, which needs two or more classes; this dataset has one" in result.stderr
+    assert "no labels" not in result.stderr

@@ -3,6 +3,8 @@ numbers: the same features, the same classifier and labels, the same preprocessi
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 from .conftest import vitx_cli
 
@@ -69,12 +71,10 @@ def test_an_exported_transfer_keeps_its_classifier_and_labels(transfer_run, tmp_
     assert f"Test top-1 {results['tasks'][0]['test_top1']:.2%}" in card
     assert "vitx transfer --task vtab/dsprites_loc" in card
 
-    # the same folder again (an earlier export is replaced); a folder holding anything else is refused
-    assert vitx_cli("export", str(out / "vtab-dsprites_loc"), "--to", str(folder)).returncode == 0
-    (tmp_path / "mine").mkdir()
-    (tmp_path / "mine" / "notes.txt").write_text("keep")
-    proc = vitx_cli("export", str(out), "--to", str(tmp_path / "mine"))
-    assert proc.returncode != 0 and "holds other files" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    # the same folder again: refused as it is not empty, replaced with --force
+    proc = vitx_cli("export", str(out / "vtab-dsprites_loc"), "--to", str(folder))
+    assert proc.returncode == 2 and "is not empty" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert vitx_cli("export", str(out / "vtab-dsprites_loc"), "--to", str(folder), "--force").returncode == 0
 
 
 def test_a_run_started_by_the_command_records_it_in_its_card(mpp_run, tmp_path):
@@ -103,6 +103,87 @@ def test_push_offline_is_one_line_and_keeps_the_export(pretrained_run, tmp_path,
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
-    proc = vitx_cli("export", str(pretrained_run), "--to", str(tmp_path / "export"), "--push", "someone/tiny-vit")
+    proc = vitx_cli("export", str(pretrained_run), "--to", str(tmp_path / "export"), "--force", "--push",
+                    "someone/tiny-vit")  # --force: the first export is there
     assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1
     assert "cannot reach the Hugging Face hub" in proc.stderr and str(tmp_path / "export") in proc.stderr
+
+
+def _copy_run(run: Path, to: Path) -> Path:
+    """A copy of a session run (its checkpoints left out) that a test may write beside, or lose."""
+    shutil.copytree(run, to, ignore=shutil.ignore_patterns("checkpoints"))
+    return to
+
+
+def _one_line(proc, fragment: str) -> None:
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and fragment in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_export_never_deletes_what_it_did_not_write(pretrained_run, tmp_path):
+    """An earlier export with the user's own files beside it: refused without --force; with it only the export's
+    files are replaced. (Once, any folder whose config.json had a `vitx` key was deleted whole.)"""
+    folder = tmp_path / "export"
+    assert vitx_cli("export", str(pretrained_run), "--to", str(folder)).returncode == 0
+    (folder / "NOTES.md").write_text("mine")
+    (folder / ".git").mkdir()
+    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (folder / "results").mkdir()
+    (folder / "results" / "r.txt").write_text("keep")
+    (folder / "config.json").write_text('{"vitx": {}, "stale": true}')
+    proc = vitx_cli("export", str(pretrained_run), "--to", str(folder))
+    _one_line(proc, "is not empty (it holds .git, NOTES.md, README.md, ...)")
+    assert "--force" in proc.stderr and json.loads((folder / "config.json").read_text())["stale"]
+
+    assert vitx_cli("export", str(pretrained_run), "--to", str(folder), "--force").returncode == 0
+    assert (folder / "NOTES.md").read_text() == "mine" and (folder / "results" / "r.txt").read_text() == "keep"
+    assert (folder / ".git" / "HEAD").is_file() and "stale" not in json.loads((folder / "config.json").read_text())
+    assert {p.name for p in folder.iterdir()} == {".git", "NOTES.md", "results", "README.md", "config.json",
+                                                 "model.safetensors", "curves.png"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # no staging folder left beside it
+
+
+def test_export_never_writes_over_the_run_it_exports(pretrained_run, tmp_path):
+    """A folder holding the run (here an earlier export, as `vitx export proj/run --to proj` found it), the run
+    itself or a folder inside it: refused with or without --force, the run left whole. `--to .` needs --force."""
+    proj = tmp_path / "proj"
+    run = _copy_run(pretrained_run, proj / "run")
+    (proj / "config.json").write_text('{"vitx": {"version": "0.1.0"}}')  # an earlier export there
+    before = sorted(p.name for p in run.iterdir())
+    for to, fragment in ((proj, "holds the run being exported"), (run, "is the run being exported"),
+                         (run / "export", "is inside the run being exported")):
+        for force in ([], ["--force"]):
+            _one_line(vitx_cli("export", str(run), "--to", str(to), *force), fragment)
+    assert sorted(p.name for p in run.iterdir()) == before and (proj / "config.json").is_file()
+
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "NOTES.md").write_text("mine")
+    _one_line(vitx_cli("export", str(run), "--to", ".", cwd=here), "--to . is the current directory")
+    assert vitx_cli("export", str(run), "--to", ".", "--force", cwd=here).returncode == 0
+    assert (here / "NOTES.md").read_text() == "mine" and (here / "model.safetensors").is_file()
+
+
+def test_push_uploads_the_exports_files_alone(pretrained_run, tmp_path, monkeypatch):
+    """With --force among the user's files, --push uploads what the export wrote, not NOTES.md or .git."""
+    import huggingface_hub
+
+    from vitx.export import push
+
+    calls = []
+
+    class Hub:
+        def create_repo(self, repo_id, **kw):
+            return huggingface_hub.RepoUrl(f"https://huggingface.co/{repo_id}")
+
+        def upload_folder(self, **kw):
+            calls.append(kw)
+
+    monkeypatch.setattr(push, "hub_offline", lambda: False)
+    monkeypatch.setattr(huggingface_hub, "HfApi", Hub)
+    folder = tmp_path / "clone"
+    folder.mkdir()
+    (folder / "NOTES.md").write_text("private")
+    proc = vitx_cli("export", str(pretrained_run), "--to", str(folder), "--force", "--push", "me/tiny")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(calls[0]["allow_patterns"]) == ["README.md", "config.json", "curves.png", "model.safetensors"]

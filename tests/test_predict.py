@@ -99,6 +99,69 @@ def test_a_corrupt_image_is_one_line_and_skip_corrupt_goes_past_it(transfer_run,
     assert "top-3 predictions" in proc.stdout and "000.png" in proc.stdout and "001.png" in proc.stdout
 
 
+def test_an_image_claiming_too_many_pixels_is_one_line_naming_it(transfer_run, tmp_path, monkeypatch):
+    """Refused from its header before decoding (PIL's limit, lowered here; a 50 KB PNG claiming 20000x20000
+    once took 1.9 GB), and --skip-corrupt goes past it."""
+    from PIL import Image
+
+    out, _ = transfer_run
+    _save_test_pngs(tmp_path, 1)
+    Image.new("1", (400, 300)).save(tmp_path / "huge.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100_000)
+    proc = vitx_cli("predict", str(out), str(tmp_path), "--json")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert "huge.png is 400x300 pixels, more than the 100,000 pixels" in proc.stderr
+    proc = vitx_cli("predict", str(out), str(tmp_path), "--json", "--skip-corrupt")
+    assert proc.returncode == 0 and [r["image"] for r in json.loads(proc.stdout)] == [str(tmp_path / "part0/000.png")]
+
+
+NAN = float("nan")
+TAMPERED = {  # a run's config.json edited on disk: (where, key, value) -> what the one line says
+    "image_size as text": ("preprocess", "image_size", "16", "preprocess: image_size must be an integer, got '16'"),
+    "huge image_size": ("preprocess", "image_size", 10 ** 9, "preprocess: image_size must be from 1 to 4096"),
+    "negative image_size": ("preprocess", "image_size", -16, "preprocess: image_size must be from 1 to 4096"),
+    "image_size not the model's": ("preprocess", "image_size", 32,
+                                   "preprocess image_size 32 differs from the backbone's img_size 16"),
+    "mean as text": ("preprocess", "mean", "x", 'preprocess: mean must be a list of 3 finite numbers, got "x"'),
+    "zero std": ("preprocess", "std", [0, 0, 0], "preprocess: std must be a list of 3 positive finite numbers"),
+    "NaN std": ("preprocess", "std", [NAN, 1, 1], "preprocess: std must be a list of 3 positive finite numbers"),
+    "unknown preprocess key": ("preprocess", "colour", 1, "preprocess: unknown key 'colour'"),
+    "unknown architecture argument": ("backbone.overrides", "foo", 1, "backbone.overrides: unknown argument 'foo'"),
+    "img_size as text": ("backbone.overrides", "img_size", "16", "backbone.overrides: img_size must be an integer"),
+    "a million blocks": ("backbone.overrides", "depth", 10 ** 6,
+                         "backbone.overrides: depth must be an integer from 1 to 256, got 1000000"),
+    "depth not the weights'": ("backbone.timm_kwargs", "depth", 8,
+                               "backbone.timm_kwargs: depth is 8, but model.safetensors holds 4 blocks"),
+    "width not the weights'": ("backbone.overrides", "embed_dim", 128, "embed_dim is 128, but model.safetensors"),
+    "a billion classes": ("data", "num_classes", 10 ** 9, "data.num_classes must be an integer from 0 to 1000000"),
+}
+
+
+@pytest.mark.parametrize("case", list(TAMPERED))
+def test_a_tampered_config_is_one_line_for_predict_and_export(pretrained_run, tmp_path, case):
+    """Values read from disk are checked as flags are, and against the weights' shapes, before anything is
+    built: once these were tracebacks, a hang (a million blocks built) or an export of the tampered values."""
+    import shutil
+
+    where, key, value, message = TAMPERED[case]
+    run = tmp_path / "run"
+    shutil.copytree(pretrained_run, run, ignore=shutil.ignore_patterns("checkpoints"))
+    config = json.loads((run / "config.json").read_text())
+    record = config
+    for part in where.split("."):
+        record = record[part]
+    record[key] = value
+    (run / "config.json").write_text(json.dumps(config))
+    (tmp_path / "a.png").write_bytes((pretrained_run / "curves.png").read_bytes())
+    for args in (["predict", str(run), str(tmp_path / "a.png")], ["export", str(run), "--to", str(tmp_path / "x")]):
+        proc = vitx_cli(*args)
+        assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+        line = proc.stderr.strip()
+        assert line.startswith(f"error: {run}/config.json") and len(line.splitlines()) == 1
+        assert message in line, line
+    assert not (tmp_path / "x").exists()
+
+
 def test_what_run_may_be(transfer_run, mpp_run, tmp_path):
     from vitx.errors import VitxError
     from vitx.trained import resolve_run

@@ -6,6 +6,7 @@ Reads config.json and safetensors only; nothing is unpickled.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,7 +57,7 @@ class TrainedRun:
         """The run's evaluation transform (`.eval()` then `.normalise()`), exactly as it evaluated."""
         from .data.transforms import Preprocess
 
-        return Preprocess.from_dict(self.config["preprocess"])
+        return Preprocess.from_dict(self.config["preprocess"], f"{self.path}/config.json preprocess")
 
     def result(self) -> dict[str, Any] | None:
         """A transfer's result.json (test accuracy, sweep, choice); None for a pre-training."""
@@ -70,16 +71,54 @@ class TrainedRun:
         return read_metrics(path) if path.is_file() else []
 
 
+MAX_CLASSES = 1_000_000  # far above any label set; a larger count was edited in, and would take all the memory
+
+
+def check_config(path: Path, config: dict[str, Any]) -> None:
+    """A run's config.json checked before anything is built or read from it, as its flags were checked when it
+    was made: the file may have been edited or damaged, and predict and export trust nothing they read from
+    disk. The architecture must agree with the weights' shapes, the preprocessing with the architecture, the
+    class count with a supervised run's classifier (other objectives' heads predict other things)."""
+    from .backbones.spec import check_saved_backbone, weight_shapes
+    from .data.transforms import Preprocess
+
+    where = f"{path}/config.json"
+    check_saved_backbone(config["backbone"], path / "model.safetensors", where)
+    size = Preprocess.from_dict(config["preprocess"], f"{where} preprocess").image_size
+    built = {**config["backbone"]["overrides"], **(config["backbone"].get("timm_kwargs") or {})}
+    if isinstance(built.get("img_size"), int) and built["img_size"] != size:
+        raise VitxError(f"{where}: preprocess image_size {size} differs from the backbone's img_size "
+                        f"{built['img_size']}; this config.json does not describe its model (was it edited?)")
+    if not isinstance(config.get("objective", {}).get("options", {}), dict):
+        raise VitxError(f"{where}: objective.options must be an object")
+    k = config.get("data", {}).get("num_classes")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_CLASSES):
+        raise VitxError(f"{where}: data.num_classes must be an integer from 0 to {MAX_CLASSES}, got {json.dumps(k)[:40]}")
+    names = config.get("data", {}).get("class_names")
+    if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
+        raise VitxError(f"{where}: data.class_names must be a list of strings")
+    if k and config.get("objective", {}).get("name") == "supervised" and (path / "heads.safetensors").is_file():
+        shapes = weight_shapes(path / "heads.safetensors")
+        out = shapes.get("head.bias") or shapes.get("head.fc.bias")  # a linear head's, or the tanh MLP head's
+        if out is not None and out != (k,):
+            raise VitxError(f"{where}: data.num_classes is {k}, but heads.safetensors classifies {out[0]} "
+                            "classes; this config.json does not describe its model (was it edited?)")
+
+
 def _model_dir(path: Path) -> TrainedRun:
     config = read_config(path)
-    if "backbone" not in config or "preprocess" not in config:
+    if not isinstance(config, dict) or "backbone" not in config or "preprocess" not in config:
         raise VitxError(f"{path}/config.json is not a vitx run's (no backbone or preprocess record)")
+    for key in ("objective", "data", "transfer"):
+        if not isinstance(config.get(key, {}), dict):
+            raise VitxError(f"{path}/config.json: {key} must be an object")
     phase = config.get("transfer", {}).get("phase")
     if phase == "sweep":
         raise VitxError(f"{path} is a sweep point of a transfer, which keeps no weights; give the task's directory "
                         f"({path.parent.parent}) for its final model")
     if not (path / "model.safetensors").is_file():
         raise VitxError(f"{path} has no model.safetensors (a run that has not saved a checkpoint yet?)")
+    check_config(path, config)
     task_dir = None
     if phase is not None:  # <task>/final, or a checkpoint inside it: <task>/final/checkpoints/step_N
         task_dir = next((p for p in (path.parent, path.parent.parent.parent) if (p / "transfer.json").is_file()),
@@ -153,4 +192,4 @@ def load_classifier(run: TrainedRun) -> "nn.Module":
     return model.eval()
 
 
-__all__ = ["RUN_HELP", "TrainedRun", "classifier_heads", "load_classifier", "resolve_run"]
+__all__ = ["RUN_HELP", "TrainedRun", "check_config", "classifier_heads", "load_classifier", "resolve_run"]

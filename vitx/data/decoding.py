@@ -4,12 +4,18 @@ Sources hand over an `EncodedImage` (the file's bytes and a name for errors) whe
 happens in a loader worker, not where the source is read (a stream's reader, the main process). JPEGs go
 through `torchvision.io.decode_jpeg` (libjpeg-turbo; ~1.3× PIL's decode on the same core, and the tensor
 it returns feeds `transforms.v2` on uint8 with no copy); other formats through `torchvision.io.decode_image`,
-then PIL for what neither reads. A file none can read raises `CorruptImageError` naming it.
+then PIL for what neither reads. A file none can read raises `CorruptImageError` naming it, and so does one
+whose header claims more pixels than `PIL.Image.MAX_IMAGE_PIXELS` (read before anything is decoded: torchvision
+has no decompression-bomb limit, and a 50 KB PNG can claim 20000x20000 pixels, 1.2 GB decoded). Where
+torchvision's decoder cannot be used at all (a warning made an error by `python -W error`, its codec library
+missing), the process says so once and decodes with PIL.
 """
 from __future__ import annotations
 
 import io
 import re
+import sys
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -62,24 +68,79 @@ def decode(image: Any) -> "torch.Tensor":
     return torch.from_numpy(arr.copy() if not arr.flags.writeable else arr).permute(2, 0, 1)  # (3, H, W)
 
 
-def _decode_bytes(image: EncodedImage) -> "torch.Tensor":
-    import torch
-    from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+_torchvision_unusable: str | None = None  # why torchvision's decoder cannot be used in this process, once known
 
+
+def _check_pixels(image: EncodedImage) -> None:
+    """Refuse an image whose header claims more than `PIL.Image.MAX_IMAGE_PIXELS` pixels, before decoding it.
+    PIL's lazy open reads the header alone; a file it cannot open is left for the decoders to judge."""
+    limit = Image.MAX_IMAGE_PIXELS
+    if not limit:
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, in our own words
+            with Image.open(io.BytesIO(image.data)) as img:
+                pixels, shown = img.width * img.height, f"{img.width}x{img.height} pixels"
+    except Image.DecompressionBombError as exc:  # PIL's own refusal, above twice its limit
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        pixels, shown = (int(found.group(1)), f"{int(found.group(1)):,} pixels") if found else (limit + 1, "too large")
+    except Exception:  # noqa: BLE001 — not an image PIL knows: the decoders decide, and name it if corrupt
+        return
+    if pixels > limit:
+        raise CorruptImageError(f"image {image.name} is {shown}, more than the {limit:,} pixels vitx decodes "
+                                "(PIL.Image.MAX_IMAGE_PIXELS, a guard against decompression bombs); resize it first")
+
+
+def _unusable(reason: str) -> None:
+    """Record that torchvision's decoder cannot be used here and say so, once per process: every image now goes
+    through PIL, which is slower, and nobody should have to find that out from a profile."""
+    global _torchvision_unusable
+    _torchvision_unusable = reason
+    print(f"warning: torchvision cannot decode images here ({reason}); decoding with PIL instead (slower)",
+          file=sys.stderr)
+
+
+def _torchvision_decode(image: EncodedImage) -> "torch.Tensor | None":
+    """torchvision's (3, H, W) uint8 decode, or None for PIL to try: a format torchvision does not read, a
+    damaged file (PIL names it), or a decoder unusable in this process (said once, by `_unusable`)."""
+    import torch
+
+    if _torchvision_unusable is not None:
+        return None
+    try:
+        from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+    except ImportError as exc:  # a torchvision without image decoding (deprecated since 0.29)
+        _unusable(f"torchvision.io has no image decoders: {exc}")
+        return None
     raw = torch.from_numpy(np.frombuffer(image.data, dtype=np.uint8).copy())  # (bytes,)
     try:
         if image.data[:3] == JPEG_MAGIC:
             out = decode_jpeg(raw, mode=ImageReadMode.RGB)
         else:
             out = decode_image(raw, mode=ImageReadMode.RGB)
-        if out.ndim == 3 and out.shape[0] == 3:
-            if out.dtype != torch.uint8:  # 16-bit PNGs: scale to 8 bits, never wrap
-                from torchvision.transforms.v2.functional import to_dtype
+    except Warning as exc:  # a warning made an error (python -W error): the decoder's fault, not the file's
+        first = str(exc).split(". ")[0].strip()
+        _unusable(f"{type(exc).__name__}: {first}")
+        return None
+    except Exception as exc:  # noqa: BLE001 — a format torchvision cannot read, or a damaged file: PIL decides
+        if "image extension" in str(exc):  # "Couldn't load the image extension": its codec library is missing
+            _unusable("its image extension (libjpeg, libpng) did not load")
+        return None
+    if out.ndim != 3 or out.shape[0] != 3:
+        return None
+    if out.dtype != torch.uint8:  # 16-bit PNGs: scale to 8 bits, never wrap
+        from torchvision.transforms.v2.functional import to_dtype
 
-                out = to_dtype(out, torch.uint8, scale=True)
-            return out
-    except Exception:  # noqa: BLE001 — formats torchvision cannot read, or a damaged file: PIL decides
-        pass
+        out = to_dtype(out, torch.uint8, scale=True)
+    return out
+
+
+def _decode_bytes(image: EncodedImage) -> "torch.Tensor":
+    _check_pixels(image)
+    out = _torchvision_decode(image)
+    if out is not None:
+        return out
     try:
         with Image.open(io.BytesIO(image.data)) as img:
             return decode(img.convert("RGB"))  # convert forces the full decode

@@ -10,14 +10,28 @@ and resume exactly.
 """
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 import numpy as np
 import torch
 
+from ..errors import VitxError
+
 INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
+
+
+def _finite_numbers(value: object, count: int, positive: bool, what: str) -> tuple[float, ...]:
+    """`count` finite numbers (above 0 when `positive`) from a JSON list, as a tuple."""
+    ok = isinstance(value, (list, tuple)) and len(value) == count and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v > 0 or not positive)
+        for v in value)
+    if not ok:
+        kind = "positive finite numbers" if positive else "finite numbers"
+        raise VitxError(f"{what} must be a list of {count} {kind}, got {json.dumps(value)[:60]}")
+    return tuple(float(v) for v in value)
 
 
 @dataclass(frozen=True)
@@ -46,11 +60,35 @@ class Preprocess:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Preprocess":
+    def from_dict(cls, data: dict, where: str = "preprocess") -> "Preprocess":
         """The preprocessing a config.json records (`to_dict`), for commands that reuse a finished run's
-        evaluation transform (predict, export): JSON lists back to tuples."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
+        evaluation transform (predict, export), checked as its flags are: the file may have been edited, and a
+        bad value would otherwise be a traceback deep in torchvision, or an export that timm cannot use.
+        `where` names the record in errors."""
+        from ..backbones.spec import MAX_IMAGE_SIDE
+        from ..recipe import typed
+
+        if not isinstance(data, dict):
+            raise VitxError(f"{where} must be an object of settings")
+        values = dict(typed(cls, key, value, where) for key, value in data.items())  # unknown keys, types
+        if "image_size" not in values:
+            raise VitxError(f"{where}: image_size is missing")
+        if not 1 <= values["image_size"] <= MAX_IMAGE_SIDE:
+            raise VitxError(f"{where}: image_size must be from 1 to {MAX_IMAGE_SIDE}, got {values['image_size']}")
+        for key, count, positive in (("mean", 3, False), ("std", 3, True), ("crop_ratio", 2, True)):
+            if key in values:
+                values[key] = _finite_numbers(values[key], count, positive, f"{where}: {key}")
+        if "crop_ratio" in values and values["crop_ratio"][0] > values["crop_ratio"][1]:
+            raise VitxError(f"{where}: crop_ratio must be [low, high] with low <= high")
+        if values.get("interpolation", INTERPOLATIONS[0]) not in INTERPOLATIONS:
+            raise VitxError(f"{where}: interpolation must be one of {', '.join(INTERPOLATIONS)}, "
+                            f"got '{values['interpolation']}'")
+        for key, lo, hi, open_lo in (("crop_scale", 0, 1, True), ("eval_crop_pct", 0, 1, True),
+                                     ("random_erasing", 0, 1, False)):
+            value = values.get(key, 1)
+            if not (lo < value <= hi if open_lo else lo <= value <= hi):
+                raise VitxError(f"{where}: {key} must be in {'(' if open_lo else '['}{lo}, {hi}], got {value}")
+        return cls(**values)
 
     def train(self, image: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         """Random resized crop + horizontal flip: (3, H, W) uint8 → (3, S, S) uint8."""

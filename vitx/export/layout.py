@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,12 +25,13 @@ from typing import Any
 import torch
 
 from .. import __version__
-from ..checkpoint import atomic_write_text, read_json_object, read_weights, save_weights
+from ..checkpoint import atomic_write_text, fsync_path, read_weights, save_weights
 from ..errors import VitxError
 from ..trained import TrainedRun, classifier_heads, resolve_run
 from .card import model_card
 
 FIGURES = ("curves.png",)  # the run's training curves, shown in the card when the run drew them
+EXPORT_FILES = ("config.json", "model.safetensors", "README.md", *FIGURES)  # all an export writes; nothing else
 TIMM_HEAD = ("head.bias", "head.weight")
 INIT_ONLY = ("weight_init", "pretrained")  # how weights start or are fetched, not the architecture
 
@@ -57,7 +60,13 @@ def build_checked(arch: str, args: dict[str, Any], state: dict[str, torch.Tensor
     """timm's model with `state` loaded strictly: an export that timm could not load is never written."""
     import timm
 
-    model = timm.create_model(arch, pretrained=False, **args)
+    try:
+        model = timm.create_model(arch, pretrained=False, **args)
+    except TypeError as exc:  # an argument the architecture does not take: an edited config.json
+        bad = re.search(r"argument '(\w+)'", str(exc))
+        what = f"the argument '{bad.group(1)}'" if bad else "the arguments"
+        raise VitxError(f"timm's {arch} does not take {what} that config.json records (backbone.timm_kwargs); "
+                        "cannot export") from None
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as exc:  # a tensor of another shape
@@ -110,36 +119,65 @@ def hub_config(run: TrainedRun, arch: str, args: dict[str, Any], model: torch.nn
     return config
 
 
-def _check_target(to: Path) -> None:
-    """`to` must be new, empty, or an earlier export (whose files are replaced); never someone else's folder."""
+def _check_target(to: Path, runs: list[Path], force: bool) -> None:
+    """`to` must be new or empty, or with `force` a folder where only the export's own files are replaced. Never
+    the run itself, a folder inside it or one that holds it: the export would write over the run's own
+    config.json and weights (and an earlier version deleted the whole folder)."""
+    where = to.resolve()
+    for run in {r.resolve() for r in runs}:
+        if where == run or run in where.parents:
+            raise VitxError(f"--to {to} is {'the run' if where == run else 'inside the run'} being exported "
+                            f"({run}); give a folder outside it")
+        if where in run.parents:
+            raise VitxError(f"--to {to} holds the run being exported ({run}); give a folder outside it")
     if not to.exists():
         return
     if not to.is_dir():
         raise VitxError(f"--to {to} is a file; give a folder to write")
     try:
-        if not any(to.iterdir()):
-            return
+        held = sorted(p.name for p in to.iterdir())
     except OSError as exc:
         raise VitxError(f"--to {to}: cannot read it ({exc.strerror or exc})") from None
-    if (read_json_object(to / "config.json") or {}).get("vitx") is None:
-        raise VitxError(f"--to {to} holds other files; give a new or empty folder (an earlier vitx export there "
-                        "is replaced)")
+    if force:
+        return
+    keep = f"or --force to replace only the export's own files ({', '.join(EXPORT_FILES)}) and keep everything else"
+    if where == Path.cwd().resolve():
+        raise VitxError(f"--to {to} is the current directory; give a new folder, {keep}")
+    if held:
+        shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+        raise VitxError(f"--to {to} is not empty (it holds {shown}); give a new or empty folder, {keep}")
+
+
+def _move_into(staged: Path, to: Path, names: list[str]) -> None:
+    """The staged export into `to`: the whole folder at once when `to` is new, else file by file (each an atomic
+    rename), so nothing else in `to` is touched."""
+    if not to.exists():
+        os.replace(staged, to)
+        fsync_path(to.parent)
+        return
+    for name in names:
+        os.replace(staged / name, to / name)
+    fsync_path(to)
+    staged.rmdir()
 
 
 @dataclass(frozen=True)
 class Exported:
-    """What `export_run` wrote: the folder, the run it came from, and its classifier's classes (0: none)."""
+    """What `export_run` wrote: the folder, the files it wrote there, the run it came from, and its classifier's
+    classes (0: none)."""
 
     folder: Path
     run: TrainedRun
     num_classes: int
+    files: tuple[str, ...] = ()
 
 
-def export_run(run: str | Path, to: str | Path, repo_id: str | None = None) -> Exported:
-    """Write RUN's export to `to` (the model card names `repo_id` when it will be pushed there)."""
+def export_run(run: str | Path, to: str | Path, repo_id: str | None = None, force: bool = False) -> Exported:
+    """Write RUN's export to `to` (the model card names `repo_id` when it will be pushed there). `to` is new or
+    empty; with `force` it may hold other files, which are kept (only the export's own are replaced)."""
     found = resolve_run(run)
     to = Path(to).expanduser()
-    _check_target(to)
+    _check_target(to, [Path(run).expanduser(), found.path, *([found.task_dir] if found.task_dir else [])], force)
     head = linear_head(found)
     num_classes = int(found.num_classes or 0) if head is not None else 0
     arch, args = timm_arch(found, num_classes)
@@ -149,26 +187,25 @@ def export_run(run: str | Path, to: str | Path, repo_id: str | None = None) -> E
     labels = found.class_names()[0] if num_classes else None
     config = hub_config(found, arch, args, model, labels)
     card = model_card(found, config, to, repo_id)
-    # the whole folder is written beside `to` and moved into place: a failure leaves `to` as it was, never an
-    # earlier export's card beside new weights
-    staged = to.with_name(f".{to.name}.tmp-{os.getpid()}")
+    # everything is written to a new folder beside `to` first: a failure leaves `to` as it was
+    staged = None
     try:
-        shutil.rmtree(staged, ignore_errors=True)
-        staged.mkdir(parents=True)
+        to.resolve().parent.mkdir(parents=True, exist_ok=True)
+        staged = Path(tempfile.mkdtemp(prefix=f".{to.resolve().name}.tmp-", dir=to.resolve().parent))
         save_weights(state, staged / "model.safetensors", {"vitx_version": __version__})
         atomic_write_text(staged / "config.json", json.dumps(config, indent=2) + "\n")
         atomic_write_text(staged / "README.md", card)
         for name in FIGURES:
             if (found.path / name).is_file():
                 shutil.copyfile(found.path / name, staged / name)
-        if to.exists():
-            shutil.rmtree(to)  # empty, or an earlier vitx export (_check_target)
-        os.replace(staged, to)
+        names = sorted(p.name for p in staged.iterdir())
+        _move_into(staged, to, names)
     except OSError as exc:
-        shutil.rmtree(staged, ignore_errors=True)
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)  # our own staging folder, never `to`
         raise VitxError(f"--to {to}: cannot write the export ({exc.strerror or exc})") from None
-    return Exported(to, found, num_classes)
+    return Exported(to, found, num_classes, tuple(names))
 
 
-__all__ = ["FIGURES", "Exported", "build_checked", "export_run", "hub_config", "linear_head",
+__all__ = ["EXPORT_FILES", "FIGURES", "Exported", "build_checked", "export_run", "hub_config", "linear_head",
            "pretrained_cfg", "timm_arch"]

@@ -25,7 +25,7 @@ def hub_offline() -> bool:
 
 
 def _later(folder: Path, repo_id: str) -> str:
-    return f"the export is kept in {folder}; push it later with `vitx export ... --push {repo_id}` or " \
+    return f"the export is kept in {folder}; push it later with `vitx export ... --force --push {repo_id}` or " \
            f"`hf upload {repo_id} {folder}`"
 
 
@@ -43,8 +43,9 @@ def check_repo_id(repo_id: str) -> None:
         raise VitxError(f"--push takes owner/name, got '{repo_id}'")
 
 
-def push_folder(folder: Path, repo_id: str) -> str:
-    """Upload `folder` to the model repo `repo_id` (created if needed); returns the repo's URL."""
+def push_folder(folder: Path, repo_id: str, files: tuple[str, ...] = ()) -> str:
+    """Upload `folder` to the model repo `repo_id` (created if needed); returns the repo's URL. `files`: only
+    these (an export written with --force among the user's own files uploads its files alone)."""
     check_repo_id(repo_id)
     if hub_offline():
         raise VitxError(f"cannot push to {repo_id}: the Hugging Face hub is offline here (HF_HUB_OFFLINE=1); "
@@ -55,7 +56,7 @@ def push_folder(folder: Path, repo_id: str) -> str:
     try:
         repo = api.create_repo(repo_id, repo_type="model", exist_ok=True)
         api.upload_folder(repo_id=repo.repo_id, folder_path=str(folder), repo_type="model",
-                          commit_message="Upload a ViT exported by vitx")
+                          allow_patterns=list(files) or None, commit_message="Upload a ViT exported by vitx")
     except Exception as exc:  # noqa: BLE001 — whatever the hub client raises becomes one line, never a traceback
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         why = "cannot reach the Hugging Face hub" if _is_connection_error(exc) else "the Hugging Face hub refused it"
