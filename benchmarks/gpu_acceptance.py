@@ -174,12 +174,38 @@ def run_killed(cmd: list[str], run: Path, deadline: float, log) -> str:
         if proc.poll() is not None:
             return f"exited ({proc.returncode}) before checkpoint {KILL_AFTER}"
         if time.time() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc.pid)
             return "timed out"
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
+    kill_tree(proc.pid)
     proc.wait()
     return "killed"
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid`, its process group and every descendant: torch's elastic launcher (under accelerate launch)
+    starts each rank in a session of its own, which killing the launcher's group would leave running."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    family, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        family.append(p)
+        todo.extend(children.get(p, []))
+    for p in reversed(family):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def compare(a: Path, b: Path) -> dict:
@@ -232,7 +258,7 @@ def _run(cmd: list[str], deadline: float, log) -> int:
     try:
         return proc.wait(timeout=max(1.0, deadline - time.time()))
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
         proc.wait()
         return 124
 
