@@ -19,6 +19,9 @@ def _one_line_error(result, needle):
 
 @pytest.mark.parametrize("args,needle", [
     (["--model", "vit-b/17"], "unknown backbone 'vit-b/17'; did you mean vit-b/16"),
+    (["--model", "vit-nano/4(depth='x')"], "--model: depth must be an integer from 1 to 256, got \"x\""),
+    (["--model", "vit-nano/4(depth=-1)"], "--model: depth must be an integer from 1 to 256, got -1"),
+    (["--model", "vit-nano/4(bogus=1)"], "--model: unknown option 'bogus'"),
     (["--model", "vit-ti/16", "--image-size", "33"], "image size 33 is not divisible by the patch size 16"),
     (["--data", "/no/such/dir"], "data path /no/such/dir does not exist"),
     (["--optimizer", "lamb"], "--optimizer must be one of adamw, adam, sgd"),

@@ -53,7 +53,13 @@ class BackboneSpec:
     def build(self, **overrides: Any) -> "nn.Module":
         import timm  # seconds to import: only when a network is built
 
+        accepted = _vit_args()
+        unknown = sorted(set(overrides) - accepted) if accepted is not None else []
+        if unknown:
+            raise VitxError(f"--model: unknown option '{unknown[0]}' for timm's {self.timm_arch} (options such as "
+                            "depth, embed_dim, num_heads, mlp_ratio, patch_size, img_size, drop_path_rate)")
         args = self.timm_kwargs(**overrides)
+        _check_args(args, {}, "--model")  # the same bounds as a saved run's: one line, not a traceback in timm
         check_image_size(args["img_size"], args.get("patch_size", self.stride or self.patch))
         return timm.create_model(self.timm_arch, pretrained=False, **args)
 
