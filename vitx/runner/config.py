@@ -20,6 +20,9 @@ CHOICES = {
 # allocating for minutes. Seeds are what numpy's generators take.
 LIMITS = {"batch_size": 65_536, "grad_accum": 65_536, "image_size": 4_096, "eval_samples": 10_000_000,
           "test_samples": 10_000_000, "workers": 256, "shuffle_buffer": 1_000_000, "seed": 2 ** 32 - 1}
+# The least value of a setting, and what the refusal says: shared by every run's settings (pretrain, transfer).
+FLOORS = {"seed": (0, "must not be negative"),
+          "workers": (-1, "must be -1 (the default: as many as the cores allow) or more")}
 
 
 def flag(name: str) -> str:
@@ -29,13 +32,17 @@ def flag(name: str) -> str:
 
 def check_numbers(values: dict[str, Any], name_of: Callable[[str], str] = flag,
                   limits: dict[str, int] = LIMITS) -> None:
-    """Every float finite (nan passes every `<= 0` check after it) and every size within `limits`, else one line
-    naming the setting. `values`: setting name → value (a list of floats is checked item by item)."""
+    """Every float finite (nan passes every `<= 0` check after it), every size within `limits` and above its
+    floor (`FLOORS`), else one line naming the setting. `values`: setting name → value (a list of floats is
+    checked item by item)."""
     for name, value in values.items():
         items = value if isinstance(value, list) else [value]
         if any(isinstance(v, float) and not math.isfinite(v) for v in items):
             what = "finite numbers" if isinstance(value, list) else "a finite number"
             raise VitxError(f"{name_of(name)} must be {what}, got {value}")
+        floor, says = FLOORS.get(name, (None, ""))
+        if floor is not None and isinstance(value, int) and value < floor:
+            raise VitxError(f"{name_of(name)} {says}, got {value}")
         limit = limits.get(name)
         if limit is not None and isinstance(value, int) and value > limit:
             raise VitxError(f"{name_of(name)} {value} is too large: at most {limit:,}, far above any real run "
@@ -118,11 +125,6 @@ class PretrainConfig:
                 raise VitxError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.image_size is not None and self.image_size <= 0:
             raise VitxError(f"--image-size must be positive, got {self.image_size}")
-        if self.seed < 0:
-            raise VitxError(f"--seed must not be negative, got {self.seed}")
-        if self.workers < -1:
-            raise VitxError(f"--workers must be -1 (the default: as many as the cores allow) or more, "
-                            f"got {self.workers}")
         if self.eval_samples < 0:
             raise VitxError(f"--eval-samples must not be negative (0 disables), got {self.eval_samples}")
         if self.lr <= 0:

@@ -61,11 +61,6 @@ class TransferConfig:
             raise VitxError("--sweep-steps must be positive step counts")
         if self.grad_clip < 0:
             raise VitxError(f"--grad-clip must not be negative (0 disables), got {self.grad_clip}")
-        if self.seed < 0:
-            raise VitxError(f"--seed must not be negative, got {self.seed}")
-        if self.workers < -1:
-            raise VitxError(f"--workers must be -1 (the default: as many as the cores allow) or more, "
-                            f"got {self.workers}")
         if not 0 <= self.warmup < 1:
             raise VitxError(f"--warmup is a fraction of the steps in [0, 1), got {self.warmup}")
         if self.precision not in ("no", "bf16", "fp16"):
