@@ -1,6 +1,11 @@
 """Errors a user can cause. The CLI prints these as one line and exits non-zero; anything else is a bug."""
 from __future__ import annotations
 
+import errno
+
+# OS errors that are the disk's state, not a bug: whatever writes, they are one line for the user
+DISK_STATE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
 
 class VitxError(Exception):
     """A problem with the user's input (names, paths, sizes, files) rather than a bug in vitx."""

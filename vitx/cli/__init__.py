@@ -6,7 +6,6 @@ app, `--help` and the listings start in well under a second, and a plugin is imp
 from __future__ import annotations
 
 import contextlib
-import errno
 import signal
 import sys
 import threading
@@ -15,7 +14,7 @@ from typing import Any, Iterator, List
 import typer
 
 from .. import __version__
-from ..errors import VitxError
+from ..errors import DISK_STATE_ERRNOS, VitxError
 from ..invocation import recording
 from ..plugins import load_env_plugins, load_plugin
 from .catalog import adapters, tasks
@@ -125,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{exc.label}: {exc.user_message()}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):  # the machine's state, whatever command
+        if exc.errno not in DISK_STATE_ERRNOS:  # the machine's state, whatever command
             raise
         from ..checkpoint import cannot_write
 

@@ -7,7 +7,6 @@ is built in `setup.py`; where it runs, in `launch.py`; what its random draws dep
 from __future__ import annotations
 
 import contextlib
-import errno
 import shutil
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ from .. import __version__
 from ..checkpoint import cannot_write, export_state, save_weights
 from ..data import TensorSplit, eval_loader, first_sample_batch, train_loader
 from ..data.loader import close, iterate
-from ..errors import Preempted, VitxError
+from ..errors import DISK_STATE_ERRNOS, Preempted, VitxError
 from .config import default_workers
 from .preemption import StopRequests, parse_signals
 from .randomness import EVAL, TRAIN, seed_position
@@ -408,7 +407,7 @@ class Trainer:
             try:
                 return self._fit()
             except OSError as exc:  # the disk filled up (or went read-only) under metrics.jsonl, say
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                if exc.errno not in DISK_STATE_ERRNOS:
                     raise
                 raise VitxError(f"{cannot_write(exc.filename or s.run.path, exc)}; the earlier checkpoints are "
                                 "intact: fix that, then continue with --resume") from None
