@@ -244,7 +244,7 @@ def test_bad_data_specs(spec, match):
 
 
 def test_empty_folder(tmp_path):
-    with pytest.raises(VitxError, match="no class folders"):
+    with pytest.raises(VitxError, match="holds no images, data files or tar shards"):
         open_source(str(tmp_path), "train")
 
 

@@ -132,5 +132,5 @@ def test_fewshot_on_a_one_class_folder_says_so(tmp_path):
     result = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4", "--shots", "1",
                       "--data", str(tmp_path / "one"))
     assert result.returncode == 2, result.stderr
-    assert result.stderr.strip().endswith("one has one class (cat); a few-shot classifier needs two or more")
+    assert result.stderr.strip().endswith("one has one class (cat); a classifier needs two or more")
 

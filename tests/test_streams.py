@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitx.data.sources import open_source
+from vitx.data.opener import open_source
 from vitx.data.streams import expand_braces
 from vitx.errors import VitxError
 

@@ -13,7 +13,7 @@ from PIL import Image, UnidentifiedImageError
 from rich.progress import Progress
 
 from ..checkpoint import atomic_write_text
-from ..data import Preprocess, decode, open_source
+from ..data import DataOptions, Preprocess, decode, open_data
 from ..errors import VitxError
 from .attention import mean_attention_distance, recording, rollout, uniform_distance
 from .embeddings import filter_components, patch_grid, position_embeddings, position_similarity, row_column_structure
@@ -48,9 +48,16 @@ def _picture(prep: Preprocess, image: object) -> np.ndarray:
 
 def sample_images(spec: str, size: int, count: int, seed: int = 0) -> tuple[torch.Tensor, list[np.ndarray]]:
     """`count` evaluation images of a data spec at `size`: normalised (B, 3, S, S) and as uint8 pictures."""
-    source = open_source(spec, "validation", size, seed) or open_source(spec, "train", size, seed)
-    if hasattr(source, "materialise"):  # a stream: its first images
-        source = source.materialise(count)
+    from ..data.streams import is_shards
+
+    opened = open_data(spec, DataOptions(stream=is_shards(spec), image_size=size, seed=seed))
+    source = opened.split("validation") or opened.split("test") or opened.split("train")
+    if hasattr(source, "draw"):  # a stream: a seeded sample of it
+        source, _ = source.draw(count, seed)
+    elif len(source) > count:  # a seeded sample, not the first files (often all of one class)
+        from ..data.draws import Subset
+
+        source = Subset(source, np.sort(np.random.default_rng([seed, 4242]).choice(len(source), count, replace=False)))
     prep = Preprocess(image_size=size)
     pictures = [_picture(prep, source.load(i)[0]) for i in range(min(count, len(source)))]
     return _as_batch(prep, pictures), pictures

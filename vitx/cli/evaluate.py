@@ -22,7 +22,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate fro
 def fewshot(
     start: str = typer.Option("runs/pretrain", "--from", help="A vitx run or checkpoint directory, timm:<name>, or scratch."),
     model: Optional[str] = typer.Option(None, help="Backbone for --from scratch."),
-    data: Optional[str] = typer.Option(None, help="Labelled data: embedded:digits|shapes, a folder, hf:owner/name. \\[default: embedded:digits]"),
+    data: Optional[str] = typer.Option(None, help="Labelled data: embedded:digits|shapes, an image folder, a save_to_disk or parquet folder, hf:owner/name, WebDataset shards. \\[default: embedded:digits]"),
+    label_key: Optional[str] = typer.Option(None, help="--data's label column (or json.<field>). \\[default: found]"),
+    image_key: Optional[str] = typer.Option(None, help="--data's image column. \\[default: the first image column]"),
     task: Optional[str] = typer.Option(None, help="Or a registered task, e.g. vtab/dsprites_loc (its train and test splits)."),
     data_dir: Optional[str] = typer.Option(None, help="Local copy of the task's data."),
     shots: str = typer.Option("1,5,10,25", help="Images per class."),
@@ -39,7 +41,8 @@ def fewshot(
     """Regularised least squares on frozen pre-logit features: accuracy at 1/5/10/25 shots over seeds."""
     from ..adapters import resize_backbone
     from ..checkpoint import atomic_write_text
-    from ..data import Preprocess, open_source
+    from ..data import Preprocess
+    from ..data.opener import DataOptions, looks_like_data, open_labelled
     from ..tasks import get_task, open_full_splits
     from ..runner.launch import is_main_process, process_device
     from ..transfer.fewshot import evaluate_sources
@@ -67,24 +70,16 @@ def fewshot(
     model = representation(backbone, start, features)
     if task and data:
         raise VitxError("give --data or --task, not both")
+    if task and looks_like_data(task):  # your own data given as --task: the same as --data
+        task, data = None, task
     if task:
         train, test, _ = open_full_splits(get_task(task), data_dir)
         what = task
         preprocess = Preprocess(image_size=size, squash=True)
     else:
         what = data or "embedded:digits"
-        train = open_source(what, "train", image_size=size)
-        test = open_source(what, "test", image_size=size) or open_source(what, "validation", image_size=size)
-        if test is None:
-            raise VitxError(f"{what} has no test or validation split to evaluate on")
-        if hasattr(train, "micro_batches"):
-            raise VitxError(f"{what} is a stream: few-shot evaluation draws its shots by index; use a save_to_disk "
-                            "copy or an image folder")
-        if not train.num_classes:
-            raise VitxError(f"{what} has no labels")
-        if train.num_classes < 2:
-            raise VitxError(f"{what} has one class ({', '.join(train.class_names or ['?'])}); a few-shot classifier "
-                            "needs two or more")
+        train, test = open_labelled(what, "eval fewshot", DataOptions(label_key=label_key, image_key=image_key,
+                                                                     image_size=size))
         preprocess = Preprocess(image_size=size)
     result = evaluate_sources(model, train, test, preprocess, shot_list, range(seeds), reg, test_samples,
                               workers=default_workers(), device=process_device())

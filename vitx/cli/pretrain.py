@@ -15,7 +15,7 @@ D = PretrainConfig()  # defaults shown in --help
 def pretrain(
     objective: Optional[str] = typer.Option(None, help=f"Objective, with options: 'supervised(label_smoothing=0.1)'. \\[default: {D.objective}]"),
     model: Optional[str] = typer.Option(None, help=f"Backbone name (see `vitx models`) or timm:<name>. \\[default: {D.model}]"),
-    data: Optional[str] = typer.Option(None, help=f"embedded:leaves|shapes|digits, a folder, hf:owner/name, or WebDataset shards ('shards/train-{{0000..0099}}.tar', a folder of .tar, URLs). \\[default: {D.data}]"),
+    data: Optional[str] = typer.Option(None, help=f"embedded:leaves|shapes|digits; an image folder (class subfolders, or metadata.csv); a save_to_disk, parquet or VTAB-1k release folder; hf:owner/name; or WebDataset shards ('shards/train-{{0000..0099}}.tar', a folder of .tar, URLs). \\[default: {D.data}]"),
     image_size: Optional[int] = typer.Option(None, help="Input resolution; a multiple of the patch size. \\[default: the model's]"),
     batch_size: Optional[int] = typer.Option(None, help=f"Global batch per optimiser step. \\[default: {D.batch_size}]"),
     steps: Optional[int] = typer.Option(None, help=f"Optimiser steps. \\[default: {D.steps}]"),
@@ -46,6 +46,8 @@ def pretrain(
     compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the training step's forward and backward (minutes of compilation first; pays off on long GPU runs)."),
     tf32: Optional[bool] = typer.Option(None, "--tf32/--no-tf32", help="On GPUs that have it, float32 matmuls in TF32 (10-bit mantissa, ~8x the float32 rate). \\[default: on]"),
     stream: Optional[bool] = typer.Option(None, "--stream/--no-stream", help="Stream a hub dataset (or a local copy of one) instead of downloading it whole; tar shards always stream."),
+    label_key: Optional[str] = typer.Option(None, help="The column (or json.<field> of WebDataset shards) that holds the labels. \\[default: a ClassLabel column, else label, labels, cls, class, fine_label, target, category or txt]"),
+    image_key: Optional[str] = typer.Option(None, help="The column that holds the images. \\[default: the first image column]"),
     shuffle_buffer: Optional[int] = typer.Option(None, help=f"Streams: shuffle through a seeded buffer of this many encoded images per process; 0: read in order. \\[default: {D.shuffle_buffer}]"),
     grad_checkpointing: Optional[bool] = typer.Option(None, "--grad-checkpointing/--no-grad-checkpointing", help="Trade compute for memory."),
     crop_scale: Optional[float] = typer.Option(None, help=f"Smallest random-crop area fraction. \\[default: {D.crop_scale}]"),

@@ -26,11 +26,14 @@ def number_list(text: str, kind: type, flag: str, example: str) -> list:
 
 
 def transfer(
-    task: Optional[str] = typer.Option(None, help=f"Task (see `vitx tasks`), vtab/all, vtab/natural|specialized|structured, or a pattern like 'vtab/dsprites_*'. \\[default: {D.task}]"),
+    task: Optional[str] = typer.Option(None, help=f"Task (see `vitx tasks`), vtab/all, vtab/natural|specialized|structured, a pattern like 'vtab/dsprites_*', or your labelled data: an image folder, save_to_disk/parquet folder, hf:owner/name or WebDataset shards. \\[default: {D.task}]"),
     start: Optional[str] = typer.Option(None, "--from", help=f"A vitx run or checkpoint directory, timm:<name> (pretrained, online), or scratch. \\[default: {D.start}]"),
     model: Optional[str] = typer.Option(None, help="Backbone for --from scratch (see `vitx models`)."),
     adapter: List[str] = typer.Option([], help="Adapter with options, repeatable, e.g. linear-probe or 'resize-posemb(mode=\"bilinear\")' (see `vitx adapters`)."),
-    shots: Optional[int] = typer.Option(None, help=f"Training images: 4/5 train, 1/5 validation (VTAB-1k: 1000 = 800 + 200). \\[default: {D.shots}]"),
+    shots: Optional[int] = typer.Option(None, help=f"Training images: 4/5 train, 1/5 validation (VTAB-1k: 1000 = 800 + 200); from your data, a seeded, class-balanced draw. \\[default: {D.shots}]"),
+    label_key: Optional[str] = typer.Option(None, help="Your data's label column (or json.<field> of WebDataset shards). \\[default: a ClassLabel column, else label, labels, cls, class, fine_label, target, category or txt]"),
+    image_key: Optional[str] = typer.Option(None, help="Your data's image column. \\[default: the first image column]"),
+    stream: Optional[bool] = typer.Option(None, "--stream/--no-stream", help="Your data (hf:NAME, parquet, shards) read as a stream: the shots are drawn as it is read, nothing is downloaded or cached whole."),
     image_size: Optional[int] = typer.Option(None, help="Fine-tuning resolution; position embeddings are interpolated. \\[default: the checkpoint's]"),
     batch_size: Optional[int] = typer.Option(None, help=f"Global batch per step. \\[default: {D.batch_size}]"),
     grad_accum: Optional[int] = typer.Option(None, help=f"Split each batch into this many accumulated micro-batches (memory). \\[default: {D.grad_accum}]"),
@@ -45,7 +48,7 @@ def transfer(
     output_dir: Optional[str] = typer.Option(None, help=f"Results, per-task runs and the final models. \\[default: {D.output_dir}]"),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted transfer in --output-dir."),
     seed: Optional[int] = typer.Option(None, help=f"\\[default: {D.seed}]"),
-    test_samples: Optional[int] = typer.Option(None, help="Evaluate on the first N test images; 0: all. \\[default: 0]"),
+    test_samples: Optional[int] = typer.Option(None, help="Evaluate on N test images (a registered task's first N; your data's, a seeded sample); 0: all. \\[default: 0]"),
     save_every: Optional[int] = typer.Option(None, help=f"Checkpoint each run every N steps (for --resume). \\[default: {D.save_every}]"),
     workers: Optional[int] = typer.Option(None, help="Data worker processes; -1: cores - 1, at most 4. \\[default: -1]"),
     skip_missing: Optional[bool] = typer.Option(None, "--skip-missing", help="In a suite, skip tasks whose data is unavailable."),

@@ -4,11 +4,12 @@ from ..lazy import lazy_exports
 
 __all__ = ["EMBEDDED", "Batches", "DeadLeaves", "Digits", "EncodedImage", "Shapes", "HFImageSource", "ImageSource",
            "Preprocess", "StreamSampler", "TensorSplit", "decode", "decode_split", "eval_loader",
-           "first_sample_batch", "open_source", "train_loader"]
+           "first_sample_batch", "DataOptions", "Opened", "open_data", "open_source", "train_loader"]
 __getattr__, __dir__ = lazy_exports(__name__, {
     **dict.fromkeys(["TensorSplit", "decode_split"], ".memory"),
     **dict.fromkeys(["Batches", "StreamSampler", "eval_loader", "first_sample_batch", "train_loader"], ".loader"),
     **dict.fromkeys(["EncodedImage", "decode"], ".decoding"),
     **dict.fromkeys(["EMBEDDED", "DeadLeaves", "Digits", "Shapes"], ".procedural"),
-    **dict.fromkeys(["HFImageSource", "ImageSource", "open_source"], ".sources"),
+    **dict.fromkeys(["HFImageSource", "ImageSource"], ".sources"),
+    **dict.fromkeys(["DataOptions", "Opened", "open_data", "open_source"], ".opener"),
     "Preprocess": ".transforms"})

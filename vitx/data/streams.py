@@ -1,4 +1,5 @@
-"""Streamed sources: WebDataset tar shards and `datasets` streaming, read in order, never indexed whole.
+"""Streamed sources (opened by `opener.py`): WebDataset tar shards and `datasets` streaming, read in order,
+never indexed whole.
 
 Pre-training at ImageNet-21k scale keeps data as tar shards or streams it from the hub. A `StreamSource`
 wraps a `datasets.IterableDataset` (`load_dataset(..., streaming=True)`: the "webdataset" builder for tar
@@ -12,13 +13,14 @@ already consumed (reading, not decoding them), so it continues at exactly the ne
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import re
 from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import VitxError
-from .sources import Columns
+from .columns import SPLITS, Columns
 
 BRACES = re.compile(r"\{([^{}]*)\}")
 
@@ -47,12 +49,11 @@ def is_shards(spec: str) -> bool:
 
 
 def shard_files(spec: str, split: str) -> list[str] | None:
-    """The tar files of `split` (None: the split has none). A folder holds `*.tar` (train only) or
-    `train/*.tar` with optional `validation/` (or `val/`, `test/`) beside it; a pattern is the train split."""
+    """The tar files of vitx `split` (None: the split has none). A folder holds `*.tar` (the train split) or
+    `<split>/*.tar` under any of the split's names (`columns.SPLITS`); a pattern or URL is the train split."""
     path = Path(spec).expanduser()
     if path.is_dir():
-        names = {"train": ("train",), "validation": ("validation", "val", "valid", "test"), "test": ("test",)}[split]
-        for name in names:
+        for name in SPLITS[split]:
             files = sorted(str(p) for p in (path / name).glob("*.tar"))
             if files:
                 return files
@@ -91,18 +92,27 @@ def check_complete(files: list[str]) -> None:
                             "after the cut would be silently missing): copy or write it again")
 
 
+def record_key(row: dict[str, Any], image_key: str) -> str:
+    """A record's identity, to keep held-out records out of training: WebDataset's url and key, else the
+    image's path, else a digest of its bytes."""
+    if "__key__" in row:
+        return f"{row.get('__url__', '')}:{row['__key__']}"
+    value = row.get(image_key)
+    if isinstance(value, dict):
+        if value.get("path"):
+            return str(value["path"])
+        value = value.get("bytes")
+    return hashlib.sha1(bytes(value or b"")).hexdigest()
+
+
 class StreamSource:
     """A streamed dataset of (image, label) records, read in order by each process."""
 
-    def __init__(self, ds: Any, origin: str, shuffle_buffer: int = 0, class_names: list[str] | None = None) -> None:
-        if ds.features is None:
-            ds = ds._resolve_features()  # peeks at the first record
-        self.origin, self.shuffle_buffer = origin, shuffle_buffer
-        self.columns = Columns(ds.features, origin)
-        self.ds = self.columns.undecoded(ds)
-        self.num_classes, self.class_names = self.columns.num_classes, self.columns.class_names
-        if class_names and self.num_classes is None and self.columns.label_key is not None:
-            self.num_classes, self.class_names = len(class_names), class_names
+    def __init__(self, ds: Any, origin: str, columns: Columns, shuffle_buffer: int = 0) -> None:
+        self.origin, self.shuffle_buffer, self.columns = origin, shuffle_buffer, columns
+        self.ds = columns.undecoded(ds)
+        self.num_classes, self.class_names = columns.num_classes, columns.class_names
+        self.excluded: frozenset[str] = frozenset()  # held out for validation (`hold_out`): never trained on
 
     @property
     def num_shards(self) -> int:
@@ -115,25 +125,34 @@ class StreamSource:
                     f"reads every shard and keeps 1 sample in {world} (write a multiple of {world} shards)")
         return None
 
+    def _rows(self, ds: Any, rank: int, where: str) -> Iterator[tuple[dict[str, Any], str]]:
+        """(row, name) of one pass over `ds`; a damaged shard is one line naming where it happened."""
+        count, name = 0, self.origin
+        rows = iter(ds)
+        while True:
+            try:
+                row = next(rows)
+            except StopIteration:
+                return
+            except Exception as exc:  # a damaged shard (truncated tar, bad parquet): name where it happened
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                raise VitxError(f"cannot read {self.origin} after {name} ({where}): {first}") from None
+            name = f"{row.get('__url__', self.origin)}:{row.get('__key__', count)}"
+            count += 1
+            yield row, name
+
     def records(self, rank: int, world: int, seed: int) -> Iterator[tuple[Any, Any]]:
-        """This process's records, epoch after epoch, forever."""
+        """This process's records, epoch after epoch, forever (held-out records skipped)."""
         from datasets.distributed import split_dataset_by_node
 
         ds = self.ds.shuffle(seed=seed, buffer_size=self.shuffle_buffer) if self.shuffle_buffer > 0 else self.ds
         ds = split_dataset_by_node(ds, rank=rank, world_size=world)
         for epoch in itertools.count():
             ds.set_epoch(epoch)
-            count, name = 0, self.origin
-            rows = iter(ds)
-            while True:
-                try:
-                    row = next(rows)
-                except StopIteration:
-                    break
-                except Exception as exc:  # a damaged shard (truncated tar, bad parquet): name where it happened
-                    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-                    raise VitxError(f"cannot read {self.origin} after {name} (process {rank}): {first}") from None
-                name = f"{row.get('__url__', self.origin)}:{row.get('__key__', count)}"
+            count = 0
+            for row, name in self._rows(ds, rank, f"process {rank}"):
+                if self.excluded and record_key(row, self.columns.image_key) in self.excluded:
+                    continue
                 yield self.columns.record(row, name, path_names=False)
                 count += 1
             if count == 0:
@@ -150,63 +169,104 @@ class StreamSource:
             first = step * global_micro_batch + rank * local
             yield [(next(records), first + i) for i in range(local)]
 
+    def draw(self, limit: int, seed: int) -> tuple["RecordList", list[str]]:
+        """The first `limit` records of a seeded shuffle (shard order and a buffer of 4 × `limit`, at least
+        1,000): a sample of the whole stream, not its first files, the same at every call. Also their keys."""
+        ds = self.ds.shuffle(seed=seed, buffer_size=max(1_000, 4 * limit))
+        rows = self._rows(ds, 0, "drawing a validation sample")
+        records, keys = [], []
+        try:
+            for row, name in itertools.islice(rows, limit):
+                records.append(self.columns.record(row, name, path_names=False))
+                keys.append(record_key(row, self.columns.image_key))
+        finally:
+            rows.close()  # now, while the stream's readers can still close their files
+        return RecordList(records, self.origin, self.num_classes, self.class_names, self.columns), keys
+
+    def draw_balanced(self, total: int, seed: int) -> "RecordList":
+        """A seeded, class-balanced draw of `total` labelled records: a seeded shuffle of the stream is read until
+        every class has its share (`total` spread evenly); a stream that ends first gives per-class counts as
+        even as it allows. Only labels are looked at; images stay encoded."""
+        import numpy as np
+
+        from .draws import balanced_counts
+
+        k = int(self.num_classes or 0)
+        rng = np.random.default_rng([seed, 34])
+        want = np.full(k, total // k)
+        want[rng.permutation(k)[: total % k]] += 1
+        kept: list[list[tuple[Any, Any]]] = [[] for _ in range(k)]
+        ds = self.ds.shuffle(seed=seed, buffer_size=max(1_000, 4 * total))
+        rows = self._rows(ds, 0, "drawing the shots")
+        try:
+            for row, name in rows:
+                label = self.columns.label(row, name)
+                if len(kept[label]) < 2 * want[label] + 1:  # a little spare, for classes the stream runs short of
+                    kept[label].append(self.columns.record(row, name, path_names=False))
+                if all(len(kept[c]) >= want[c] for c in range(k)):
+                    break
+        finally:
+            rows.close()
+        have = [len(c) for c in kept]
+        if sum(have) < total:
+            raise VitxError(f"{self.origin} holds {sum(have)} labelled images; --shots {total} needs more")
+        counts = want if all(h >= w for h, w in zip(have, want)) else balanced_counts(have, total, rng)
+        records = [r for c in range(k) for r in kept[c][: counts[c]]]
+        return RecordList(records, self.origin, self.num_classes, self.class_names, self.columns)
+
+    def hold_out(self, limit: int, seed: int) -> "RecordList | None":
+        """A validation sample held out of this (train) stream; training skips it from now on. Candidates are the
+        first 4 × `limit` records of a seeded shuffle (`draw`); `limit` of them are held out, stratified by
+        class when labelled (a stream smaller than that: a tenth of it). None when the stream is too small.
+        (A single shard written class by class, larger than the shuffle buffer, still gives a sample of its
+        first classes: write shards in random order.)"""
+        import numpy as np
+
+        from .draws import stratified_split
+
+        pool, keys = self.draw(4 * limit, seed)
+        n = limit if len(pool) == 4 * limit else min(limit, len(pool) // 10)
+        if n == 0:
+            return None
+        if self.num_classes and not self.columns.multilabel:
+            out = stratified_split(pool.labels(), n, [seed, 4244])[1]
+        else:
+            out = np.arange(n)
+        self.excluded = frozenset(keys[i] for i in out)
+        return RecordList([pool.records[i] for i in out], self.origin, self.num_classes, self.class_names,
+                          self.columns)
+
+    def read_all(self) -> "RecordList":
+        """One pass over the whole stream, records held encoded (a streamed test split)."""
+        rows = self._rows(self.ds, 0, "reading it whole")
+        records = [self.columns.record(row, name, path_names=False) for row, name in rows]
+        return RecordList(records, self.origin, self.num_classes, self.class_names, self.columns)
+
     def materialise(self, limit: int) -> "RecordList":
-        """The first `limit` records as an indexable source (a validation split, opened unshuffled: the same
-        images at every checkpoint)."""
+        """The first `limit` records, in stream order, as an indexable source."""
         reader = self.records(0, 1, 0)
         try:
             head = list(itertools.islice(reader, limit))
         finally:
-            reader.close()  # now, while the stream's readers can still close their files
-        return RecordList(head, self.origin, self.num_classes, self.class_names)
+            reader.close()
+        return RecordList(head, self.origin, self.num_classes, self.class_names, self.columns)
 
 
 class RecordList:
     """Records held in memory (encoded), indexable like any source."""
 
     def __init__(self, records: list[tuple[Any, Any]], origin: str, num_classes: int | None,
-                 class_names: list[str] | None) -> None:
+                 class_names: list[str] | None, columns: Columns | None = None) -> None:
         self.records, self.origin, self.num_classes, self.class_names = records, origin, num_classes, class_names
+        self.columns = columns
 
     def __len__(self) -> int:
         return len(self.records)
 
+    def labels(self) -> Any:
+        import numpy as np
+
+        return np.asarray([label for _, label in self.records], dtype=np.int64)
+
     def load(self, index: int) -> tuple[Any, Any]:
         return self.records[index]
-
-
-def open_stream(spec: str, split: str, shuffle_buffer: int) -> StreamSource | None:
-    """`spec` (tar shards, a hub dataset or a local copy of one) as a stream; None when it lacks `split`."""
-    import datasets
-
-    if is_shards(spec):
-        files = shard_files(spec, split)
-        if files is None:
-            return None
-        check_complete(files)
-        names = Path(files[0]).parent / "classnames.txt" if "://" not in files[0] else None
-        classes = names.read_text().split("\n") if names is not None and names.exists() else None
-        args: dict[str, Any] = {"path": "webdataset", "data_files": {split: files}}
-        what = f"{len(files)} shards at {spec}"
-    else:
-        path = Path(spec).expanduser()
-        classes = None
-        args = {"path": str(path)} if path.exists() else {"path": spec[3:] if spec.startswith("hf:") else spec}
-        what = spec
-    try:
-        dd = datasets.load_dataset(**args, streaming=True)
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        hint = "" if is_shards(spec) or Path(spec).expanduser().exists() else (
-            "; offline, download a copy where you have internet (hf download NAME --repo-type dataset "
-            "--local-dir DIR) and pass --data DIR --stream")
-        raise VitxError(f"cannot stream {what}: {first}{hint}") from None
-    from .sources import SPLIT_ALIASES
-
-    name = next((n for n in SPLIT_ALIASES[split] if n in dd), None)
-    if name is None:
-        if split == "train":
-            raise VitxError(f"{spec} has no train split to stream (splits: {', '.join(dd)})")
-        return None
-    classes = [c.strip() for c in classes if c.strip()] if classes else None
-    return StreamSource(dd[name], f"{spec}:{name}", shuffle_buffer if split == "train" else 0, classes)

@@ -13,8 +13,9 @@ from .base import Objective
 __all__ = ["Objective", "create_objective"]
 
 
-def create_objective(name: str, backbone: nn.Module, num_classes: int | None, **options: Any) -> Objective:
-    """Build objective `name` on `backbone`; `num_classes` comes from the data (None when unlabeled)."""
+def create_objective(name: str, backbone: nn.Module, data_classes: int | None, /, **options: Any) -> Objective:
+    """Build objective `name` on `backbone`; `data_classes` comes from the data (None when unlabeled)."""
+    num_classes = data_classes
     cls = OBJECTIVES.get(name).obj
     if getattr(cls, "needs_labels", False):
         if not num_classes:
@@ -22,7 +23,11 @@ def create_objective(name: str, backbone: nn.Module, num_classes: int | None, **
         if num_classes < 2:
             raise VitxError(f"objective '{name}' trains a classifier, which needs two or more classes; this dataset "
                             "has one")
-        options.setdefault("num_classes", num_classes)
+        given = options.pop("num_classes", num_classes)
+        if given != num_classes:
+            raise VitxError(f"objective '{name}' takes its classes from the data, which has {num_classes}; drop "
+                            f"num_classes={given} (to use other labels, name them with --label-key)")
+        options["num_classes"] = num_classes
     try:
         return cls(backbone, **options)
     except TypeError as exc:

@@ -109,6 +109,8 @@ class PretrainConfig:
     monitor_every: int = 0  # also monitor every N steps; 0: at checkpoints only
     monitor_features: str = "pre-logits"  # what the monitor reads: pre-logits (the paper's), backbone or patch-mean
     stream: bool = False  # read a hub dataset (or a local copy of one) as a stream; tar shards always stream
+    label_key: str = ""  # the label's column (or `json.<field>`); "": found as data/columns.py says
+    image_key: str = ""  # the image's column; "": the first image column
     shuffle_buffer: int = 5000  # streams: a seeded shuffle buffer of this many encoded images per process; 0: in order
     curves: bool = True  # draw curves.png from metrics.jsonl at each checkpoint (the run's and the checkpoint's)
 

@@ -494,6 +494,11 @@ def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | 
         console.print(f"vitx {__version__}: {what} | {cfg.objective} on {cfg.model} ({n_params / 1e6:.2f}M) "
                       f"| {cfg.data} ({describe(setup.train_source)}, {setup.preprocess.image_size}px) "
                       f"| {setup.accelerator.num_processes} process(es) on {setup.accelerator.device}", soft_wrap=True)
+        validation = setup.data_info.get("validation") or {}
+        if validation:
+            labels = setup.data_info.get("labels")
+            console.print(f"data: {setup.data_info.get('layout', 'data')}, labels {labels} | validation: "
+                          f"{validation['how']}", soft_wrap=True)
         note = getattr(setup.train_source, "sharding_note", lambda world: None)(setup.accelerator.num_processes)
         if note:
             console.print(f"note: {note}", soft_wrap=True)

@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..data import Preprocess, decode_split, open_source
+from ..data import Preprocess, decode_split
+from ..data.draws import balanced_draw
+from ..data.opener import DataOptions, open_labelled
 from ..data.sources import source_labels
-from ..errors import VitxError
 from ..transfer.fewshot import extract_features, fewshot_accuracy
 
 SHOTS = (1, 10)
@@ -34,18 +35,15 @@ class Monitor:
     """The probes' data (decoded once) and their evaluation on a backbone."""
 
     def __init__(self, spec: str, image_size: int, train_images: int = 2000, test_images: int = 1000) -> None:
-        train = open_source(spec, "train", image_size=image_size)
-        test = open_source(spec, "test", image_size=image_size) or \
-            open_source(spec, "validation", image_size=image_size)
-        if test is None or not train.num_classes or getattr(train, "micro_batches", None) is not None:
-            raise VitxError(f"--monitor {spec}: needs a labelled, indexable source with a test or validation split "
-                            "(e.g. embedded:digits, a labelled image folder)")
+        train, test = open_labelled(spec, "--monitor", DataOptions(image_size=image_size))
         self.spec, self.num_classes = spec, int(train.num_classes)
         self.preprocess = Preprocess(image_size=image_size)
         labels = source_labels(train)
-        self.shots = tuple(k for k in SHOTS if np.bincount(labels[:train_images], minlength=self.num_classes).min() >= k)
-        self.train = decode_split(train, self.preprocess, range(min(train_images, len(train))))
-        self.test = decode_split(test, self.preprocess, range(min(test_images, len(test))))
+        chosen = balanced_draw(labels, min(train_images, len(train)), [0, 77])  # never the first N: data is often
+        self.shots = tuple(k for k in SHOTS if np.bincount(labels[chosen], minlength=self.num_classes).min() >= k)
+        tests = np.sort(np.random.default_rng([0, 78]).permutation(len(test))[:test_images])  # sorted by class
+        self.train = decode_split(train, self.preprocess, chosen)
+        self.test = decode_split(test, self.preprocess, tests)
 
     @torch.no_grad()
     def __call__(self, backbone: torch.nn.Module, device: torch.device) -> dict[str, float]:

@@ -15,10 +15,12 @@ from safetensors import SafetensorError
 from .. import __version__
 from ..backbones import backbone_record, create_backbone
 from ..checkpoint import read_config
-from ..data import Preprocess, open_source
+from ..data import DataOptions, Preprocess, open_data
+from ..data.columns import require_labels
 from ..errors import VitxError
 from ..invocation import command
 from ..objectives import Objective, create_objective
+from ..registry import OBJECTIVES
 from ..spec import parse_spec
 from .config import PretrainConfig, merge_for_resume
 from .launch import configure_deepspeed, make_accelerator
@@ -141,24 +143,31 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     preprocess = Preprocess(image_size=image_size, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
                             randaugment=cfg.randaugment, random_erasing=cfg.random_erasing)
 
-    train_source = open_source(cfg.data, "train", image_size=image_size, seed=cfg.seed, stream=cfg.stream,
-                               shuffle_buffer=cfg.shuffle_buffer)
-    if getattr(train_source, "micro_batches", None) is None and len(train_source) == 0:
+    from ..data.draws import validation_split
+    from ..data.streams import is_shards
+
+    opened = open_data(cfg.data, DataOptions(label_key=cfg.label_key or None, image_key=cfg.image_key or None,
+                                             stream=cfg.stream or is_shards(cfg.data), shuffle_buffer=cfg.shuffle_buffer,
+                                             image_size=image_size, seed=cfg.seed))
+    if getattr(opened.split("train"), "micro_batches", None) is None and len(opened.split("train")) == 0:
         raise VitxError(f"{cfg.data} has no training images")
-    val_source = open_source(cfg.data, "validation", image_size=image_size, seed=cfg.seed, stream=cfg.stream) \
-        if cfg.eval_samples > 0 else None
-    if hasattr(val_source, "materialise"):  # a stream: its first --eval-samples images, the same at every eval
-        val_source = val_source.materialise(cfg.eval_samples)
-    data_info = {"spec": cfg.data, "num_classes": train_source.num_classes,
-                 "class_names": train_source.class_names, "train_size": source_size(train_source)}
+    saved_data = read_config(resume_from).get("data", {}) if resume_from is not None else {}
+    held = (saved_data.get("validation") or {}).get("images") \
+        if (saved_data.get("validation") or {}).get("split") == "held out of train" else None
+    train_source, val_source, validation = validation_split(opened, cfg.eval_samples, cfg.seed, held)
+    data_info = {"spec": cfg.data, "layout": opened.layout, "labels": opened.labels_described(),
+                 "num_classes": train_source.num_classes, "class_names": train_source.class_names,
+                 "train_size": source_size(train_source), "validation": validation}
     if hasattr(train_source, "micro_batches"):  # a stream's order depends on how many processes read it
         data_info["processes"] = accelerator.num_processes
-        saved = read_config(resume_from).get("data", {}).get("processes") if resume_from is not None else None
+        saved = saved_data.get("processes")
         if saved is not None and saved != accelerator.num_processes:
             raise VitxError(f"{cfg.output_dir} streams {cfg.data} on {saved} process(es); resume it on {saved} (each "
                             f"process reads its own shards, so {accelerator.num_processes} would read other samples)")
 
     obj_name, obj_opts = parse_spec(cfg.objective)
+    if getattr(OBJECTIVES.get(obj_name).obj, "needs_labels", False):
+        require_labels(train_source, f"--objective {obj_name}")
     objective = create_objective(obj_name, backbone, train_source.num_classes, **obj_opts)
     preprocess = objective.configure_preprocess(preprocess)
     return assemble(cfg, accelerator, objective, preprocess, train_source, val_source, data_info, resume_from)

@@ -1,11 +1,12 @@
 """Transfer tasks, registered by name (`vtab/dtd`, ...): which data, which labels, which splits.
 
 `base.py` says what a task is, `vtab.py` and `embedded.py` register them, `splits.py` opens a task's splits
-from a local copy (`hub.py`: the hub's WebDataset layout; `folder_release.py`: the VTAB-1k folder release),
+from a local copy (`hub.py`: the hub's WebDataset layout; `data/release.py`: the VTAB-1k folder release),
 the embedded generator or the hub.
 """
 from __future__ import annotations
 
+from ..data.opener import DataOptions, looks_like_data
 from ..errors import VitxError
 from ..registry import TASKS
 from . import vtab  # noqa: F401  (registers the VTAB-1k tasks)
@@ -26,10 +27,15 @@ def get_task(name: str) -> Task:
     return task
 
 
-def select_tasks(spec: str) -> list[Task]:
-    """A task name, `<suite>/all`, `<suite>/<group>` (natural, specialized, structured) or an fnmatch pattern."""
+def select_tasks(spec: str, data: DataOptions | None = None) -> list[Task]:
+    """A task name, `<suite>/all`, `<suite>/<group>` (natural, specialized, structured), an fnmatch pattern, or
+    labelled data (a path, hf:NAME, shards: `custom.py`), read with `data`'s keys."""
     suite, _, rest = spec.partition("/")
     names = TASKS.names()
+    if spec not in names and looks_like_data(spec):
+        from .custom import data_task
+
+        return [data_task(spec, data or DataOptions())]
     if rest == "all":
         chosen = [n for n in names if n.startswith(f"{suite}/")]
     elif rest in GROUPS:
@@ -37,6 +43,9 @@ def select_tasks(spec: str) -> list[Task]:
     elif any(c in spec for c in "*?["):
         chosen = TASKS.names(spec)
     else:
+        if spec not in names and suite not in {n.split("/")[0] for n in names}:
+            raise VitxError(f"unknown task '{spec}': not a registered task (see `vitx tasks`), and no data at that "
+                            "path (a folder, a data file, tar shards or hf:NAME)")
         return [get_task(spec)]
     if not chosen:
         raise VitxError(f"no task matches '{spec}'; see `vitx tasks`")

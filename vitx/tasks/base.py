@@ -27,7 +27,8 @@ class Task:
     hub: str | None = None
     hub_label: Callable[[int], int] | None = None
     embedded: Callable[[str], ImageSource] | None = None
-    release: str | None = None  # its folder's name in the VTAB-1k folder release (folder_release.py)
+    data: str | None = None  # a data spec (`--task PATH|hf:NAME|SHARDS`): any labelled data as a task (custom.py)
+    release: str | None = None  # its folder's name in the VTAB-1k folder release (data/release.py)
     info: dict[str, Any] = field(default_factory=dict)
 
 

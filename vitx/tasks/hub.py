@@ -10,12 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..data.sources import HFImageSource
-from ..data.streams import check_complete
+from ..data.opener import DataOptions, open_data, open_shards
 from ..errors import VitxError
-
-SPLIT_DIRS = {"train": ("train",), "val": ("validation", "valid", "val"), "test": ("test",)}
-IMAGE_EXTS = ("webp", "png", "jpg", "jpeg")
 
 
 def _download_hint(repo: str, task: str) -> str:
@@ -24,53 +20,29 @@ def _download_hint(repo: str, task: str) -> str:
 
 
 def open_hub_splits(repo: str, task: str, data_dir: str | None) -> dict[str, Any]:
-    """{'train', 'val' (None when absent), 'test'} → HFImageSource, from `data_dir` or the hub."""
+    """{'train', 'val' (None when absent), 'test'} → sources, from `data_dir` or the hub (through the one
+    opener, `data/opener.py`)."""
     if data_dir is not None:
         base = Path(data_dir).expanduser()
         if not base.is_dir():
             raise VitxError(f"--data-dir {data_dir} is not a folder")
-        if (base / "dataset_dict.json").exists():
-            return _from_saved(base, task)
-        found = {split: next((d for d in dirs if list((base / d).glob("*.tar"))), None)
-                 for split, dirs in SPLIT_DIRS.items()}
-        if found["train"] is None or found["test"] is None:
-            raise VitxError(f"--data-dir {data_dir} does not hold {task}: expected the VTAB-1k folder release "
+        try:
+            opened = open_data(str(base))
+        except VitxError as exc:
+            raise VitxError(f"--data-dir {data_dir} does not hold {task} ({exc}); expected the VTAB-1k folder release "
                             f"(train800.txt, val200.txt, train800val200.txt, test.txt and images/), the hub format "
-                            f"(train/*.tar and test/*.tar, as in {repo}), or a save_to_disk folder")
-        files = {split: sorted(str(p) for p in (base / d).glob("*.tar")) for split, d in found.items() if d}
-        for shards in files.values():
-            check_complete(shards)
-        origin = str(base)
+                            f"(train/*.tar and test/*.tar, as in {repo}), or a save_to_disk folder") from None
+        if opened.split("test") is None:
+            raise VitxError(f"{base} needs train and test splits for {task} (it has no test split)")
     else:
-        files = {"train": f"hf://datasets/{repo}/train/*.tar", "test": f"hf://datasets/{repo}/test/*.tar"}
-        origin = repo
-    import datasets
-
-    try:
-        dd = datasets.load_dataset("webdataset", data_files=files)
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-        where = f"--data-dir {data_dir}" if data_dir else f"the Hugging Face hub ({repo})"
-        hint = "" if data_dir else "; offline, " + _download_hint(repo, task)
-        raise VitxError(f"cannot load {task} from {where}: {first}{hint}") from None
-    return {split: (HFImageSource(dd[split], f"{origin}:{split}") if split in dd else None)
-            for split in ("train", "val", "test")}
-
-
-def _from_saved(base: Path, task: str) -> dict[str, Any]:
-    import datasets
-
-    try:
-        dd = datasets.load_from_disk(str(base))
-    except Exception as exc:
-        raise VitxError(f"cannot read dataset folder {base}: {exc}") from None
-    out: dict[str, Any] = {}
-    for split, names in SPLIT_DIRS.items():
-        name = next((n for n in names if n in dd), None)
-        out[split] = HFImageSource(dd[name], f"{base}:{name}") if name else None
-    if out["train"] is None or out["test"] is None:
-        raise VitxError(f"{base} needs train and test splits for {task} (has {', '.join(dd)})")
-    return out
+        files = {"train": [f"hf://datasets/{repo}/train/*.tar"], "test": [f"hf://datasets/{repo}/test/*.tar"]}
+        try:
+            opened = open_shards(files, repo, DataOptions())
+        except VitxError as exc:
+            raise VitxError(f"cannot load {task} from the Hugging Face hub ({repo}): {str(exc).split('; offline')[0]}; "
+                            "offline, "
+                            + _download_hint(repo, task)) from None
+    return {"train": opened.split("train"), "val": opened.split("validation"), "test": opened.split("test")}
 
 
 def hub_repo(suffix: str) -> str:
@@ -81,4 +53,4 @@ def missing_data_message(task: str, repo: str) -> str:
     return f"{task} has no data offline: " + _download_hint(repo, task)
 
 
-__all__ = ["IMAGE_EXTS", "hub_repo", "missing_data_message", "open_hub_splits"]
+__all__ = ["hub_repo", "missing_data_message", "open_hub_splits"]

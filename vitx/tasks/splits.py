@@ -3,7 +3,7 @@
 Splits of an N-shot task (VTAB-1k: N = 1000): trainN = the first 4N/5 of the task's train split (VTAB's
 train800 = train[:800]); valN = the first N/5 of its validation split (val200), or, for copies without one
 (the hub copies hold train and test only), N/5 images drawn with a fixed seed from the rest of train;
-trainNvalN = both; test = the whole test split. The VTAB-1k folder release (`folder_release.py`) ships these
+trainNvalN = both; test = the whole test split. The VTAB-1k folder release (`data/release.py`) ships these
 lists itself, and they are used as they are.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from ..data.sources import HFImageSource
 from ..errors import VitxError
 from .base import SubsetSource, Task
-from .folder_release import is_release, open_release
+from ..data.release import is_release, open_release
 from .hub import missing_data_message, open_hub_splits
 
 SPLIT_SEED = 1000  # carving val from train: fixed, so every run of a task sees the same split
@@ -34,6 +34,7 @@ class TaskSplits:
     test: Any
     origin: str
     release_train_val: Any = None  # the folder release's own train800val200 list, when it is used whole
+    record: dict[str, Any] | None = None  # how a data task's splits were drawn (custom.py): per-class counts
 
     @property
     def train_val(self) -> Any:
@@ -71,6 +72,12 @@ def task_folder(task: Task, data_dir: str) -> Path:
 
 
 def _pools(task: Task, data_dir: str | None, offline: bool) -> tuple[dict[str, Any], str]:
+    if task.data is not None:  # a data task: its own splits (custom.py)
+        opened = task.info["opened"]
+        pools = {"train": opened.split("train"), "val": opened.split("validation"), "test": opened.split("test")}
+        if opened.split("train_val") is not None:
+            pools["train_val"] = opened.split("train_val")
+        return pools, task.data
     if data_dir is not None:
         folder = task_folder(task, data_dir)
         if is_release(folder):
@@ -117,13 +124,20 @@ def open_full_splits(task: Task, data_dir: str | None = None) -> tuple[SubsetSou
             SubsetSource(test, np.arange(len(test)), k, _label_map(task, test)), origin)
 
 
-def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool | None = None) -> TaskSplits:
-    """The N-shot splits of `task` from `data_dir`, its embedded generator, or the hub (in that order)."""
+def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool | None = None,
+              seed: int = 0, test_samples: int = 0) -> TaskSplits:
+    """The N-shot splits of `task` from `data_dir`, its embedded generator, or the hub (in that order); a data
+    task's are seeded, class-balanced draws (custom.py)."""
     if offline is None:
         offline = _offline()
     if shots < 2:
         raise VitxError(f"--shots must be at least 2 (train and validation images), got {shots}")
     pools, origin = _pools(task, data_dir, offline)
+    if task.data is not None and "train_val" not in pools:
+        from .custom import custom_splits
+
+        train, val, test, record = custom_splits(task, shots, seed, test_samples)
+        return TaskSplits(task=task, train=train, val=val, test=test, origin=origin, record=record)
     train, val, test = pools["train"], pools.get("val"), pools["test"]
     n_train = shots * 4 // 5
     n_val = shots - n_train

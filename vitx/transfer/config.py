@@ -34,6 +34,9 @@ class TransferConfig:
     precision: str = "no"
     output_dir: str = "runs/transfer"
     data_dir: str | None = None
+    label_key: str = ""  # --task PATH: the label's column (or json.<field>); "": found as data/columns.py says
+    image_key: str = ""  # --task PATH: the image's column; "": the first image column
+    stream: bool = False  # --task PATH|hf:NAME: read the data as a stream (the shots are drawn from it as it is read)
     seed: int = 0
     test_samples: int = 0  # 0: the whole test split
     save_every: int = 500
@@ -87,7 +90,8 @@ class TransferConfig:
 
 # Settings that change a task's result: a resumed transfer must have the same ones.
 RESULT_KEYS = ("start", "model", "adapters", "shots", "image_size", "batch_size", "sweep", "lrs", "sweep_steps",
-               "lr", "steps", "warmup", "grad_clip", "precision", "data_dir", "seed", "test_samples")
+               "lr", "steps", "warmup", "grad_clip", "precision", "data_dir", "label_key", "image_key", "stream", "seed",
+               "test_samples")
 
 
 def result_settings(cfg: TransferConfig) -> dict[str, Any]:

@@ -62,7 +62,7 @@ class Prepared:
 
 
 def prepare(cfg: TransferConfig, task: Task, splits: TaskSplits | None = None) -> Prepared:
-    splits = splits or open_task(task, cfg.shots, cfg.data_dir)
+    splits = splits or open_task(task, cfg.shots, cfg.data_dir, seed=cfg.seed, test_samples=cfg.test_samples)
     start = load_start(cfg.start, cfg.model, cfg.seed)
     size = cfg.image_size or int(start.patch_embed.img_size[0])
     adapters = resolve_adapters(cfg.adapters)
@@ -112,7 +112,8 @@ def train_run(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_di
     model = build_model(prep)
     data_info = {"spec": prep.task.name, "num_classes": prep.task.num_classes,
                  "class_names": task_class_names(prep.splits),
-                 "train_size": len(train), "origin": prep.splits.origin}
+                 "train_size": len(train), "origin": prep.splits.origin,
+                 **({"splits": prep.splits.record} if prep.splits.record is not None else {})}
     latest = RunDir(out_dir).latest()
     setup = assemble(rcfg, accelerator, model, prep.preprocess, train, val, data_info, resume_from=latest,
                      record={"transfer": record})

@@ -14,6 +14,7 @@ transfer stopped (inside a run, from its last checkpoint).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -27,14 +28,18 @@ from ..adapters import resolve_adapters
 from ..errors import VitxError
 from ..runner.launch import is_main_process
 from ..runner.reporting import make_console
+from ..data.opener import DataOptions
 from ..tasks import GROUPS, Task, TaskSplits, open_task, select_tasks
+from ..tasks.custom import describe_record
 from .config import TransferConfig, result_settings
 from .finetune import closed_form, prepare, test_metrics, train_run
 from .report import print_summary, summarise
 
 
 def task_dir(cfg: TransferConfig, task: Task) -> Path:
-    return Path(cfg.output_dir) / task.name.replace("/", "-")
+    """`<output>/vtab-dtd`; a data task's folder is named after its data (`--task ~/data/photos` → `data-photos`)."""
+    name = task.name if task.data is None else "data-" + Path(task.name.rstrip("/")).name
+    return Path(cfg.output_dir) / re.sub(r"[^A-Za-z0-9._-]+", "-", name.replace("/", "-")).strip("-")
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
@@ -90,6 +95,9 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
                   f"({prep.splits.origin}) at {prep.preprocess.image_size}px | from {cfg.start} | "
                   f"adapters {', '.join(a.describe() for a in prep.adapters)}", soft_wrap=True)
     settings = {"task": task.name, **result_settings(cfg), "vitx_version": __version__}
+    if prep.splits.record is not None:  # a data task: how its splits were drawn
+        console.print(f"{task.name}: labels {task.label}; {describe_record(prep.splits.record)}", soft_wrap=True)
+        settings["splits"] = prep.splits.record
     if prep.method.closed_form:
         metrics = closed_form(prep, cfg.test_samples, cfg.start)
         result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": [], "chosen": None,
@@ -144,12 +152,13 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
     cfg.validate()
     console = console or make_console(cfg.quiet)
     resolve_adapters(cfg.adapters)  # name errors now, not after the data is opened
-    tasks = select_tasks(cfg.task)
+    tasks = select_tasks(cfg.task, DataOptions(label_key=cfg.label_key or None, image_key=cfg.image_key or None,
+                                               stream=cfg.stream, seed=cfg.seed))
     opened: dict[str, TaskSplits] = {}
     missing: list[str] = []
     for task in tasks:  # find every data problem before hours of training, not after
         try:
-            opened[task.name] = open_task(task, cfg.shots, cfg.data_dir)
+            opened[task.name] = open_task(task, cfg.shots, cfg.data_dir, seed=cfg.seed, test_samples=cfg.test_samples)
         except VitxError as exc:
             if len(tasks) == 1 or not cfg.skip_missing:
                 if len(tasks) == 1:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.decoding import EncodedImage
+from .decoding import EncodedImage
 from ..errors import VitxError
 
 LISTS = {"train": "train800.txt", "val": "val200.txt", "train_val": "train800val200.txt", "test": "test.txt"}
@@ -30,9 +30,8 @@ class ListSource:
     """One list file of the release: `load(i)` gives the image file's bytes (decoded in the loader's workers)
     and its label; `labels()` reads the list, not the images."""
 
-    def __init__(self, folder: Path, list_name: str, num_classes: int) -> None:
+    def __init__(self, folder: Path, list_name: str, num_classes: int | None = None) -> None:
         self.origin = str(folder / list_name)
-        self.num_classes, self.class_names = num_classes, [str(i) for i in range(num_classes)]
         paths, labels = [], []
         for number, line in enumerate((folder / list_name).read_text().splitlines(), 1):
             if not line.strip():
@@ -41,14 +40,18 @@ class ListSource:
             if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
                 raise VitxError(f"{self.origin}:{number}: expected '<image path> <label>', got '{line.strip()}'")
             label = int(parts[1])
-            if not 0 <= label < num_classes:
-                raise VitxError(f"{self.origin}:{number}: label {label} is outside 0..{num_classes - 1}")
+            if label < 0 or (num_classes is not None and label >= num_classes):
+                raise VitxError(f"{self.origin}:{number}: label {label} is outside 0..{(num_classes or 1) - 1}"
+                               if num_classes else f"{self.origin}:{number}: label {label} is negative")
             paths.append(str(folder / parts[0]))
             labels.append(label)
         missing = next((p for p in paths if not Path(p).is_file()), None)
         if missing is not None:
             raise VitxError(f"{self.origin}: image {missing} does not exist")
         self.paths, self._labels = paths, np.asarray(labels, dtype=np.int64)
+        if num_classes is None:  # a release folder opened as data: classes 0..max over its lists
+            num_classes = int(self._labels.max()) + 1 if len(labels) else 0
+        self.num_classes, self.class_names = num_classes, [str(i) for i in range(num_classes)]
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -60,6 +63,9 @@ class ListSource:
         return EncodedImage.from_file(self.paths[index]), int(self._labels[index])
 
 
-def open_release(folder: Path, num_classes: int) -> dict[str, ListSource]:
-    """{'train', 'val', 'train_val', 'test'} → the release's lists in `folder`."""
+def open_release(folder: Path, num_classes: int | None = None) -> dict[str, ListSource]:
+    """{'train', 'val', 'train_val', 'test'} → the release's lists in `folder` (classes: `num_classes`, or
+    0..the largest label in any list)."""
+    if num_classes is None:
+        num_classes = max(ListSource(folder, name).num_classes for name in LISTS.values())
     return {split: ListSource(folder, name, num_classes) for split, name in LISTS.items()}

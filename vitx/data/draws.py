@@ -1,0 +1,151 @@
+"""Seeded draws from a labelled pool: class-balanced N-shot sets and stratified hold-outs.
+
+Data is often stored sorted by class (class folders, shards written class by class), so a split is never
+"the first N": each draw here is a seeded function of the labels alone, the same on every machine, with
+per-class counts as even as the data allows (`balanced_counts`).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+
+def balanced_counts(available: Sequence[int], total: int, rng: np.random.Generator) -> np.ndarray:
+    """How many to take from each class: `total` spread as evenly as `available` allows (water-filling; classes
+    that get one more than the others are chosen by `rng`). (K,) int64"""
+    available = np.asarray(available, dtype=np.int64)
+    if total > int(available.sum()):
+        raise ValueError(f"cannot draw {total} from {int(available.sum())}")
+    take = np.zeros_like(available)
+    left = total
+    open_ = available > 0
+    while left > 0:
+        classes = np.flatnonzero(open_ & (take < available))
+        share, extra = divmod(left, len(classes))
+        room = available[classes] - take[classes]
+        if share > 0 and (room < share).any():  # small classes give all they have; the rest share again
+            small = classes[room < share]
+            left -= int(room[room < share].sum())
+            take[small] = available[small]
+            continue
+        take[classes] += share
+        lucky = rng.permutation(classes)[:extra]
+        take[lucky] += 1
+        left = 0
+    return take
+
+
+def balanced_draw(labels: np.ndarray, total: int, seed: Any) -> np.ndarray:
+    """`total` indices of `labels`, class-balanced, seeded; in ascending order. (total,) int64"""
+    rng = np.random.default_rng(seed)
+    classes = np.unique(labels)
+    members = [np.flatnonzero(labels == c) for c in classes]
+    counts = balanced_counts([len(m) for m in members], total, rng)
+    chosen = [rng.choice(m, int(k), replace=False) for m, k in zip(members, counts) if k > 0]
+    return np.sort(np.concatenate(chosen)) if chosen else np.empty(0, dtype=np.int64)
+
+
+def stratified_split(labels: np.ndarray, held: int, seed: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, held out) positions of `labels`: `held` of them held out in proportion to each class's share
+    (largest remainders, ties seeded), at least one per class when `held` allows. Both ascending."""
+    rng = np.random.default_rng(seed)
+    classes, sizes = np.unique(labels, return_counts=True)
+    exact = held * sizes / sizes.sum()
+    counts = np.floor(exact).astype(np.int64)
+    order = np.lexsort((rng.random(len(classes)), -(exact - counts)))
+    counts[order[: held - int(counts.sum())]] += 1
+    out = []
+    for c, k in zip(classes, counts):
+        members = np.flatnonzero(labels == c)
+        out.append(rng.choice(members, int(min(k, len(members))), replace=False))
+    held_out = np.sort(np.concatenate(out)) if out else np.empty(0, dtype=np.int64)
+    kept = np.setdiff1d(np.arange(len(labels)), held_out)
+    return kept, held_out
+
+
+def class_counts(labels: np.ndarray, num_classes: int) -> list[int]:
+    """Images per class, for a run's record."""
+    return np.bincount(np.asarray(labels, dtype=np.int64), minlength=num_classes).tolist()
+
+
+class Subset:
+    """`indices` of `base` as a source of its own (a drawn or held-out split)."""
+
+    def __init__(self, base: Any, indices: Sequence[int]) -> None:
+        self.base, self.indices = base, np.asarray(indices, dtype=np.int64)
+        self.num_classes, self.class_names = base.num_classes, base.class_names
+        self.origin = getattr(base, "origin", "data")
+        self.columns = getattr(base, "columns", None)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def labels(self) -> np.ndarray:
+        return source_labels_of(self.base)[self.indices]
+
+    def load(self, index: int) -> tuple[Any, Any]:
+        return self.base.load(int(self.indices[index]))
+
+
+def validation_split(opened: Any, count: int, seed: int, held: int | None = None) -> tuple[Any, Any, dict[str, Any]]:
+    """(train, validation, record) for a run that evaluates `count` images: the data's validation split, else
+    its test split, each as a seeded sample of `count` (never its first files: data is often sorted by class);
+    else `count` images held out of train (stratified when labelled; a stream's through a seeded shuffle), which
+    training then never sees. `held`: the hold-out a resumed run already made (its size must not change)."""
+    train = opened.split("train")
+    if count <= 0 and held is None:
+        return train, None, {}
+    for name in ("validation", "test"):
+        val = opened.split(name)
+        if val is None:
+            continue
+        if hasattr(val, "draw"):  # a stream
+            val, _ = val.draw(count, seed)
+            how = f"{len(val)} of its {name} split (a seeded shuffle)"
+        elif len(val) > count:
+            if _cheap_labels(val):
+                val = Subset(val, stratified_split(source_labels_of(val), count, [seed, 4242])[1])
+                how = f"{count} of its {name} split (seeded, stratified)"
+            else:
+                val = Subset(val, np.sort(np.random.default_rng([seed, 4242]).choice(len(val), count, replace=False)))
+                how = f"{count} of its {name} split (seeded)"
+        else:
+            how = f"its {name} split"
+        return train, val, _record(val, name, how)
+    if hasattr(train, "hold_out"):  # a stream without a held-out split
+        val = train.hold_out(held or count, seed)
+        if val is None:
+            return train, None, {"split": None, "how": "none: the stream is too small to hold images out"}
+        return train, val, _record(val, "held out of train", f"{len(val)} held out of train (a seeded shuffle, "
+                                   "stratified; not trained on)")
+    n = held or min(count, len(train) // 10)
+    if n == 0:
+        return train, None, {"split": None, "how": "none: too few images to hold some out"}
+    if _cheap_labels(train):
+        kept, out = stratified_split(source_labels_of(train), n, [seed, 4243])
+    else:
+        out = np.sort(np.random.default_rng([seed, 4243]).choice(len(train), n, replace=False))
+        kept = np.setdiff1d(np.arange(len(train)), out)
+    val = Subset(train, out)
+    return Subset(train, kept), val, _record(val, "held out of train", f"{n} held out of train (seeded, stratified; "
+                                              "not trained on)")
+
+
+def source_labels_of(source: Any) -> np.ndarray:
+    from .sources import source_labels
+
+    return source_labels(source)
+
+
+def _cheap_labels(source: Any) -> bool:
+    """Whether a source has single-class labels it can list without decoding (or rendering) every image."""
+    cheap = getattr(getattr(source, "base", source), "labels", None) is not None
+    return bool(cheap and source.num_classes and not getattr(getattr(source, "columns", None), "multilabel", False))
+
+
+def _record(val: Any, split: str, how: str) -> dict[str, Any]:
+    record: dict[str, Any] = {"split": split, "images": len(val), "how": how}
+    if _cheap_labels(val):
+        record["class_counts"] = class_counts(source_labels_of(val), val.num_classes)
+    return record

@@ -1,0 +1,129 @@
+"""Any labelled data as a transfer task: `vitx transfer --task PATH|hf:NAME|SHARDS`.
+
+The data is opened by the one opener (`data/opener.py`), so every layout `--data` takes is a task. Its splits:
+
+  test        its test split; else a seeded, stratified fifth of train, held out (the result says so)
+  train, val  `--shots N`: a seeded, class-balanced draw of N (per-class counts as even as the data allows),
+              4N/5 for training and N/5 for validation, the validation part from the data's own validation
+              split when it has one, else a stratified part of the draw
+
+Nothing is taken "first N": image folders and shards are often sorted by class. A VTAB-1k folder release is
+used through its own lists, as the registered VTAB tasks use them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..data.columns import require_labels
+from ..data.draws import Subset, balanced_draw, class_counts, stratified_split
+from ..data.opener import DataOptions, Opened, open_data
+from ..data.sources import source_labels
+from ..errors import VitxError
+from .base import Task
+
+TEST_FRACTION = 5  # without a test split, 1/5 of train is held out as the test split
+
+
+def data_task(spec: str, options: DataOptions) -> Task:
+    """`spec` opened as a task: its classes come from the data's labels."""
+    opened = open_data(spec, options)
+    train = opened.split("train")
+    require_labels(train, f"--task {spec}")
+    if getattr(train, "multilabel", False):
+        raise VitxError(f"--task {spec}: its labels are multi-label; a transfer trains a single-label classifier")
+    if train.num_classes < 2:
+        raise VitxError(f"--task {spec} has one class ({(train.class_names or ['?'])[0]}); a classifier needs two "
+                        "or more")
+    return Task(name=spec, group="custom", num_classes=int(train.num_classes), label=opened.labels_described(),
+                data=spec, info={"opened": opened})
+
+
+def max_shots(train: int, val: int | None) -> int:
+    """The largest --shots the pools allow (4N/5 from train; N/5 from val, or all N from train)."""
+    if val is None:
+        return train
+    best = 0
+    for n in range(2, 5 * (train + val) // 4 + 6):
+        if n * 4 // 5 <= train and n - n * 4 // 5 <= val:
+            best = n
+    return best
+
+
+def custom_splits(task: Task, shots: int, seed: int, test_samples: int = 0) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """(train, val, test, record) of a data task: see the module docstring. `test_samples`: a seeded sample of
+    that many test images (not the first ones: test splits are often sorted by class)."""
+    opened: Opened = task.info["opened"]
+    k = task.num_classes
+    pool, val_pool, test = opened.split("train"), opened.split("validation"), opened.split("test")
+    if hasattr(pool, "draw_balanced"):
+        return _stream_splits(task, shots, seed, pool, val_pool, test, test_samples)
+    labels = source_labels(pool)
+    record: dict[str, Any] = {"seed": seed, "draw": "class-balanced, seeded"}
+    if test is None:
+        kept, held = stratified_split(labels, len(labels) // TEST_FRACTION, [seed, 31])
+        test, pool, labels = Subset(pool, held), Subset(pool, kept), labels[kept]
+        record["test_from"] = f"a seeded, stratified fifth of train (the data has no test split): {len(held)} images"
+    else:
+        record["test_from"] = "its test split"
+    if 0 < test_samples < len(test):
+        test = Subset(test, np.sort(np.random.default_rng([seed, 35]).choice(len(test), test_samples, replace=False)))
+        record["test_from"] += f" (a seeded sample of {test_samples}: --test-samples)"
+    n_train, n_val = shots * 4 // 5, shots - shots * 4 // 5
+    most = max_shots(len(labels), None if val_pool is None else len(val_pool))
+    if shots > most:
+        where = f"{len(labels)} train" + ("" if val_pool is None else f" and {len(val_pool)} validation")
+        raise VitxError(f"--shots {shots} is more than {task.name} holds ({where} images): pass --shots {most} or less")
+    if val_pool is not None:
+        train_idx = balanced_draw(labels, n_train, [seed, 32])
+        val_labels = source_labels(val_pool)
+        val_idx = balanced_draw(val_labels, n_val, [seed, 33])
+        train, val = Subset(pool, train_idx), Subset(val_pool, val_idx)
+        train_counts, val_counts = labels[train_idx], val_labels[val_idx]
+        record["val_from"] = "its validation split"
+    else:
+        drawn = balanced_draw(labels, shots, [seed, 32])
+        kept, held = stratified_split(labels[drawn], n_val, [seed, 33])
+        train, val = Subset(pool, drawn[kept]), Subset(pool, drawn[held])
+        train_counts, val_counts = labels[drawn[kept]], labels[drawn[held]]
+        record["val_from"] = "a stratified part of the draw from train (the data has no validation split)"
+    record.update(train_per_class=class_counts(train_counts, k), val_per_class=class_counts(val_counts, k),
+                  test_images=len(test))
+    return train, val, test, record
+
+
+def _stream_splits(task: Task, shots: int, seed: int, pool: Any, val_pool: Any, test: Any,
+                   limit: int) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """`custom_splits` for streamed data (`--stream`): the shots are read from seeded shuffles of the stream
+    (class-balanced by label, images kept encoded); the test split is held encoded (`--test-samples`: a seeded
+    sample of it)."""
+    k = task.num_classes
+    n_train, n_val = shots * 4 // 5, shots - shots * 4 // 5
+    record: dict[str, Any] = {"seed": seed, "draw": "class-balanced, seeded, read from a stream"}
+    if val_pool is not None:
+        drawn, val = pool.draw_balanced(n_train, seed), val_pool.draw_balanced(n_val, seed + 1)
+        train = drawn
+        record["val_from"] = "its validation split"
+    else:
+        drawn = pool.draw_balanced(shots, seed)
+        kept, held = stratified_split(drawn.labels(), n_val, [seed, 33])
+        train, val = Subset(drawn, kept), Subset(drawn, held)
+        record["val_from"] = "a stratified part of the draw from train (the data has no validation split)"
+    if test is None:
+        raise VitxError(f"--task {task.name} --stream: the data has no test split, and a stream cannot hold one out "
+                        "of train; open it without --stream, or give it a test split")
+    test = test.draw(limit, seed)[0] if limit else test.read_all()
+    record["test_from"] = f"its test split ({len(test)} images{', a seeded sample' if limit else ''})"
+    record.update(train_per_class=class_counts(train.labels(), k), val_per_class=class_counts(val.labels(), k),
+                  test_images=len(test))
+    return train, val, test, record
+
+
+def describe_record(record: dict[str, Any]) -> str:
+    """One line for a transfer's header: the per-class counts of the draw."""
+    return (f"{record['draw']} (seed {record['seed']}): train per class {record['train_per_class']}, val per class "
+            f"{record['val_per_class']} ({record['val_from']}); test: {record['test_from']}")
+
+
+__all__ = ["custom_splits", "data_task", "describe_record", "max_shots"]
