@@ -396,6 +396,22 @@ def test_shots_are_a_seeded_class_balanced_draw(data, name, test_from, val_from,
     assert [bytes(other.train.load(i)[0].data) for i in range(12)] != images[:12]
 
 
+def test_streamed_shots_are_drawn_as_the_stream_is_read(data):
+    """`--stream`: the same class-balanced counts, read from a seeded shuffle of the stream; the test split is
+    held encoded (a seeded sample with --test-samples)."""
+    from vitx.data.opener import DataOptions as Options
+    from vitx.tasks import open_task, select_tasks
+
+    (task,) = select_tasks(str(data / LAYOUTS["image-folder"][0]), Options(stream=True))
+    splits = open_task(task, 15, seed=0, test_samples=6)
+    record = splits.record
+    assert record["draw"] == "class-balanced, seeded, read from a stream"
+    assert record["train_per_class"] == [4, 4, 4] and record["val_per_class"] == [1, 1, 1]
+    assert len(splits.test) == record["test_images"] == 6
+    for part in (splits.train, splits.val, splits.test):
+        assert [colour_class(part.load(i)[0]) for i in range(len(part))] == source_labels(part).tolist()
+
+
 # -- refusals: one line, exit 2 --------------------------------------------------------------------------------
 def tiny_pretrain(tmp_path: Path, data: str, *more: str) -> list[str]:
     return ["pretrain", "--data", data, "--model", "vit-nano/4", "--image-size", "8", "--steps", "1",
@@ -546,3 +562,20 @@ def test_readme_own_data_commands_open_the_layouts(data):
     assert {"image-folder", "metadata-csv", "saved-dict", "two-columns", "shards-cls", "shards-pattern",
             "shards-clip", "shards-json", "vtab-release"} <= set(shown)
     assert {argv[1] for argv in readme_commands()} == {"pretrain", "transfer"}
+
+
+def test_a_label_column_without_classes_is_no_labels_and_says_what_it_holds(tmp_path):
+    """A column named `label` holding floats is not labels: self-supervised objectives read the data; a supervised
+    run is refused in one line that says what the column holds."""
+    import datasets
+
+    rows = [picture(NAMES[k], serial) for serial, k in samples("train")]
+    table = datasets.Dataset.from_dict({"image": rows, "label": [0.5 * i for i in range(len(rows))]})
+    table.cast_column("image", datasets.Image()).to_parquet(str(tmp_path / "floats.parquet"))
+    opened = open_data(str(tmp_path / "floats.parquet"))
+    assert opened.num_classes is None and opened.labels_described() == "no labels"
+    line = refused(vitx_cli(*tiny_pretrain(tmp_path, str(tmp_path / "floats.parquet"))))
+    assert "has no labels ('label' holds Value('float64'), not class numbers or names)" in line
+    assert line.endswith("name yours with --label-key")
+    line = refused(vitx_cli(*tiny_pretrain(tmp_path, str(tmp_path / "floats.parquet"), "--label-key", "label")))
+    assert "the label column 'label' holds Value('float64'), not class numbers or names" in line

@@ -16,11 +16,10 @@ import torch
 import torch.nn as nn
 
 from .data import EncodedImage, decode
+from .data.opener import IMAGE_SUFFIXES
 from .data.transforms import Preprocess
 from .errors import CorruptImageError, VitxError
 from .trained import TrainedRun, load_classifier
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""The data layer: sources (embedded, local, hub, streams) → decoding → preprocessing on uint8 → deterministic,
-sharded loaders of uint8 batches (normalised on the device)."""
+"""The data layer: one opener of every layout (`opener.py`; labels found by `columns.py`; seeded draws and
+hold-outs in `draws.py`) → sources (map-style `sources.py`, `streams.py`, `memory.py`) → decoding →
+preprocessing on uint8 → deterministic, sharded loaders of uint8 batches (normalised on the device)."""
 from ..lazy import lazy_exports
 
 __all__ = ["EMBEDDED", "Batches", "DeadLeaves", "Digits", "EncodedImage", "Shapes", "HFImageSource", "ImageSource",

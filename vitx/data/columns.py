@@ -79,6 +79,10 @@ class Columns:
         self.origin, self.features = origin, features
         self.image_key = self._find_image(features, image_key)
         self.label_path = self._find_label(features, label_key)
+        self.rejected = ""  # a column found by its name but holding no classes (floats, boxes, ...)
+        if self.label_path is not None and label_key is None and _kind(self._feature()) == "other":
+            self.rejected = f"'{'.'.join(self.label_path)}' holds {self._feature()}, not class numbers or names"
+            self.label_path = None  # not labels: unlabelled data (fine for self-supervised objectives)
         self.num_classes: int | None = None
         self.class_names: list[str] | None = None
         self.multilabel = False
@@ -239,7 +243,8 @@ class Columns:
 
     def no_labels(self) -> str:
         """What was looked for, and how to point at the labels: for "needs labels" errors."""
-        return (f"{self.origin} has no labels: looked for a ClassLabel column (class folders), a column named "
+        found = f" ({self.rejected})" if self.rejected else ""
+        return (f"{self.origin} has no labels{found}: looked for a ClassLabel column (class folders), a column named "
                 f"{', '.join(LABEL_NAMES)} or {TEXT_LABEL}, and such a field in a dict column (columns: "
                 f"{describe_columns(self.features)}); name yours with --label-key")
 

@@ -32,7 +32,7 @@ from .columns import SPLITS, Columns, split_name
 from .procedural import EMBEDDED
 from .sources import HFImageSource, column_values
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm")
 TABLE_SUFFIXES = (".parquet", ".arrow", ".csv", ".jsonl", ".json", ".tsv")
 CLASSNAMES = "classnames.txt"
 
