@@ -11,13 +11,15 @@ if TYPE_CHECKING:
     import torch.nn as nn
 
 PREFIX = "timm:"
-
+SOURCES = ("local-dir:", "hf-hub:")  # timm's own prefixes: a folder in timm's hub layout, a hub repo
 
 def create_timm_backbone(arch: str, **overrides: Any) -> "nn.Module":
     """Build timm's `arch` with `num_classes=0`; `pretrained=True` downloads its weights (online users)."""
     import timm  # seconds to import: only when a network is built
 
-    if not timm.is_model(arch):
+    if arch.startswith("local-dir:"):
+        check_timm_folder(arch[len("local-dir:"):])
+    elif not arch.startswith(SOURCES) and not timm.is_model(arch):
         close = difflib.get_close_matches(arch, timm.list_models("*vit*"), n=4, cutoff=0.6)
         hint = f"; did you mean {', '.join(PREFIX + c for c in close)}?" if close else ""
         raise VitxError(f"timm has no model '{arch}'{hint}")
@@ -29,6 +31,9 @@ def create_timm_backbone(arch: str, **overrides: Any) -> "nn.Module":
     except TypeError as exc:
         raise VitxError(f"timm model '{arch}' does not accept these options ({exc})") from None
     except Exception as exc:  # hub failures come as many types (OSError, HTTPError, LocalEntryNotFoundError)
+        if arch.startswith("local-dir:"):
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise VitxError(f"timm cannot build {arch}: {first}") from None
         if pretrained:
             raise VitxError(f"could not fetch pretrained weights for timm:{arch} ({type(exc).__name__}); "
                             "are you offline? Use a local vitx checkpoint instead") from None
@@ -38,3 +43,36 @@ def create_timm_backbone(arch: str, **overrides: Any) -> "nn.Module":
     if getattr(model.patch_embed, "img_size", None) is not None:  # timm would silently drop a partial patch
         check_image_size(model.patch_embed.img_size, model.patch_embed.patch_size[0])
     return model
+
+
+def check_timm_folder(folder: str) -> None:
+    """A folder in timm's hub layout (config.json with `architecture`, weights in model.safetensors), as timm's
+    `save_for_hf(..., safe_serialization=True)` and `vitx export` write it. Pickled weights are refused: vitx
+    never unpickles a file a user points at."""
+    import json
+    from pathlib import Path
+
+    path = Path(folder).expanduser()
+    config = path / "config.json"
+    if not config.is_file():
+        raise VitxError(f"{folder} is not a timm model folder: it has no config.json")
+    try:
+        data = json.loads(config.read_text())
+    except (ValueError, UnicodeDecodeError):
+        raise VitxError(f"{config} is not valid JSON") from None
+    if not isinstance(data, dict) or not isinstance(data.get("architecture"), str):
+        raise VitxError(f"{config} names no timm 'architecture'; not a timm model folder")
+    if not (path / "model.safetensors").is_file():
+        found = ", ".join(p.name for p in path.iterdir() if p.suffix in (".bin", ".pth", ".pt")) or "none"
+        raise VitxError(f"{folder} has no model.safetensors (weights found: {found}); vitx reads safetensors only: "
+                        "save with timm's save_for_hf(..., safe_serialization=True)")
+
+
+def timm_folder_record(folder: str) -> tuple[str, dict[str, Any]]:
+    """(architecture, model_args) of a timm hub-layout folder: enough to build the model again without it."""
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(folder).expanduser() / "config.json").read_text())
+    args = data.get("model_args") if isinstance(data.get("model_args"), dict) else {}
+    return data["architecture"], {k: v for k, v in args.items() if k != "pretrained"}

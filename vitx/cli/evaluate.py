@@ -47,7 +47,7 @@ def fewshot(
     from ..runner.launch import is_main_process, process_device
     from ..transfer.fewshot import evaluate_sources
     from ..transfer.representation import representation
-    from ..transfer.start import load_start
+    from ..transfer.start import load_start, start_input
 
     if not is_main_process():  # under a launcher: one process does the (small) work, on its own device
         return
@@ -66,6 +66,8 @@ def fewshot(
         raise VitxError("--test-samples and --seed must not be negative")
     backbone = load_start(start, model, seed)
     size = image_size or int(backbone.patch_embed.img_size[0])
+    given = start_input(start, backbone)  # the start's mean, std and interpolation
+    normal = dict(mean=tuple(given["mean"]), std=tuple(given["std"]), interpolation=given["interpolation"])
     backbone = resize_backbone(backbone, size)
     model = representation(backbone, start, features)
     if task and data:
@@ -75,15 +77,18 @@ def fewshot(
     if task:
         train, test, _ = open_full_splits(get_task(task), data_dir)
         what = task
-        preprocess = Preprocess(image_size=size, squash=True)
+        preprocess = Preprocess(image_size=size, squash=True, **normal)
     else:
         what = data or "embedded:digits"
         train, test = open_labelled(what, "eval fewshot", DataOptions(label_key=label_key, image_key=image_key,
                                                                      image_size=size))
-        preprocess = Preprocess(image_size=size)
+        preprocess = Preprocess(image_size=size, eval_crop_pct=given["crop_pct"], eval_resize=given["eval_resize"],
+                                **normal)
     result = evaluate_sources(model, train, test, preprocess, shot_list, range(seeds), reg, test_samples,
                               workers=default_workers(), device=process_device())
-    result = {"from": start, "data": what, "image_size": size, "features": model.kind, **result}
+    result = {"from": start, "data": what, "image_size": size, "features": model.kind,
+              "input": {**normal, "crop_pct": preprocess.eval_crop_pct, "eval_resize": preprocess.eval_resize,
+                        "squash": preprocess.squash, "from": given["source"]}, **result}
     table = Table(title=f"few-shot linear evaluation: {what} from {start}")
     table.add_column("shots", justify="right")
     table.add_column("mean top-1", justify="right")

@@ -35,6 +35,9 @@ def transfer(
     image_key: Optional[str] = typer.Option(None, help="Your data's image column. \\[default: the first image column]"),
     stream: Optional[bool] = typer.Option(None, "--stream/--no-stream", help="Your data (hf:NAME, parquet, shards) read as a stream: the shots are drawn as it is read, nothing is downloaded or cached whole."),
     image_size: Optional[int] = typer.Option(None, help="Fine-tuning resolution; position embeddings are interpolated. \\[default: the checkpoint's]"),
+    mean: Optional[str] = typer.Option(None, help="Input normalisation mean, per RGB channel, e.g. 0.485,0.456,0.406. \\[default: the start's: timm's pretrained_cfg, a vitx run's preprocessing, 0.5 for scratch]"),
+    std: Optional[str] = typer.Option(None, help="Input normalisation std, per RGB channel. \\[default: the start's]"),
+    interpolation: Optional[str] = typer.Option(None, help="Resize interpolation: bicubic, bilinear or nearest. \\[default: the start's]"),
     batch_size: Optional[int] = typer.Option(None, help=f"Global batch per step. \\[default: {D.batch_size}]"),
     grad_accum: Optional[int] = typer.Option(None, help=f"Split each batch into this many accumulated micro-batches (memory). \\[default: {D.grad_accum}]"),
     sweep: Optional[bool] = typer.Option(None, "--sweep/--no-sweep", help="Sweep lr × steps on train → val and retrain the best; --no-sweep: --lr and --steps (the paper's 0.01, 2500). \\[default: sweep]"),
@@ -64,6 +67,9 @@ def transfer(
     options = {k: v for k, v in locals().items() if k not in ("resume", "recipe", "set_", "adapter") and v is not None}
     if adapter:
         options["adapters"] = list(adapter)
+    for name, value in (("mean", mean), ("std", std)):
+        if value is not None:
+            options[name] = number_list(value, float, f"--{name}", "0.5,0.5,0.5")
     if lrs is not None:
         options["lrs"] = number_list(lrs, float, "--lrs", ",".join(map(str, D.lrs)))
     if sweep_steps is not None:

@@ -21,6 +21,23 @@ import torch
 from ..errors import VitxError
 
 INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
+EVAL_RESIZES = ("tensor", "timm")
+
+
+def _timm_eval(image: torch.Tensor, size: int, crop_pct: float, interpolation: str) -> torch.Tensor:
+    """timm's eval transform (`create_transform(is_training=False)`, crop_mode 'center') on a (3, H, W) uint8
+    image: the short side resized to floor(size / crop_pct) by PIL, then a centre crop of size, as torchvision
+    crops it. (3, S, S) uint8, the same pixels timm's pipeline gives, so a timm model sees its own input."""
+    from PIL import Image
+
+    scale = math.floor(size / crop_pct)
+    h, w = image.shape[-2:]
+    new_h, new_w = (scale, int(scale * w / h)) if h <= w else (int(scale * h / w), scale)
+    modes = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "nearest": Image.NEAREST}
+    picture = Image.fromarray(image.permute(1, 2, 0).numpy()).resize((new_w, new_h), modes[interpolation])
+    top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
+    out = torch.from_numpy(np.asarray(picture)[top:top + size, left:left + size].copy()).permute(2, 0, 1)
+    return out.contiguous()  # (3, S, S)
 
 
 def _finite_numbers(value: object, count: int, positive: bool, what: str) -> tuple[float, ...]:
@@ -52,6 +69,8 @@ class Preprocess:
     hflip: bool = True
     eval_crop_pct: float = 1.0
     squash: bool = False  # eval: resize the whole image to a square (VTAB) instead of centre-cropping it
+    eval_resize: str = "tensor"  # eval: "tensor" (crop, then resize on uint8 tensors) or "timm" (timm's eval
+    # transform, pixel for pixel: the short side resized to floor(S / eval_crop_pct) by PIL, then centre-cropped)
     augment: bool = True  # False: training sees the eval transform too (VTAB's protocol: resize only)
     randaugment: str = ""  # a timm RandAugment policy after the crop, e.g. "rand-m9-mstd0.5-inc1"; "": none
     random_erasing: float = 0.0  # probability of timm's RandomErasing (per-pixel noise), on the device, training only
@@ -80,6 +99,9 @@ class Preprocess:
                 values[key] = _finite_numbers(values[key], count, positive, f"{where}: {key}")
         if "crop_ratio" in values and values["crop_ratio"][0] > values["crop_ratio"][1]:
             raise VitxError(f"{where}: crop_ratio must be [low, high] with low <= high")
+        if values.get("eval_resize", "tensor") not in EVAL_RESIZES:
+            raise VitxError(f"{where}: eval_resize must be one of {', '.join(EVAL_RESIZES)}, got "
+                            f"'{values['eval_resize']}'")
         if values.get("interpolation", INTERPOLATIONS[0]) not in INTERPOLATIONS:
             raise VitxError(f"{where}: interpolation must be one of {', '.join(INTERPOLATIONS)}, "
                             f"got '{values['interpolation']}'")
@@ -112,6 +134,8 @@ class Preprocess:
         """Centre crop of `eval_crop_pct` of the short side (or the whole image when `squash`), resized:
         (3, H, W) uint8 → (3, S, S) uint8."""
         h, w = image.shape[-2:]
+        if self.eval_resize == "timm" and not self.squash:
+            return _timm_eval(image, self.image_size, self.eval_crop_pct, self.interpolation)
         if not self.squash:
             side = max(1, round(min(h, w) * self.eval_crop_pct))
             top, left = (h - side) // 2, (w - side) // 2

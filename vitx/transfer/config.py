@@ -22,6 +22,9 @@ class TransferConfig:
     adapters: list[str] = field(default_factory=list)  # --adapter; unnamed roles take the defaults
     shots: int = 1000
     image_size: int | None = None  # None: the starting backbone's resolution
+    mean: list[float] | None = None  # None: the start's (timm's pretrained_cfg, a vitx run's preprocessing)
+    std: list[float] | None = None  # None: the start's
+    interpolation: str | None = None  # None: the start's (bicubic, bilinear or nearest)
     batch_size: int = 512
     grad_accum: int = 1
     sweep: bool = True
@@ -70,6 +73,15 @@ class TransferConfig:
             raise VitxError(f"--precision must be one of no, bf16, fp16, got '{self.precision}'")
         if self.image_size is not None and self.image_size <= 0:
             raise VitxError(f"--image-size must be positive, got {self.image_size}")
+        for name in ("mean", "std"):
+            value = getattr(self, name)
+            if value is not None and (len(value) != 3 or (name == "std" and min(value) <= 0)):
+                kind = "positive numbers" if name == "std" else "numbers"
+                raise VitxError(f"--{name} takes 3 {kind} (one per RGB channel), e.g. --{name} 0.5,0.5,0.5; got {value}")
+        from ..data.transforms import INTERPOLATIONS
+
+        if self.interpolation is not None and self.interpolation not in INTERPOLATIONS:
+            raise VitxError(f"--interpolation must be one of {', '.join(INTERPOLATIONS)}, got '{self.interpolation}'")
         if self.test_samples < 0:
             raise VitxError("--test-samples must not be negative")
         from ..runner.config import CHOICES
@@ -89,7 +101,7 @@ class TransferConfig:
 
 
 # Settings that change a task's result: a resumed transfer must have the same ones.
-RESULT_KEYS = ("start", "model", "adapters", "shots", "image_size", "batch_size", "sweep", "lrs", "sweep_steps",
+RESULT_KEYS = ("start", "model", "adapters", "shots", "image_size", "mean", "std", "interpolation", "batch_size", "sweep", "lrs", "sweep_steps",
                "lr", "steps", "warmup", "grad_clip", "precision", "data_dir", "label_key", "image_key", "stream", "seed",
                "test_samples")
 

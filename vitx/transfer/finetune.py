@@ -26,7 +26,7 @@ from ..tasks import Task, TaskSplits, open_task
 from ..tasks.splits import task_class_names
 from .config import TransferConfig
 from .fewshot import extract_features, fit_least_squares, source_features
-from .start import load_start
+from .start import load_start, start_input
 
 
 @dataclass
@@ -41,6 +41,7 @@ class Prepared:
     train: TensorSplit  # trainN, in memory
     val: TensorSplit  # valN, in memory
     test: Any  # an ImageSource, streamed (test splits can be large)
+    input_from: str = ""  # where the mean, std and interpolation came from (the start, or the flags)
 
     @property
     def train_val(self) -> TensorSplit:
@@ -66,12 +67,16 @@ def prepare(cfg: TransferConfig, task: Task, splits: TaskSplits | None = None) -
     start = load_start(cfg.start, cfg.model, cfg.seed)
     size = cfg.image_size or int(start.patch_embed.img_size[0])
     adapters = resolve_adapters(cfg.adapters)
+    given = start_input(cfg.start, start)  # the start decides the input; --mean/--std/--interpolation override
     # VTAB preprocessing: the whole image resized to a square, no augmentation (see data/memory.py)
-    preprocess = Preprocess(image_size=size, hflip=False, squash=True, augment=False)  # VTAB: resize only
+    preprocess = Preprocess(image_size=size, mean=tuple(cfg.mean or given["mean"]), std=tuple(cfg.std or given["std"]),
+                            interpolation=cfg.interpolation or given["interpolation"], hflip=False, squash=True,
+                            augment=False)
+    input_from = "--mean/--std/--interpolation" if (cfg.mean or cfg.std or cfg.interpolation) else given["source"]
     workers = default_workers() if cfg.workers < 0 else cfg.workers
     train = decode_split(splits.train, preprocess, workers=workers)
     val = decode_split(splits.val, preprocess, workers=workers)
-    return Prepared(task, splits, start, adapters, preprocess, train, val, splits.test)
+    return Prepared(task, splits, start, adapters, preprocess, train, val, splits.test, input_from)
 
 
 def build_model(prep: Prepared) -> Supervised:

@@ -94,7 +94,12 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
     console.print(f"{task.name}: {len(prep.train)} train + {len(prep.val)} val images, test {len(prep.test)} "
                   f"({prep.splits.origin}) at {prep.preprocess.image_size}px | from {cfg.start} | "
                   f"adapters {', '.join(a.describe() for a in prep.adapters)}", soft_wrap=True)
-    settings = {"task": task.name, **result_settings(cfg), "vitx_version": __version__}
+    pre = prep.preprocess
+    console.print(f"{task.name}: input mean {tuple(round(v, 4) for v in pre.mean)}, std {tuple(round(v, 4) for v in pre.std)}, "
+                  f"{pre.interpolation} ({prep.input_from})", soft_wrap=True)
+    settings = {"task": task.name, **result_settings(cfg), "vitx_version": __version__,
+                "input": {"mean": list(prep.preprocess.mean), "std": list(prep.preprocess.std),
+                          "interpolation": prep.preprocess.interpolation, "from": prep.input_from}}
     if prep.splits.record is not None:  # a data task: how its splits were drawn
         console.print(f"{task.name}: labels {task.label}; {describe_record(prep.splits.record)}", soft_wrap=True)
         settings["splits"] = prep.splits.record

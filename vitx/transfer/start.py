@@ -1,11 +1,16 @@
 """Where a transfer starts: a vitx run or checkpoint directory, a timm ViT (`timm:<name>`, its pretrained
-weights: online users), or `scratch` (a randomly initialised `--model`, the paper's "from scratch" baseline).
+weights: online users; `timm:hf-hub:REPO`), a folder in timm's hub layout (`--from DIR` or
+`timm:local-dir:DIR`: what timm's `save_for_hf` and `vitx export` write), or `scratch` (a randomly initialised
+`--model`, the paper's "from scratch" baseline).
 
-Weights are read from safetensors only; nothing a user points at is ever unpickled.
+The start also decides the input (`start_input`): a timm model's `pretrained_cfg` (mean, std, interpolation,
+crop), a vitx run's recorded preprocessing. Weights are read from safetensors only; nothing a user points at is
+ever unpickled.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -47,8 +52,44 @@ def load_start(start: str, model: str | None = None, seed: int = 0) -> nn.Module
         if path.is_file():
             raise VitxError(f"--from {start} is a file; give the vitx run or checkpoint directory that holds "
                             "config.json and model.safetensors")
+        if is_timm_folder(path):
+            return load_start(f"timm:local-dir:{path}", None, seed)
         backbone = load_backbone(path)
     if not hasattr(backbone, "pos_embed") or not hasattr(backbone, "patch_embed") or \
             not hasattr(backbone, "embed_dim"):
         raise VitxError(f"--from {start} is not a Vision Transformer (no patch_embed / pos_embed)")
     return backbone
+
+
+def is_timm_folder(path: Path) -> bool:
+    """A folder in timm's hub layout rather than a vitx run (its config.json names an `architecture`)."""
+    from ..checkpoint import read_json_object
+
+    config = read_json_object(path / "config.json") if (path / "config.json").is_file() else None
+    return config is not None and "architecture" in config and "backbone" not in config
+
+
+def start_input(start: str, backbone: nn.Module) -> dict[str, Any]:
+    """How the start expects its images: {mean, std, interpolation, crop_pct, eval_resize, source}. A timm
+    start's `pretrained_cfg` (as timm's `resolve_data_config` reads it; its eval images are resized as timm's
+    own transform does), a vitx run's recorded preprocessing, or the paper's 0.5 / 0.5 for scratch."""
+    defaults = {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5], "interpolation": "bicubic", "crop_pct": 1.0,
+                "eval_resize": "tensor"}
+    if start == SCRATCH:
+        return {**defaults, "source": "scratch: the paper's 0.5 / 0.5"}
+    path = Path(start).expanduser()
+    if not start.startswith("timm:") and not is_timm_folder(path):
+        from ..checkpoint import read_config
+
+        recorded = (read_config(path) or {}).get("preprocess") or {}
+        found = {k: recorded[k] for k in ("mean", "std", "interpolation") if k in recorded}
+        return {**defaults, **{k: list(v) if isinstance(v, (list, tuple)) else v for k, v in found.items()},
+                "crop_pct": float(recorded.get("eval_crop_pct", 1.0)), "eval_resize": recorded.get("eval_resize", "tensor"),
+                "source": "the run's recorded preprocessing"}
+    from timm.data import resolve_data_config
+
+    config = resolve_data_config({}, model=backbone)
+    interpolation = config.get("interpolation", "bicubic")
+    return {"mean": [float(v) for v in config["mean"]], "std": [float(v) for v in config["std"]],
+            "interpolation": interpolation if interpolation in ("bicubic", "bilinear", "nearest") else "bicubic",
+            "crop_pct": float(config.get("crop_pct", 1.0)), "eval_resize": "timm", "source": "timm's pretrained_cfg"}
