@@ -33,8 +33,9 @@ def test_protocol_from_a_checkpoint(transfer_run):
     assert config["transfer"]["phase"] == "final" and config["run"]["optimizer"] == "sgd"
     assert config["run"]["weight_decay"] == 0.0 and config["run"]["grad_clip"] == 1.0
     summary = json.loads((out_dir / "summary.json").read_text())
-    assert summary["mean"] == pytest.approx(result["test_top1"])
-    assert summary["group_means"] == {"structured": pytest.approx(result["test_top1"])}
+    assert result["source"] == "embedded (synthetic regeneration)" and result["synthetic"]
+    assert summary["mean"] is None and summary["group_means"] == {}  # synthetic data is no VTAB figure
+    assert summary["left_out"] == ["vtab/dsprites_loc"] and (summary["counted"], summary["selected"]) == (0, 1)
     # the reported test accuracy is the saved final model's, recomputed from its files on the 64 test images
     assert result["test_top1"] == pytest.approx(saved_model_accuracy(root / "final", QUICK["task"], 64), abs=1e-6)
 
@@ -163,14 +164,17 @@ def test_eval_fewshot_on_a_task(pretrained_run, tmp_path):
 def test_a_suite_prints_group_means_and_writes_a_summary(tmp_path):
     cfg = TransferConfig(start="scratch", model="vit-nano/4", output_dir=str(tmp_path / "s"),
                          **{**QUICK, "task": "vtab/dsprites_*", "sweep_steps": [2], "lrs": [0.01]})
-    out = transfer(cfg)
+    out = transfer(TransferConfig(**{**cfg.to_dict(), "allow_synthetic": True}))
     assert [r["task"] for r in out["tasks"]] == ["vtab/dsprites_loc", "vtab/dsprites_ori"]
     mean = sum(r["test_top1"] for r in out["tasks"]) / 2
     summary = json.loads((tmp_path / "s" / "summary.json").read_text())
     assert summary["group_means"]["structured"] == pytest.approx(mean) and summary["mean"] == pytest.approx(mean)
+    assert (summary["counted"], summary["selected"], summary["left_out"]) == (2, 2, [])  # --allow-synthetic
     skipped = transfer(TransferConfig(**{**cfg.to_dict(), "task": "vtab/all", "skip_missing": True,
                                          "output_dir": str(tmp_path / "all")}))
     assert [r["task"] for r in skipped["tasks"]] == ["vtab/dsprites_loc", "vtab/dsprites_ori"]  # offline: the rest
+    assert skipped["selected"] == 19 and len(skipped["skipped"]) == 17 and skipped["counted"] == 0
+    assert skipped["mean"] is None and skipped["left_out"] == ["vtab/dsprites_loc", "vtab/dsprites_ori"]
 
 
 def test_eval_fewshot_from_scratch_is_the_same_every_time(tmp_path):

@@ -62,6 +62,9 @@ def test_a_suite_finds_each_task_under_the_release_root(tmp_path):
     write_release(root, "oxford_iiit_pet", 37)  # vtab/pets, under the release's own folder name
     splits = open_task(get_task("vtab/pets"), shots=20, data_dir=str(root))
     assert len(splits.test) == 8 and splits.origin.endswith("oxford_iiit_pet")
+    assert splits.source == "VTAB-1k folder release" and not splits.synthetic
+    with pytest.raises(VitxError, match=r"does not hold vtab/dtd \(it holds neither tar shards"):
+        open_task(get_task("vtab/dtd"), shots=20, data_dir=str(root))  # the root is not dtd's data
 
 
 @pytest.mark.parametrize("damage,match", [

@@ -55,6 +55,7 @@ def transfer(
     save_every: Optional[int] = typer.Option(None, help=f"Checkpoint each run every N steps (for --resume). \\[default: {D.save_every}]"),
     workers: Optional[int] = typer.Option(None, help="Data worker processes; -1: cores - 1, at most 4. \\[default: -1]"),
     skip_missing: Optional[bool] = typer.Option(None, "--skip-missing", help="In a suite, skip tasks whose data is unavailable."),
+    allow_synthetic: Optional[bool] = typer.Option(None, "--allow-synthetic", help="Count VTAB tasks read from vitx's synthetic regeneration (the embedded dSprites) in group and suite means; by default they are listed but left out."),
     compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile each run's training step."),
     tf32: Optional[bool] = typer.Option(None, "--tf32/--no-tf32", help="On GPUs that have it, float32 matmuls in TF32. \\[default: on]"),
     log_format: Optional[str] = typer.Option(None, help="Progress of each run: auto (a bar on a terminal; a plain, flushed line per log step in a log file or pipe), bar, lines or json. \\[default: auto]"),

@@ -26,7 +26,11 @@ def open_hub_splits(repo: str, task: str, data_dir: str | None) -> dict[str, Any
         base = Path(data_dir).expanduser()
         if not base.is_dir():
             raise VitxError(f"--data-dir {data_dir} is not a folder")
+        from ..data.streams import is_shards
+
         try:
+            if not (is_shards(str(base)) or (base / "dataset_dict.json").exists()):  # e.g. a suite's root
+                raise VitxError("it holds neither tar shards nor a save_to_disk DatasetDict")
             opened = open_data(str(base))
         except VitxError as exc:
             raise VitxError(f"--data-dir {data_dir} does not hold {task} ({exc}); expected the VTAB-1k folder release "

@@ -37,6 +37,23 @@ class TaskSplits:
     record: dict[str, Any] | None = None  # how a data task's splits were drawn (custom.py): per-class counts
 
     @property
+    def source(self) -> str:
+        """Where the task's data came from, in words a results table can show (`source_kind`)."""
+        return source_kind(self.task, self.origin, self.release_train_val is not None or self._release)
+
+    @property
+    def synthetic(self) -> bool:
+        """A VTAB task read from vitx's procedural regeneration, not the dataset itself: kept out of VTAB means
+        unless asked (`--allow-synthetic`)."""
+        return self.task.name.startswith("vtab/") and self.origin == "embedded"
+
+    @property
+    def _release(self) -> bool:
+        from ..data.release import ListSource
+
+        return isinstance(getattr(self.train, "base", None), ListSource)
+
+    @property
     def train_val(self) -> Any:
         """trainN ∪ valN: what the final run trains on."""
         if self.release_train_val is not None:
@@ -69,6 +86,17 @@ def task_folder(task: Task, data_dir: str) -> Path:
         if name and (base / name).is_dir():
             return base / name
     return base
+
+
+def source_kind(task: Task, origin: str, release: bool) -> str:
+    """'VTAB-1k folder release', 'hub copy (<repo or folder>)', 'embedded (synthetic regeneration)', ...."""
+    if task.data is not None:
+        return f"your data ({task.info['opened'].layout})"
+    if release:
+        return "VTAB-1k folder release"
+    if origin == "embedded":
+        return "embedded (synthetic regeneration)" if task.name.startswith("vtab/") else "embedded"
+    return f"hub copy ({origin})"
 
 
 def _pools(task: Task, data_dir: str | None, offline: bool) -> tuple[dict[str, Any], str]:

@@ -48,6 +48,7 @@ class TransferConfig:
     quiet: bool = False  # print nothing but errors
     workers: int = -1
     skip_missing: bool = False  # suites: skip tasks with no data available instead of stopping
+    allow_synthetic: bool = False  # count VTAB tasks read from vitx's synthetic regeneration in the means
     compile: bool = False  # torch.compile each run's training step
     tf32: bool = True  # float32 matmuls in TF32 on GPUs that have it
     curves: bool = True  # figures: sweep.png (val top-1 per lr × steps) and the final run's curves.png

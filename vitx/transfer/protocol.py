@@ -98,6 +98,7 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
     console.print(f"{task.name}: input mean {tuple(round(v, 4) for v in pre.mean)}, std {tuple(round(v, 4) for v in pre.std)}, "
                   f"{pre.interpolation} ({prep.input_from})", soft_wrap=True)
     settings = {"task": task.name, **result_settings(cfg), "vitx_version": __version__,
+                "source": prep.splits.source, "synthetic": prep.splits.synthetic,
                 "input": {"mean": list(prep.preprocess.mean), "std": list(prep.preprocess.std),
                           "interpolation": prep.preprocess.interpolation, "from": prep.input_from}}
     if prep.splits.record is not None:  # a data task: how its splits were drawn
@@ -161,6 +162,7 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
                                                stream=cfg.stream, seed=cfg.seed))
     opened: dict[str, TaskSplits] = {}
     missing: list[str] = []
+    skipped: list[str] = []
     for task in tasks:  # find every data problem before hours of training, not after
         try:
             opened[task.name] = open_task(task, cfg.shots, cfg.data_dir, seed=cfg.seed, test_samples=cfg.test_samples)
@@ -171,11 +173,12 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
                 missing.append(f"{task.name} ({exc})")
             else:
                 console.print(f"skipping {task.name}: {exc}", soft_wrap=True)
+                skipped.append(task.name)
     if missing:
         raise VitxError(f"{len(missing)} of {len(tasks)} tasks have no data: {missing[0]}; ... "
                         "(pass --skip-missing to run the others)")
     results = [run_task(cfg, t, resume, console, opened[t.name]) for t in tasks if t.name in opened]
-    summary = summarise(results)
+    summary = summarise(results, len(tasks), skipped, cfg.allow_synthetic)
     _write(Path(cfg.output_dir) / "summary.json", {"tasks": results, **summary, "groups": list(GROUPS)})
     print_summary(results, summary, console)
     return {"tasks": results, **summary}

@@ -9,28 +9,46 @@ from rich.table import Table
 from ..tasks import GROUPS
 
 
-def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean test top-1 per group (over the tasks run) and overall (mean over tasks, VTAB's headline number)."""
-    groups = {g: [r["test_top1"] for r in results if r.get("group") == g] for g in GROUPS}
+def summarise(results: list[dict[str, Any]], selected: int | None = None, skipped: list[str] | None = None,
+              allow_synthetic: bool = False) -> dict[str, Any]:
+    """Mean test top-1 per group and overall (mean over tasks, VTAB's headline number), over the tasks counted:
+    a VTAB task read from vitx's synthetic regeneration is left out unless `allow_synthetic`. The summary says
+    over how many of the `selected` tasks each mean is, and which were skipped or left out."""
+    counted = [r for r in results if allow_synthetic or not r.get("synthetic")]
+    groups = {g: [r["test_top1"] for r in counted if r.get("group") == g] for g in GROUPS}
     means = {g: sum(v) / len(v) for g, v in groups.items() if v}
-    overall = sum(r["test_top1"] for r in results) / len(results) if results else None
-    return {"group_means": means, "group_counts": {g: len(v) for g, v in groups.items()}, "mean": overall}
+    overall = sum(r["test_top1"] for r in counted) / len(counted) if counted else None
+    return {"group_means": means, "group_counts": {g: len(v) for g, v in groups.items()}, "mean": overall,
+            "counted": len(counted), "selected": selected if selected is not None else len(results),
+            "skipped": list(skipped or []),
+            "left_out": [r["task"] for r in results if r not in counted],
+            "sources": {r["task"]: r.get("source", "") for r in results}}
 
 
 def print_summary(results: list[dict[str, Any]], summary: dict[str, Any], console: Console) -> None:
     table = Table(title="transfer results (test top-1)")
-    for col in ("task", "group", "classes", "shots", "chosen lr", "steps", "best val", "test top-1", "time"):
-        table.add_column(col, justify="left" if col in ("task", "group") else "right")
+    for col in ("task", "group", "source", "classes", "shots", "chosen lr", "steps", "best val", "test top-1",
+                "time"):
+        table.add_column(col, justify="left" if col in ("task", "group", "source") else "right")
     for r in results:
         best = max(r["sweep"], key=lambda p: p["val_top1"]) if r.get("sweep") else None
         chosen = r.get("chosen") or {}
-        table.add_row(r["task"], r.get("group", ""), str(r.get("num_classes", "")), str(r.get("shots", "")),
+        table.add_row(r["task"], r.get("group", ""), r.get("source", ""), str(r.get("num_classes", "")),
+                      str(r.get("shots", "")),
                       f"{chosen['lr']:g}" if chosen else "closed form", str(chosen.get("steps", "-")),
                       f"{best['val_top1']:.1%}" if best else "-", f"{r['test_top1']:.2%}", f"{r['seconds']:.0f}s")
-    if len(results) > 1:
+    if len(results) > 1 or summary.get("skipped"):
         table.add_section()
         for g, mean in summary["group_means"].items():
-            table.add_row(f"mean {g}", "", "", "", "", "", "", f"{mean:.2%}",
+            table.add_row(f"mean {g}", "", "", "", "", "", "", "", f"{mean:.2%}",
                           f"{summary['group_counts'][g]} task(s)")
-        table.add_row("[bold]mean", "", "", "", "", "", "", f"[bold]{summary['mean']:.2%}", f"{len(results)} task(s)")
+        if summary["mean"] is not None:
+            table.add_row("[bold]mean", "", "", "", "", "", "", "", f"[bold]{summary['mean']:.2%}",
+                          f"over {summary['counted']} of {summary['selected']}")
+    notes = []
+    if summary.get("skipped"):
+        notes.append(f"skipped (no data): {', '.join(summary['skipped'])}")
+    if summary.get("left_out"):
+        notes.append(f"not in the means (synthetic data; --allow-synthetic counts them): {', '.join(summary['left_out'])}")
+    table.caption = "; ".join(notes) or None
     console.print(table)
