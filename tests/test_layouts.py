@@ -579,3 +579,48 @@ def test_a_label_column_without_classes_is_no_labels_and_says_what_it_holds(tmp_
     assert line.endswith("name yours with --label-key")
     line = refused(vitx_cli(*tiny_pretrain(tmp_path, str(tmp_path / "floats.parquet"), "--label-key", "label")))
     assert "the label column 'label' holds Value('float64'), not class numbers or names" in line
+
+
+def test_balanced_counts_never_take_more_than_a_class_has():
+    from vitx.data.draws import balanced_counts, balanced_draw
+
+    for seed in range(40):
+        for available, total in (([1, 3], 3), ([5, 1, 7, 2], 10), ([2, 2, 9], 12), ([4] * 5, 7)):
+            counts = balanced_counts(available, total, np.random.default_rng(seed))
+            assert counts.sum() == total and (counts <= np.asarray(available)).all(), (available, total, counts)
+            free = counts[counts < np.asarray(available)]  # classes that could give more: as even as can be
+            if len(free):
+                assert free.max() - free.min() <= 1 and counts.max() <= free.max(), (available, total, counts)
+    assert sorted(np.bincount(np.array([0, 1, 1, 1])[balanced_draw(np.array([0, 1, 1, 1]), 3, 0)])) == [1, 2]
+
+
+def test_a_resumed_run_holds_out_exactly_what_it_held_out(data):
+    """Resuming never changes the training data: a run that held nothing out holds nothing out; one that did,
+    holds out the same images (the requested size is recorded, not recomputed)."""
+    opened = open_data(str(data / "class-folders"))
+    train, val, record = validation_split(opened, 0, seed=0, hold_out=False)
+    assert val is None and len(train) == 18
+    first = validation_split(opened, 4, seed=0)
+    again = validation_split(opened, 1024, seed=0, held=first[2]["requested"])  # --eval-samples changed
+    assert list(again[0].indices) == list(first[0].indices) and list(again[1].indices) == list(first[1].indices)
+    stream = open_data(str(data / "class-folders"), DataOptions(stream=True))
+    one = validation_split(stream, 100, seed=0)
+    two = validation_split(open_data(str(data / "class-folders"), DataOptions(stream=True)), 5, seed=0,
+                           held=one[2]["requested"])
+    assert one[0].excluded == two[0].excluded and len(one[0].excluded) == 1  # a tenth of 18
+
+
+def test_splits_that_name_their_classes_differently_are_refused(tmp_path):
+    import datasets
+
+    def split(names, labels):
+        features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=names)})
+        return datasets.Dataset.from_dict({"image": [picture(NAMES[0], i) for i in range(len(labels))],
+                                           "label": labels}, features=features)
+
+    datasets.DatasetDict({"train": split(["a", "b", "c"], [0, 1, 2]), "test": split(["b", "c"], [0, 1])}).save_to_disk(
+        str(tmp_path / "mixed"))
+    from vitx.errors import VitxError
+
+    with pytest.raises(VitxError, match=r"mixed:test names its classes differently from the train split"):
+        open_data(str(tmp_path / "mixed"))

@@ -246,3 +246,25 @@ def test_a_stop_signal_in_a_sweep_keeps_the_finished_points(tmp_path, monkeypatc
     assert [p["val_loss"] for p in again["sweep"]] == pytest.approx([p["val_loss"] for p in whole["sweep"]],
                                                                      rel=1e-6)
     assert again["test_top1"] == whole["test_top1"]
+
+
+def test_seeds_repeat_the_final_run_and_give_mean_and_spread(tmp_path):
+    """--seeds 0,1: the final run twice (final/, final-seed1/), the result their mean ± s.d.; the summary's
+    spread is that of the suite mean over seeds."""
+    from vitx.transfer.report import summarise
+
+    cfg = TransferConfig(start="scratch", model="vit-nano/4", output_dir=str(tmp_path / "s"), seeds=[0, 1],
+                         allow_synthetic=True, **{**QUICK, "sweep": False, "steps": 2, "curves": False})
+    (result,) = transfer(cfg)["tasks"]
+    root = tmp_path / "s" / "vtab-dsprites_loc"
+    assert (root / "final" / "model.safetensors").is_file() and (root / "final-seed1" / "model.safetensors").is_file()
+    per_seed = result["test_top1_per_seed"]
+    assert result["seeds"] == [0, 1] and len(per_seed) == 2
+    assert result["test_top1"] == pytest.approx(sum(per_seed) / 2)
+    assert result["test_top1_std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / 2 ** 0.5)
+    rows = [{"task": "a", "group": "natural", "test_top1": 0.5, "test_top1_per_seed": [0.4, 0.6]},
+            {"task": "b", "group": "natural", "test_top1": 0.7, "test_top1_per_seed": [0.6, 0.8]}]
+    summary = summarise(rows)
+    assert summary["mean"] == pytest.approx(0.6) and summary["std"] == pytest.approx(0.1414214, abs=1e-6)
+    with pytest.raises(VitxError, match="--seeds takes distinct"):
+        TransferConfig(seeds=[0, 0]).validate()

@@ -50,7 +50,8 @@ def transfer(
     data_dir: Optional[str] = typer.Option(None, help="A local copy of the task's data: the VTAB-1k folder release, the hub's WebDataset layout, or save_to_disk; for a suite, their root."),
     output_dir: Optional[str] = typer.Option(None, help=f"Results, per-task runs and the final models. \\[default: {D.output_dir}]"),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted transfer in --output-dir."),
-    seed: Optional[int] = typer.Option(None, help=f"\\[default: {D.seed}]"),
+    seed: Optional[int] = typer.Option(None, help=f"Seed of the runs (and of the draw of your data's shots). \\[default: {D.seed}]"),
+    seeds: Optional[str] = typer.Option(None, help="Repeat each task's final run with these seeds, e.g. 0,1,2: results are mean ± s.d. (the sweep and the data's draw use --seed). \\[default: --seed alone]"),
     test_samples: Optional[int] = typer.Option(None, help="Evaluate on N test images (a registered task's first N; your data's, a seeded sample); 0: all. \\[default: 0]"),
     save_every: Optional[int] = typer.Option(None, help=f"Checkpoint each run every N steps (for --resume). \\[default: {D.save_every}]"),
     workers: Optional[int] = typer.Option(None, help="Data worker processes; -1: cores - 1, at most 4. \\[default: -1]"),
@@ -71,6 +72,8 @@ def transfer(
     for name, value in (("mean", mean), ("std", std)):
         if value is not None:
             options[name] = number_list(value, float, f"--{name}", "0.5,0.5,0.5")
+    if seeds is not None:
+        options["seeds"] = number_list(seeds, int, "--seeds", "0,1,2")
     if lrs is not None:
         options["lrs"] = number_list(lrs, float, "--lrs", ",".join(map(str, D.lrs)))
     if sweep_steps is not None:

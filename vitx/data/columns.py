@@ -150,6 +150,9 @@ class Columns:
         if kind == "other":
             raise VitxError(f"{self.origin}: the label column '{where}' holds {feature}, not class numbers or names; "
                             "name the right one with --label-key")
+        if names and kind == "int":  # classnames.txt says the classes: no need to read every label (a label
+            self.kind, self.num_classes, self.class_names = "int", len(names), list(names)  # beyond them fails
+            return  # when it is read, in to_class)
         if values is None:
             raise VitxError(f"{self.origin}: the classes of '{where}' cannot be counted without reading it; write "
                             "the class names, one per line, to classnames.txt beside the data")
@@ -223,7 +226,10 @@ class Columns:
             if found is None:
                 raise VitxError(f"{name}: label '{value}' is not among the {len(self.index)} classes found")
             return found
-        return int(str(value).strip()) if isinstance(value, str) else int(value)
+        number = int(str(value).strip()) if isinstance(value, str) else int(value)
+        if self.num_classes is not None and not 0 <= number < self.num_classes:
+            raise VitxError(f"{name}: label {number} is outside the {self.num_classes} classes (0..{self.num_classes - 1})")
+        return number
 
     def record(self, row: dict[str, Any], name: str, path_names: bool = True) -> tuple[Any, Any]:
         """A row → (EncodedImage or PIL image, label or None); errors name the image's file when `path_names`

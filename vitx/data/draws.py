@@ -19,20 +19,20 @@ def balanced_counts(available: Sequence[int], total: int, rng: np.random.Generat
         raise ValueError(f"cannot draw {total} from {int(available.sum())}")
     take = np.zeros_like(available)
     left = total
-    open_ = available > 0
     while left > 0:
-        classes = np.flatnonzero(open_ & (take < available))
+        room = available - take
+        classes = np.flatnonzero(room > 0)
         share, extra = divmod(left, len(classes))
-        room = available[classes] - take[classes]
-        if share > 0 and (room < share).any():  # small classes give all they have; the rest share again
-            small = classes[room < share]
-            left -= int(room[room < share].sum())
-            take[small] = available[small]
+        if share == 0:  # fewer left than classes with room: one more each for `extra` of them, seeded
+            take[rng.permutation(classes)[:extra]] += 1
+            break
+        short = classes[room[classes] < share]
+        if len(short):  # classes that cannot give a full share give all they have; the rest share again
+            left -= int(room[short].sum())
+            take[short] = available[short]
             continue
         take[classes] += share
-        lucky = rng.permutation(classes)[:extra]
-        take[lucky] += 1
-        left = 0
+        left -= share * len(classes)
     return take
 
 
@@ -88,11 +88,14 @@ class Subset:
         return self.base.load(int(self.indices[index]))
 
 
-def validation_split(opened: Any, count: int, seed: int, held: int | None = None) -> tuple[Any, Any, dict[str, Any]]:
+def validation_split(opened: Any, count: int, seed: int, held: int | None = None,
+                     hold_out: bool = True) -> tuple[Any, Any, dict[str, Any]]:
     """(train, validation, record) for a run that evaluates `count` images: the data's validation split, else
     its test split, each as a seeded sample of `count` (never its first files: data is often sorted by class);
     else `count` images held out of train (stratified when labelled; a stream's through a seeded shuffle), which
-    training then never sees. `held`: the hold-out a resumed run already made (its size must not change)."""
+    training then never sees. `held`: the `requested` size of the hold-out a resumed run made (so that it is
+    made again exactly); `hold_out=False`: never hold images out (a resumed run that did not: its training data
+    must not change)."""
     train = opened.split("train")
     if count <= 0 and held is None:
         return train, None, {}
@@ -113,13 +116,16 @@ def validation_split(opened: Any, count: int, seed: int, held: int | None = None
         else:
             how = f"its {name} split"
         return train, val, _record(val, name, how)
+    if not hold_out:
+        return train, None, {"split": None, "how": "none (the run being resumed held no images out)"}
+    requested = held or count
     if hasattr(train, "hold_out"):  # a stream without a held-out split
-        val = train.hold_out(held or count, seed)
+        val = train.hold_out(requested, seed)
         if val is None:
             return train, None, {"split": None, "how": "none: the stream is too small to hold images out"}
-        return train, val, _record(val, "held out of train", f"{len(val)} held out of train (a seeded shuffle, "
-                                   "stratified; not trained on)")
-    n = held or min(count, len(train) // 10)
+        return train, val, {**_record(val, "held out of train", f"{len(val)} held out of train (a seeded shuffle, "
+                                                  "stratified; not trained on)"), "requested": requested}
+    n = min(requested, len(train) // 10)
     if n == 0:
         return train, None, {"split": None, "how": "none: too few images to hold some out"}
     if _cheap_labels(train):
@@ -128,8 +134,8 @@ def validation_split(opened: Any, count: int, seed: int, held: int | None = None
         out = np.sort(np.random.default_rng([seed, 4243]).choice(len(train), n, replace=False))
         kept = np.setdiff1d(np.arange(len(train)), out)
     val = Subset(train, out)
-    return Subset(train, kept), val, _record(val, "held out of train", f"{n} held out of train (seeded, stratified; "
-                                              "not trained on)")
+    return Subset(train, kept), val, {**_record(val, "held out of train", f"{n} held out of train (seeded, "
+                                                 "stratified; not trained on)"), "requested": requested}
 
 
 def source_labels_of(source: Any) -> np.ndarray:

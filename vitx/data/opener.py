@@ -294,9 +294,26 @@ def _tables(dd: Any, spec: str, layout: str, opts: DataOptions, names: list[str]
             yield from column_values(dd[name], path)
 
     columns = Columns(first.features, spec, values, opts.label_key, opts.image_key, names)
+    for split, name in found.items():
+        _same_columns(columns, dd[name].features, f"{spec}:{name}")
     sources = {split: HFImageSource(dd[name], f"{spec}:{name}" if len(found) > 1 else spec, columns=columns)
                for split, name in found.items()}
     return Opened(spec, layout, sources, columns)
+
+
+def _same_columns(columns: Columns, features: Any, where: str) -> None:
+    """Every split must hold the train split's image and label columns, with the same class names."""
+    if columns.image_key not in features:
+        raise VitxError(f"{where} has no '{columns.image_key}' column, which the train split's images are in")
+    if columns.label_path is None:
+        return
+    head = columns.label_path[0]
+    if head not in features:
+        raise VitxError(f"{where} has no '{head}' column, which the train split's labels are in")
+    mine = getattr(features[head], "names", None)
+    if columns.kind == "classlabel" and mine is not None and list(mine) != list(columns.class_names or []):
+        raise VitxError(f"{where} names its classes differently from the train split ({', '.join(mine[:5])}... "
+                        f"against {', '.join((columns.class_names or [])[:5])}...): its labels would be misread")
 
 
 def _streams(dd: Any, spec: str, layout: str, opts: DataOptions, names: list[str] | None,

@@ -170,9 +170,9 @@ class StreamSource:
             yield [(next(records), first + i) for i in range(local)]
 
     def draw(self, limit: int, seed: int) -> tuple["RecordList", list[str]]:
-        """The first `limit` records of a seeded shuffle (shard order and a buffer of 4 × `limit`, at least
+        """The first `limit` records of a seeded shuffle (shard order and a buffer of 2 × `limit`, at least
         1,000): a sample of the whole stream, not its first files, the same at every call. Also their keys."""
-        ds = self.ds.shuffle(seed=seed, buffer_size=max(1_000, 4 * limit))
+        ds = self.ds.shuffle(seed=seed, buffer_size=max(1_000, 2 * limit))
         rows = self._rows(ds, 0, "drawing a validation sample")
         records, keys = [], []
         try:
@@ -199,7 +199,9 @@ class StreamSource:
         ds = self.ds.shuffle(seed=seed, buffer_size=max(1_000, 4 * total))
         rows = self._rows(ds, 0, "drawing the shots")
         try:
-            for row, name in rows:
+            for read, (row, name) in enumerate(rows):
+                if read >= max(10_000, 20 * total):  # a class the stream lacks: stop, share what was read
+                    break
                 label = self.columns.label(row, name)
                 if len(kept[label]) < 2 * want[label] + 1:  # a little spare, for classes the stream runs short of
                     kept[label].append(self.columns.record(row, name, path_names=False))

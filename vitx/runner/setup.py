@@ -152,9 +152,11 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     if getattr(opened.split("train"), "micro_batches", None) is None and len(opened.split("train")) == 0:
         raise VitxError(f"{cfg.data} has no training images")
     saved_data = read_config(resume_from).get("data", {}) if resume_from is not None else {}
-    held = (saved_data.get("validation") or {}).get("images") \
-        if (saved_data.get("validation") or {}).get("split") == "held out of train" else None
-    train_source, val_source, validation = validation_split(opened, cfg.eval_samples, cfg.seed, held)
+    saved_val = saved_data.get("validation") or {}
+    was_held = saved_val.get("split") == "held out of train"  # a resumed run holds out exactly what it held out
+    held = saved_val.get("requested", saved_val.get("images")) if was_held else None
+    train_source, val_source, validation = validation_split(opened, cfg.eval_samples, cfg.seed, held,
+                                                            hold_out=resume_from is None or was_held)
     data_info = {"spec": cfg.data, "layout": opened.layout, "labels": opened.labels_described(),
                  "num_classes": train_source.num_classes, "class_names": train_source.class_names,
                  "train_size": source_size(train_source), "validation": validation}

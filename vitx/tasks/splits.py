@@ -132,7 +132,7 @@ def task_class_names(splits: TaskSplits) -> list[str] | None:
     """The names of the task's classes when its data names them (a `ClassLabel` feature, the embedded
     generator's names), else None. Recorded in a transfer's config.json, so that `vitx predict` and `vitx export`
     can label its classes. Labels a task remaps (dSprites' raw factors on the hub) have no names of their own."""
-    pool = getattr(splits.train, "base", None)
+    pool = getattr(splits.train, "base", splits.train)
     names = getattr(pool, "class_names", None)
     if not names or len(names) != splits.task.num_classes or _label_map(splits.task, pool) is not None:
         return None

@@ -41,6 +41,7 @@ class TransferConfig:
     image_key: str = ""  # --task PATH: the image's column; "": the first image column
     stream: bool = False  # --task PATH|hf:NAME: read the data as a stream (the shots are drawn from it as it is read)
     seed: int = 0
+    seeds: list[int] = field(default_factory=list)  # the final run once per seed (mean ± s.d.); []: just --seed
     test_samples: int = 0  # 0: the whole test split
     save_every: int = 500
     log_every: int = 25
@@ -83,6 +84,8 @@ class TransferConfig:
 
         if self.interpolation is not None and self.interpolation not in INTERPOLATIONS:
             raise VitxError(f"--interpolation must be one of {', '.join(INTERPOLATIONS)}, got '{self.interpolation}'")
+        if len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
+            raise VitxError(f"--seeds takes distinct non-negative whole numbers, e.g. --seeds 0,1,2; got {self.seeds}")
         if self.test_samples < 0:
             raise VitxError("--test-samples must not be negative")
         from ..runner.config import CHOICES
@@ -103,7 +106,7 @@ class TransferConfig:
 
 # Settings that change a task's result: a resumed transfer must have the same ones.
 RESULT_KEYS = ("start", "model", "adapters", "shots", "image_size", "mean", "std", "interpolation", "batch_size", "sweep", "lrs", "sweep_steps",
-               "lr", "steps", "warmup", "grad_clip", "precision", "data_dir", "label_key", "image_key", "stream", "seed",
+               "lr", "steps", "warmup", "grad_clip", "precision", "data_dir", "label_key", "image_key", "stream", "seed", "seeds",
                "test_samples")
 
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -136,19 +138,29 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
         _draw_sweep(task, sweep, best, root, console)
 
     tick = time.perf_counter()
-    label = f"{task.name} final lr {best['lr']:g} × {best['steps']} on {len(prep.train) + len(prep.val)}"
-    trainer = train_run(cfg, prep, best["lr"], best["steps"], root / "final", prep.train_val, None, console, label,
-                        {**settings, "phase": "final", "chosen": {"lr": best["lr"], "steps": best["steps"]}},
-                        curves=cfg.curves)
-    console.print(f"{task.name}: evaluating on {cfg.test_samples or len(prep.test)} test images", soft_wrap=True)
-    test = test_metrics(trainer, prep, cfg.test_samples)
+    seeds = cfg.seeds or [cfg.seed]
+    per_seed: list[dict[str, float]] = []
+    for i, seed in enumerate(seeds):  # the final run once per seed: the spread of the reported number
+        folder = root / ("final" if i == 0 else f"final-seed{seed}")
+        label = (f"{task.name} final lr {best['lr']:g} × {best['steps']} on {len(prep.train) + len(prep.val)}"
+                 + (f" seed {seed}" if len(seeds) > 1 else ""))
+        trainer = train_run(replace(cfg, seed=seed), prep, best["lr"], best["steps"], folder, prep.train_val, None,
+                            console, label, {**settings, "phase": "final", "seed": seed,
+                                             "chosen": {"lr": best["lr"], "steps": best["steps"]}},
+                            curves=cfg.curves and i == 0)
+        console.print(f"{task.name}: evaluating on {cfg.test_samples or len(prep.test)} test images", soft_wrap=True)
+        per_seed.append(test_metrics(trainer, prep, cfg.test_samples))
+    top1 = [t["test_top1"] for t in per_seed]
     result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": sweep,
               "chosen": {"lr": best["lr"], "steps": best["steps"]}, "final_seconds": time.perf_counter() - tick,
-              "test_top1": test["test_top1"], "test_loss": test["test_loss"],
+              "test_top1": statistics.fmean(top1), "test_loss": statistics.fmean(t["test_loss"] for t in per_seed),
               "test_samples": min(cfg.test_samples or len(prep.test), len(prep.test)), "seconds": time.perf_counter() - began}
+    if len(seeds) > 1:
+        result.update(seeds=seeds, test_top1_per_seed=top1, test_top1_std=statistics.stdev(top1))
     if trainer.s.accelerator.is_main_process:
         _write(root / "result.json", result)
-    console.print(f"{task.name}: test top-1 {result['test_top1']:.2%} with lr {best['lr']:g} × {best['steps']} "
+    spread = f" ± {result['test_top1_std']:.2%} over seeds {seeds}" if len(seeds) > 1 else ""
+    console.print(f"{task.name}: test top-1 {result['test_top1']:.2%}{spread} with lr {best['lr']:g} × {best['steps']} "
                   f"steps ({result['seconds']:.0f} s) → {root}/final", soft_wrap=True)
     return result
 
