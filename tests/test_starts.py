@@ -70,6 +70,12 @@ def test_eval_and_transfer_record_the_starts_input(deit_folder, tmp_path):
     recorded = json.loads((tmp_path / "fs.json").read_text())["input"]
     assert recorded["mean"] == pytest.approx([0.485, 0.456, 0.406]) and recorded["crop_pct"] == 0.9
     assert recorded["eval_resize"] == "timm" and recorded["from"] == "timm's pretrained_cfg"
+    result = vitx_cli("eval", "fewshot", "--from", str(deit_folder), "--data", "embedded:digits", "--shots", "1",
+                      "--seeds", "1", "--test-samples", "20", "--std", "0.5,0.5,0.5", "--output", str(tmp_path / "o.json"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    recorded = json.loads((tmp_path / "o.json").read_text())["input"]
+    assert recorded["std"] == [0.5, 0.5, 0.5] and recorded["mean"] == pytest.approx([0.485, 0.456, 0.406])
+    assert recorded["from"] == "--mean/--std/--interpolation"
     from vitx.transfer import TransferConfig
     from vitx.transfer.finetune import prepare
     from vitx.tasks import get_task

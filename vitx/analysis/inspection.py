@@ -46,7 +46,8 @@ def _picture(prep: Preprocess, image: object) -> np.ndarray:
     return prep.eval(decode(image)).permute(1, 2, 0).numpy()
 
 
-def sample_images(spec: str, size: int, count: int, seed: int = 0) -> tuple[torch.Tensor, list[np.ndarray]]:
+def sample_images(spec: str, size: int, count: int, seed: int = 0,
+                  normal: dict[str, Any] | None = None) -> tuple[torch.Tensor, list[np.ndarray]]:
     """`count` evaluation images of a data spec at `size`: normalised (B, 3, S, S) and as uint8 pictures."""
     from ..data.streams import is_shards
 
@@ -58,14 +59,14 @@ def sample_images(spec: str, size: int, count: int, seed: int = 0) -> tuple[torc
         from ..data.draws import Subset
 
         source = Subset(source, np.sort(np.random.default_rng([seed, 4242]).choice(len(source), count, replace=False)))
-    prep = Preprocess(image_size=size)
+    prep = Preprocess(image_size=size, **(normal or {}))
     pictures = [_picture(prep, source.load(i)[0]) for i in range(min(count, len(source)))]
     return _as_batch(prep, pictures), pictures
 
 
-def load_images(paths: list[str], size: int) -> tuple[torch.Tensor, list[np.ndarray]]:
+def load_images(paths: list[str], size: int, normal: dict[str, Any] | None = None) -> tuple[torch.Tensor, list[np.ndarray]]:
     """User images (--image), centre-cropped and resized to the backbone's resolution."""
-    prep = Preprocess(image_size=size)
+    prep = Preprocess(image_size=size, **(normal or {}))
     pictures = []
     for p in paths:
         try:
@@ -112,18 +113,20 @@ def rollout_maps(backbone: nn.Module, images: torch.Tensor) -> list[np.ndarray]:
 
 def inspect_backbone(backbone: nn.Module, out_dir: str | Path, data: str = "embedded:shapes", samples: int = 128,
                      image_paths: list[str] | None = None, components: int = 28,
-                     progress: Progress | None = None) -> dict[str, Any]:
+                     progress: Progress | None = None, normal: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the four figures and analysis.json for `backbone` into `out_dir`; returns the numbers. Runs on
-    the device the backbone is on (the command puts it on its process's device)."""
+    the device the backbone is on (the command puts it on its process's device). `normal`: the start's mean,
+    std and interpolation (`transfer.start.start_input`); default the paper's 0.5."""
     if samples < 1 or components < 1:
         raise VitxError(f"--samples and --components must be at least 1, got {samples} and {components}")
     backbone = backbone.eval().float()
     size, grid = _image_size(backbone), patch_grid(backbone)
-    shown, pictures = load_images(image_paths, size) if image_paths else sample_images(data, size, 6, seed=1)
+    shown, pictures = load_images(image_paths, size, normal) if image_paths else sample_images(data, size, 6, 1, normal)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"image_size": size, "grid": list(grid),
-                              "pixels_per_patch": _pixels_per_token(backbone), "data": data, "samples": samples}
+                              "pixels_per_patch": _pixels_per_token(backbone), "data": data, "samples": samples,
+                              "input": dict(normal or {})}
 
     pcs = filter_components(backbone, components)
     if pcs is None:
@@ -136,7 +139,7 @@ def inspect_backbone(backbone: nn.Module, out_dir: str | Path, data: str = "embe
     position_figure(sim, grid, out / FIGURES[1])
     result["position_similarity"] = {**row_column_structure(sim, grid), "matrix": sim.round(decimals=4).tolist()}
 
-    images, _ = sample_images(data, size, samples)
+    images, _ = sample_images(data, size, samples, normal=normal)
     distances = attention_statistics(backbone, images, progress=progress)
     distance_figure(distances, size, out / FIGURES[2])
     result["attention_distance"] = {"pixels": distances, "layer_mean": [float(np.mean(d)) for d in distances],

@@ -31,6 +31,9 @@ def fewshot(
     seeds: int = typer.Option(3, help="Draws of the shots per count (seeds 0..N-1)."),
     reg: float = typer.Option(FEWSHOT_REG, help="L2 regularisation of the least-squares head."),
     image_size: Optional[int] = typer.Option(None, help="Resolution; position embeddings are interpolated. \\[default: the checkpoint's]"),
+    mean: Optional[str] = typer.Option(None, help="Input normalisation mean per RGB channel, e.g. 0.485,0.456,0.406. \\[default: the start's]"),
+    std: Optional[str] = typer.Option(None, help="Input normalisation std per RGB channel. \\[default: the start's]"),
+    interpolation: Optional[str] = typer.Option(None, help="bicubic, bilinear or nearest. \\[default: the start's]"),
     test_samples: int = typer.Option(0, help="Evaluate on the first N test images; 0: all."),
     output: Optional[str] = typer.Option(None, help="Write the numbers as JSON here."),
     seed: int = typer.Option(0, help="Initialisation of --from scratch (the shots are drawn with seeds 0..N-1)."),
@@ -47,6 +50,7 @@ def fewshot(
     from ..runner.launch import is_main_process, process_device
     from ..transfer.fewshot import evaluate_sources
     from ..transfer.representation import representation
+    from ..transfer.config import TransferConfig
     from ..transfer.start import load_start, start_input
 
     if not is_main_process():  # under a launcher: one process does the (small) work, on its own device
@@ -66,8 +70,14 @@ def fewshot(
         raise VitxError("--test-samples and --seed must not be negative")
     backbone = load_start(start, model, seed)
     size = image_size or int(backbone.patch_embed.img_size[0])
-    given = start_input(start, backbone)  # the start's mean, std and interpolation
-    normal = dict(mean=tuple(given["mean"]), std=tuple(given["std"]), interpolation=given["interpolation"])
+    given = start_input(start, backbone)  # the start's mean, std and interpolation; the flags override them
+    check = TransferConfig(mean=number_list(mean, float, "--mean", "0.5,0.5,0.5") if mean else None,
+                           std=number_list(std, float, "--std", "0.5,0.5,0.5") if std else None,
+                           interpolation=interpolation).validate()
+    normal = dict(mean=tuple(check.mean or given["mean"]), std=tuple(check.std or given["std"]),
+                  interpolation=check.interpolation or given["interpolation"])
+    if mean or std or interpolation:
+        given["source"] = "--mean/--std/--interpolation"
     backbone = resize_backbone(backbone, size)
     model = representation(backbone, start, features)
     if task and data:

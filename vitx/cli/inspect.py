@@ -34,11 +34,13 @@ def inspect(
     """Embedding filters, position-embedding similarity, mean attention distance, attention rollout."""
     from ..analysis import FIGURES, inspect_backbone
     from ..runner.launch import is_main_process, process_device
-    from ..transfer.start import load_start
+    from ..transfer.start import load_start, start_input
 
     if not is_main_process():  # under a launcher: one process inspects, on its own device
         return
     backbone = load_start(start, model).to(process_device())
+    given = start_input(start, backbone)  # the start's own normalisation
+    normal = {"mean": tuple(given["mean"]), "std": tuple(given["std"]), "interpolation": given["interpolation"]}
     name = start if start != "scratch" else f"scratch-{model}"
     out = Path(output_dir) if output_dir else (
         Path(start) / "inspect" if Path(start).is_dir() else Path("runs/inspect") / name.replace("/", "-").replace(":", "-"))
@@ -46,7 +48,7 @@ def inspect(
     console = Console(stderr=True)
     with Progress(console=console, transient=True) as progress:
         result = inspect_backbone(backbone, out, data=data, samples=samples, image_paths=list(image) or None,
-                                  components=components, progress=progress)
+                                  components=components, progress=progress, normal=normal)
     pos = result["position_similarity"]
     means = ", ".join(f"{d:.1f}" for d in result["attention_distance"]["layer_mean"])
     console.print(f"{name}: {result['image_size']}px, {result['grid'][0]}×{result['grid'][1]} patches", soft_wrap=True)

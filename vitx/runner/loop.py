@@ -261,7 +261,8 @@ class Trainer:
         if self._monitor is None:
             from .monitor import Monitor
 
-            self._monitor = Monitor(self.s.cfg.monitor, self.s.preprocess.image_size)
+            pre = self.s.preprocess
+            self._monitor = Monitor(self.s.cfg.monitor, pre.image_size, mean=pre.mean, std=pre.std)
         from ..transfer.representation import read_as
 
         objective = self.s.accelerator.unwrap_model(self.s.model)

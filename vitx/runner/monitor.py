@@ -34,10 +34,11 @@ KNN_K, KNN_TEMPERATURE = 20, 0.07
 class Monitor:
     """The probes' data (decoded once) and their evaluation on a backbone."""
 
-    def __init__(self, spec: str, image_size: int, train_images: int = 2000, test_images: int = 1000) -> None:
+    def __init__(self, spec: str, image_size: int, train_images: int = 2000, test_images: int = 1000,
+                 mean: tuple[float, ...] = (0.5, 0.5, 0.5), std: tuple[float, ...] = (0.5, 0.5, 0.5)) -> None:
         train, test = open_labelled(spec, "--monitor", DataOptions(image_size=image_size))
         self.spec, self.num_classes = spec, int(train.num_classes)
-        self.preprocess = Preprocess(image_size=image_size)
+        self.preprocess = Preprocess(image_size=image_size, mean=mean, std=std)  # the run's own normalisation
         labels = source_labels(train)
         chosen = balanced_draw(labels, min(train_images, len(train)), [0, 77])  # never the first N: data is often
         self.shots = tuple(k for k in SHOTS if np.bincount(labels[chosen], minlength=self.num_classes).min() >= k)
