@@ -134,3 +134,23 @@ def test_fewshot_on_a_one_class_folder_says_so(tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().endswith("one has one class (cat); a classifier needs two or more")
 
+
+
+def test_fewshot_evaluates_several_datasets_in_one_call(tmp_path):
+    """`--data a,b`: one table and one result per dataset (commas inside options stay with their spec)."""
+    import json
+
+    from vitx.cli.evaluate import split_specs
+
+    from .conftest import vitx_cli
+
+    assert split_specs("embedded:digits(length=300, eval_length=20),hf:a/b, x") == [
+        "embedded:digits(length=300, eval_length=20)", "hf:a/b", "x"]
+    result = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4", "--shots", "1", "--seeds", "1",
+                      "--data", "embedded:digits,embedded:shapes(length=200)", "--test-samples", "50",
+                      "--output", str(tmp_path / "both.json"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    both = json.loads((tmp_path / "both.json").read_text())
+    assert [d["data"] for d in both["datasets"]] == ["embedded:digits", "embedded:shapes(length=200)"]
+    assert all(d["test_samples"] == 50 and d["num_classes"] == 10 for d in both["datasets"])
+    assert result.stdout.count("few-shot linear evaluation") == 2

@@ -22,10 +22,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate fro
 def fewshot(
     start: str = typer.Option("runs/pretrain", "--from", help="A vitx run or checkpoint directory, timm:<name>, or scratch."),
     model: Optional[str] = typer.Option(None, help="Backbone for --from scratch."),
-    data: Optional[str] = typer.Option(None, help="Labelled data: embedded:digits|shapes, an image folder, a save_to_disk or parquet folder, hf:owner/name, WebDataset shards. \\[default: embedded:digits]"),
+    data: Optional[str] = typer.Option(None, help="Labelled data, one or several comma-separated: embedded:digits|shapes, an image folder, a save_to_disk or parquet folder, hf:owner/name, WebDataset shards. \\[default: embedded:digits]"),
     label_key: Optional[str] = typer.Option(None, help="--data's label column (or json.<field>). \\[default: found]"),
     image_key: Optional[str] = typer.Option(None, help="--data's image column. \\[default: the first image column]"),
-    task: Optional[str] = typer.Option(None, help="Or a registered task, e.g. vtab/dsprites_loc (its train and test splits)."),
+    task: Optional[str] = typer.Option(None, help="Or registered tasks, comma-separated, e.g. vtab/dsprites_loc,vtab/dsprites_ori (their train and test splits)."),
     data_dir: Optional[str] = typer.Option(None, help="Local copy of the task's data."),
     shots: str = typer.Option("1,5,10,25", help="Images per class."),
     seeds: int = typer.Option(3, help="Draws of the shots per count (seeds 0..N-1)."),
@@ -82,24 +82,50 @@ def fewshot(
     model = representation(backbone, start, features)
     if task and data:
         raise VitxError("give --data or --task, not both")
-    if task and looks_like_data(task):  # your own data given as --task: the same as --data
-        task, data = None, task
-    if task:
-        train, test, _ = open_full_splits(get_task(task), data_dir)
-        what = task
-        preprocess = Preprocess(image_size=size, squash=True, **normal)
-    else:
-        what = data or "embedded:digits"
-        train, test = open_labelled(what, "eval fewshot", DataOptions(label_key=label_key, image_key=image_key,
-                                                                     image_size=size))
-        preprocess = Preprocess(image_size=size, eval_crop_pct=given["crop_pct"], eval_resize=given["eval_resize"],
-                                **normal)
-    result = evaluate_sources(model, train, test, preprocess, shot_list, range(seeds), reg, test_samples,
-                              workers=default_workers(), device=process_device())
-    result = {"from": start, "data": what, "image_size": size, "features": model.kind,
-              "input": {**normal, "crop_pct": preprocess.eval_crop_pct, "eval_resize": preprocess.eval_resize,
-                        "squash": preprocess.squash, "from": given["source"]}, **result}
-    table = Table(title=f"few-shot linear evaluation: {what} from {start}")
+    results = []
+    for item in split_specs(task) if task else split_specs(data or "embedded:digits"):
+        as_task = bool(task) and not looks_like_data(item)  # your own data given as --task: the same as --data
+        if as_task:
+            train, test, _ = open_full_splits(get_task(item), data_dir)
+            preprocess = Preprocess(image_size=size, squash=True, **normal)
+        else:
+            train, test = open_labelled(item, "eval fewshot", DataOptions(label_key=label_key, image_key=image_key,
+                                                                         image_size=size))
+            preprocess = Preprocess(image_size=size, eval_crop_pct=given["crop_pct"],
+                                    eval_resize=given["eval_resize"], **normal)
+        result = evaluate_sources(model, train, test, preprocess, shot_list, range(seeds), reg, test_samples,
+                                  workers=default_workers(), device=process_device())
+        result = {"from": start, "data": item, "image_size": size, "features": model.kind,
+                  "input": {**normal, "crop_pct": preprocess.eval_crop_pct, "eval_resize": preprocess.eval_resize,
+                            "squash": preprocess.squash, "from": given["source"]}, **result}
+        _print_table(result, start, reg, model.kind)
+        results.append(result)
+    result = results[0] if len(results) == 1 else {"from": start, "datasets": results}
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(output), json.dumps(result, indent=2))
+
+
+def split_specs(text: str) -> list[str]:
+    """`a,b,c` → the data specs or tasks, split at commas outside parentheses (`embedded:digits(length=300)`
+    keeps its options)."""
+    items, depth, current = [], 0, ""
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += char
+    items.append(current.strip())
+    items = [i for i in items if i]
+    if not items:
+        raise VitxError("--data / --task is empty: give one or more, comma-separated")
+    return items
+
+
+def _print_table(result: dict, start: str, reg: float, kind: str) -> None:
+    table = Table(title=f"few-shot linear evaluation: {result['data']} from {start}")
     table.add_column("shots", justify="right")
     table.add_column("mean top-1", justify="right")
     table.add_column("per seed", justify="right")
@@ -107,8 +133,5 @@ def fewshot(
         table.add_row(k, f"{row['mean']:.2%}", "  ".join(f"{a:.1%}" for a in row["per_seed"]))
     table.caption = (f"{result['num_classes']} classes, chance {1 / result['num_classes']:.1%}; "
                      f"{result['test_samples']} test images; L2 {reg:g}; {result['feature_dim']}-d features: "
-                     f"{escape(model.kind)}")
+                     f"{escape(kind)}")
     Console().print(table)
-    if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(Path(output), json.dumps(result, indent=2))
