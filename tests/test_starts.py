@@ -98,3 +98,20 @@ def test_pickled_weights_in_a_timm_folder_are_refused(deit_folder, tmp_path):
     assert result.stderr.strip() == (f"error: {folder} has no model.safetensors (weights found: pytorch_model.bin); "
                                      "vitx reads safetensors only: save with timm's save_for_hf(..., "
                                      "safe_serialization=True)")
+
+
+def test_pretraining_on_from_timm_weights_keeps_their_normalisation(deit_folder, tmp_path):
+    """`--model 'timm:local-dir:DIR(pretrained=True)'` continues from timm's weights, so the run normalises
+    with their `pretrained_cfg` (ImageNet's here), not the paper's 0.5."""
+    result = vitx_cli("pretrain", "--model", f"timm:local-dir:{deit_folder}(pretrained=True)", "--steps", "1",
+                      "--batch-size", "4", "--warmup-steps", "0", "--eval-samples", "4", "--workers", "0",
+                      "--log-with", "none", "--no-curves", "--output-dir", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["preprocess"]["mean"] == pytest.approx([0.485, 0.456, 0.406])
+    assert config["backbone"]["name"] == "timm:deit_tiny_patch16_224"
+    assert "pretrained" not in config["backbone"]["overrides"]  # the saved run reloads offline
+
+    from vitx import load_backbone
+
+    load_backbone(tmp_path / "run")

@@ -44,7 +44,9 @@ def create_backbone(name: str, **overrides: Any) -> "nn.Module":
             model, arch, timm_args = entry.obj(**overrides), None, None
     if grad_ckpt:
         model.set_grad_checkpointing(True)
-    model.vitx_record = {"name": name, "overrides": dict(overrides), "timm_arch": arch, "timm_kwargs": timm_args}
+    # the weights travel in model.safetensors: rebuilding a saved model must never fetch them again (offline)
+    kept = {k: v for k, v in overrides.items() if k != "pretrained"}
+    model.vitx_record = {"name": name, "overrides": kept, "timm_arch": arch, "timm_kwargs": timm_args}
     return model
 
 

@@ -140,8 +140,14 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
         model_opts["grad_checkpointing"] = True
     backbone = create_backbone(model_name, **model_opts)
     image_size = int(backbone.patch_embed.img_size[0])
+    normal = {}
+    if model_name.startswith("timm:") and model_opts.get("pretrained"):  # pre-trained weights: their own input
+        from timm.data import resolve_data_config
+
+        given = resolve_data_config({}, model=backbone)
+        normal = {"mean": tuple(float(v) for v in given["mean"]), "std": tuple(float(v) for v in given["std"])}
     preprocess = Preprocess(image_size=image_size, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
-                            randaugment=cfg.randaugment, random_erasing=cfg.random_erasing)
+                            randaugment=cfg.randaugment, random_erasing=cfg.random_erasing, **normal)
 
     from ..data.draws import validation_split
     from ..data.streams import is_shards
