@@ -10,6 +10,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .sources import source_labels
+
 
 def balanced_counts(available: Sequence[int], total: int, rng: np.random.Generator) -> np.ndarray:
     """How many to take from each class: `total` spread as evenly as `available` allows (water-filling; classes
@@ -82,7 +84,7 @@ class Subset:
         return len(self.indices)
 
     def labels(self) -> np.ndarray:
-        return source_labels_of(self.base)[self.indices]
+        return source_labels(self.base)[self.indices]
 
     def load(self, index: int) -> tuple[Any, Any]:
         return self.base.load(int(self.indices[index]))
@@ -108,7 +110,7 @@ def validation_split(opened: Any, count: int, seed: int, held: int | None = None
             how = f"{len(val)} of its {name} split (a seeded shuffle)"
         elif len(val) > count:
             if _cheap_labels(val):
-                val = Subset(val, stratified_split(source_labels_of(val), count, [seed, 4242])[1])
+                val = Subset(val, stratified_split(source_labels(val), count, [seed, 4242])[1])
                 how = f"{count} of its {name} split (seeded, stratified)"
             else:
                 val = Subset(val, np.sort(np.random.default_rng([seed, 4242]).choice(len(val), count, replace=False)))
@@ -129,19 +131,13 @@ def validation_split(opened: Any, count: int, seed: int, held: int | None = None
     if n == 0:
         return train, None, {"split": None, "how": "none: too few images to hold some out"}
     if _cheap_labels(train):
-        kept, out = stratified_split(source_labels_of(train), n, [seed, 4243])
+        kept, out = stratified_split(source_labels(train), n, [seed, 4243])
     else:
         out = np.sort(np.random.default_rng([seed, 4243]).choice(len(train), n, replace=False))
         kept = np.setdiff1d(np.arange(len(train)), out)
     val = Subset(train, out)
     return Subset(train, kept), val, {**_record(val, "held out of train", f"{n} held out of train (seeded, "
                                                  "stratified; not trained on)"), "requested": requested}
-
-
-def source_labels_of(source: Any) -> np.ndarray:
-    from .sources import source_labels
-
-    return source_labels(source)
 
 
 def _cheap_labels(source: Any) -> bool:
@@ -153,5 +149,5 @@ def _cheap_labels(source: Any) -> bool:
 def _record(val: Any, split: str, how: str) -> dict[str, Any]:
     record: dict[str, Any] = {"split": split, "images": len(val), "how": how}
     if _cheap_labels(val):
-        record["class_counts"] = class_counts(source_labels_of(val), val.num_classes)
+        record["class_counts"] = class_counts(source_labels(val), val.num_classes)
     return record
