@@ -2,6 +2,8 @@
 accuracy on real data (scikit-learn digits) from a pre-trained checkpoint."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
@@ -140,7 +142,7 @@ def test_fewshot_evaluates_several_datasets_in_one_call(tmp_path):
     """`--data a,b`: one table and one result per dataset (commas inside options stay with their spec)."""
     import json
 
-    from vitx.cli.evaluate import split_specs
+    from vitx.spec import split_specs
 
     from .conftest import vitx_cli
 
@@ -154,3 +156,31 @@ def test_fewshot_evaluates_several_datasets_in_one_call(tmp_path):
     assert [d["data"] for d in both["datasets"]] == ["embedded:digits", "embedded:shapes(length=200)"]
     assert all(d["test_samples"] == 50 and d["num_classes"] == 10 for d in both["datasets"])
     assert result.stdout.count("few-shot linear evaluation") == 2
+
+
+def test_big_vision_geometry_resizes_the_short_side_then_crops_the_centre(tmp_path):
+    """--preprocess big_vision: the short side to S·256/224 (aspect kept), then a centre crop of S, so a frame
+    of 1/16 of the side is cut away and nothing is squashed."""
+    import torch
+
+    from vitx.data import Preprocess
+
+    pre = Preprocess(image_size=28, eval_resize="big_vision")
+    image = torch.zeros(3, 64, 128, dtype=torch.uint8)
+    image[0] = 200  # red everywhere ...
+    image[:, 4:60, 4:124] = torch.tensor([10, 150, 30], dtype=torch.uint8)[:, None, None]  # ... but a 4-px frame
+    out = pre.eval(image)  # 64×128 → 32×64 → the centre 28×28
+    assert out.shape == (3, 28, 28) and out.dtype == torch.uint8
+    assert out[:, 0, 14].tolist() == [10, 150, 30] and out[:, 27, 14].tolist() == [10, 150, 30]  # frame cut off
+    assert (out == torch.tensor([10, 150, 30], dtype=torch.uint8)[:, None, None]).all()
+    square = pre.eval(torch.full((3, 100, 100), 7, dtype=torch.uint8))
+    assert square.shape == (3, 28, 28) and int(square.float().mean()) == 7
+    from .conftest import vitx_cli
+
+    res = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4", "--shots", "1", "--seeds", "1",
+                   "--data", "embedded:digits", "--test-samples", "20", "--preprocess", "big_vision",
+                   "--output", str(tmp_path / "bv.json"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads((tmp_path / "bv.json").read_text())["input"]["eval_resize"] == "big_vision"
+    bad = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4", "--preprocess", "tf")
+    assert bad.returncode == 2 and "--preprocess must be start or big_vision" in bad.stderr

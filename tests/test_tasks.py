@@ -133,3 +133,93 @@ def test_transfer_protocol_on_a_hub_format_copy(hub_copy, tmp_path):
     assert result["test_top1"] == pytest.approx(
         saved_model_accuracy(final, "vtab/dsprites_loc", 40, data_dir=str(hub_copy)), abs=1e-6)
     assert "test top-1" in proc.stdout + proc.stderr
+
+
+# task_adaptation's few-shot split strings per task (task_adaptation/data/<module>.py at d7630d3, read task by
+# task) and the sizes of its train / val / test its tests expect (<module>_test.py): what ta_splits must give
+TASK_ADAPTATION = {
+    "caltech101": ("train[:800]", "train[2754:2954]", "test[:6084]", (2754, 306, 6084)),
+    "cifar100": ("train[:800]", "train[45000:45200]", "test[:10000]", (45000, 5000, 10000)),
+    "dtd": ("train[:800]", "validation[:200]", "test[:1880]", (1880, 1880, 1880)),
+    "flowers102": ("train[:800]", "validation[:200]", "test[:6149]", (1020, 1020, 6149)),
+    "pets": ("train[:800]", "train[2944:3144]", "test[:3669]", (2944, 736, 3669)),
+    "svhn": ("train[:800]", "train[65931:66131]", "test[:26032]", (65931, 7326, 26032)),
+    "sun397": ("train[:800]", "validation[:200]", "test[:21750]", (76128, 10875, 21750)),
+    "camelyon": ("train[:800]", "validation[:200]", "test[:32768]", (262144, 32768, 32768)),
+    "eurosat": ("train[:800]", "train[16200:16400]", "train[21600:27000]", (16200, 5400, 5400)),
+    "resisc45": ("train[:800]", "train[18900:19100]", "train[25200:31500]", (18900, 6300, 6300)),
+    "retinopathy": ("train[:800]", "validation[:200]", "test[:42670]", (35126, 10906, 42670)),
+    "clevr_count": ("train[:800]", "train[63000:63200]", "validation[:15000]", (63000, 7000, 15000)),
+    "clevr_dist": ("train[:800]", "train[63000:63200]", "validation[:15000]", (63000, 7000, 15000)),
+    "dmlab": ("train[:800]", "validation[:200]", "test[:22735]", (65550, 22628, 22735)),
+    "kitti_dist": ("train[:800]", "validation[:200]", "test[:711]", (6347, 423, 711)),
+    "dsprites_loc": ("train[:800]", "train[589824:590024]", "train[663552:737280]", (589824, 73728, 73728)),
+    "dsprites_ori": ("train[:800]", "train[589824:590024]", "train[663552:737280]", (589824, 73728, 73728)),
+    "smallnorb_azi": ("train[:800]", "test[:200]", "test[12150:24300]", (24300, 12150, 12150)),
+    "smallnorb_ele": ("train[:800]", "test[:200]", "test[12150:24300]", (24300, 12150, 12150)),
+}
+
+
+def test_ta_splits_are_task_adaptation_s_definitions_for_all_19_tasks():
+    from vitx.tasks.ta_splits import TFDS_SIZES, few_shot, splits
+
+    assert sorted(TASK_ADAPTATION) == sorted(CLASSES)
+    for task, (train800, val200, test, counts) in TASK_ADAPTATION.items():
+        cut = few_shot(task, TFDS_SIZES[task])
+        assert (str(cut["train"]), str(cut["val"]), str(cut["test"])) == (train800, val200, test), task
+        assert tuple(len(s) for s in splits(task, TFDS_SIZES[task]).values()) == counts, task
+
+
+def _write_copy(root, sizes: dict[str, int], classes: int):
+    """A copy in the hub's WebDataset layout with these split sizes; image i of a split is a grey level that
+    names (split, i), so the test can see which images were taken."""
+    for split, n in sizes.items():
+        (root / split).mkdir(parents=True)
+        tone = {"train": 0, "validation": 100, "test": 200}[split]
+        _shard(root / split / "0.tar", [(f"s{i:07d}", Image.new("RGB", (8, 8), (tone + i,) * 3), i % classes)
+                                        for i in range(n)])
+    return root
+
+
+def _taken(source) -> list[tuple[str, int]]:
+    tone = [int(decode(source.load(i)[0])[0, 0, 0]) for i in range(len(source))]
+    return [({0: "train", 1: "validation", 2: "test"}[t // 100], t % 100) for t in tone]
+
+
+@pytest.mark.parametrize("task,sizes,train,val,test", [
+    # tfds-val (dtd): train, validation and test as they are
+    ("dtd", {"train": 20, "validation": 12, "test": 10}, ("train", 0, 16), ("validation", 0, 4), ("test", 0, 10)),
+    # carve-val 80% (pets): val from train[40:]
+    ("pets", {"train": 50, "test": 10}, ("train", 0, 16), ("train", 40, 44), ("test", 0, 10)),
+    # carve-val-test 60/20 (eurosat): val and test from train
+    ("eurosat", {"train": 50}, ("train", 0, 16), ("train", 30, 34), ("train", 40, 50)),
+    # val-from-test 50% (smallnorb): val = test[:50%], test = test[50%:]
+    ("smallnorb_azi", {"train": 30, "test": 20}, ("train", 0, 16), ("test", 0, 4), ("test", 10, 20)),
+])
+def test_a_copy_of_the_tfds_splits_is_cut_by_the_task_s_own_rule(tmp_path, monkeypatch, task, sizes, train, val,
+                                                                  test):
+    """Per rule family, a small copy of the TFDS splits (the real sizes, here shrunk so that the copy is small):
+    the images taken for train / val / test are task_adaptation's, and the result records the definition."""
+    from vitx.tasks import ta_splits
+
+    monkeypatch.setitem(ta_splits.TFDS_SIZES, task, sizes)
+    copy = _write_copy(tmp_path / task, sizes, CLASSES[task])
+    splits = open_task(get_task(f"vtab/{task}"), 20, data_dir=str(copy))
+    for source, (split, lo, hi) in ((splits.train, train), (splits.val, val), (splits.test, test)):
+        assert _taken(source) == [(split, i) for i in range(lo, hi)]
+    assert splits.record["exact"] and splits.record["copy"] == "the TFDS splits"
+    assert splits.record["val"] == (f"{val[0]}[{val[1] or ''}:{val[2]}]")
+
+
+def test_a_copy_of_task_adaptation_s_splits_is_read_as_it_is_and_a_missing_val_is_said(tmp_path):
+    """The clip-benchmark layout holds task_adaptation's train / val / test themselves: the first N of each.
+    Without a validation split, val200 cannot be task_adaptation's; it is drawn from train and the record
+    says so, pointing to the folder release."""
+    with_val = open_task(get_task("vtab/pets"), 20,
+                         data_dir=str(_write_copy(tmp_path / "a", {"train": 30, "validation": 9, "test": 7}, 37)))
+    assert _taken(with_val.val) == [("validation", i) for i in range(4)] and with_val.record["exact"]
+    assert _taken(with_val.train) == [("train", i) for i in range(16)] and len(with_val.test) == 7
+    without = open_task(get_task("vtab/pets"), 20, data_dir=str(_write_copy(tmp_path / "b", {"train": 30, "test": 7}, 37)))
+    assert not without.record["exact"] and "val4 is NOT" in without.record["definition"]
+    assert "folder release" in without.record["definition"]
+    assert {s for s, _ in _taken(without.val)} == {"train"} and min(i for _, i in _taken(without.val)) >= 16

@@ -268,3 +268,44 @@ def test_seeds_repeat_the_final_run_and_give_mean_and_spread(tmp_path):
     assert summary["mean"] == pytest.approx(0.6) and summary["std"] == pytest.approx(0.1414214, abs=1e-6)
     with pytest.raises(VitxError, match="--seeds takes distinct"):
         TransferConfig(seeds=[0, 0]).validate()
+
+
+def test_published_rows_match_their_printed_means_and_print_beside_the_run():
+    """The bundled VTAB-1k rows reproduce the means their sources print (Table 2 of the ViT paper over 19 tasks;
+    VPT's group means); a matching timm start gets its row unasked; --compare rows sit beside the run's."""
+    import io
+
+    from rich.console import Console
+
+    from vitx.tasks import get_task
+    from vitx.tasks.published import PUBLISHED, matching
+    from vitx.transfer.protocol import compare_with
+    from vitx.transfer.report import print_summary, summarise
+
+    for name, mean in (("vit-h14-jft", 77.63), ("vit-l16-jft", 76.28), ("vit-l16-i21k", 72.72)):
+        assert sum(PUBLISHED[name].values) / 19 == pytest.approx(mean, abs=0.02), name
+    for name in ("vit-b16-i21k-full", "vit-b16-i21k-vpt-deep"):
+        row = PUBLISHED[name]
+        for group, printed in row.group_means.items():
+            values = [v for t, v in row.per_task().items() if get_task(t).group == group]
+            assert 100 * sum(values) / len(values) == pytest.approx(printed, abs=0.03), (name, group)
+    assert [r.name for r in matching("timm:vit_base_patch16_224.orig_in21k", "finetune")] == ["vit-b16-i21k-full"]
+    assert [r.name for r in matching("timm:vit_base_patch16_224.orig_in21k", "linear-probe")] == ["vit-b16-i21k-linear"]
+    assert matching("runs/mine", "finetune") == []
+    with pytest.raises(VitxError, match="no published VTAB-1k row 'vit-x'; known: vit-h14-jft"):
+        TransferConfig(compare=["vit-x"]).validate()
+
+    results = [{"task": "vtab/dtd", "group": "natural", "test_top1": 0.6, "seconds": 1.0, "sweep": [], "chosen": None},
+               {"task": "vtab/eurosat", "group": "specialized", "test_top1": 0.9, "seconds": 1.0, "sweep": [],
+                "chosen": None}]
+    summary = summarise(results)
+    summary["compare"] = compare_with(TransferConfig(compare=["vit-l16-i21k"]), results, summary)
+    shown = summary["compare"]["vit-l16-i21k"]
+    assert shown["tasks"] == {"vtab/dtd": pytest.approx(0.741), "vtab/eurosat": pytest.approx(0.956)}
+    assert shown["mean_same_tasks"] == pytest.approx((0.741 + 0.956) / 2)
+    assert shown["group_means_same_tasks"] == {"natural": pytest.approx(0.741), "specialized": pytest.approx(0.956)}
+    out = io.StringIO()
+    print_summary(results, summary, Console(file=out, width=250))
+    text = out.getvalue()
+    assert "vit-l16-i21k" in text and "74.1%" in text and "95.6%" in text and "84.85%" not in text
+    assert "printed mean over 19: 72.72 ± 0.21" in text

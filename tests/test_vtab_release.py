@@ -67,6 +67,56 @@ def test_a_suite_finds_each_task_under_the_release_root(tmp_path):
         open_task(get_task("vtab/dtd"), shots=20, data_dir=str(root))  # the root is not dtd's data
 
 
+def test_a_suite_chooses_one_point_on_the_mean_val_and_task_per_task(tmp_path):
+    """The paper's selection (Appendix B.1.1) on two release tasks: --select suite trains both with the point of
+    the best mean val top-1 and writes the table it chose from; --select task gives each task its own best. Both
+    record the selection in result.json and summary.json."""
+    root = tmp_path / "vtab-1k"
+    write_release(root, "dtd", 47)
+    write_release(root, "oxford_iiit_pet", 37)
+    common = ("--task", "vtab/dtd,vtab/pets", "--data-dir", str(root), "--from", "scratch", "--model", "vit-nano/4",
+              "--shots", "20", "--batch-size", "4", "--lrs", "0.001,0.3", "--sweep-steps", "3", "--workers", "0",
+              "--no-curves")
+    res = vitx_cli("transfer", *common, "--output-dir", str(tmp_path / "suite"))  # a suite: --select suite
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "chosen on the mean" in res.stdout and "mean" in res.stdout
+    choice = json.loads((tmp_path / "suite" / "selection.json").read_text())
+    rows = {(r["lr"], r["steps"]): r for r in choice["table"]}
+    assert set(rows) == {(0.001, 3), (0.3, 3)} and choice["tasks"] == ["vtab/dtd", "vtab/pets"]
+    for row in rows.values():
+        assert row["mean_val_top1"] == pytest.approx(sum(row["val_top1"].values()) / 2)
+    assert rows[(choice["lr"], choice["steps"])]["mean_val_top1"] == max(r["mean_val_top1"] for r in rows.values())
+    results = [json.loads((tmp_path / "suite" / f"vtab-{t}" / "result.json").read_text()) for t in ("dtd", "pets")]
+    assert {(r["selection"], r["select"]) for r in results} == {("suite", "suite")}
+    assert [r["chosen"] for r in results] == [{"lr": choice["lr"], "steps": choice["steps"]}] * 2
+    for r in results:  # each task's own sweep is kept as it was measured
+        assert {(p["lr"], p["val_top1"]) for p in r["sweep"]} == {(lr, rows[(lr, 3)]["val_top1"][r["task"]])
+                                                                    for lr in (0.001, 0.3)}
+    assert json.loads((tmp_path / "suite" / "summary.json").read_text())["selection"]["lr"] == choice["lr"]
+
+    res = vitx_cli("transfer", *common, "--select", "task", "--output-dir", str(tmp_path / "task"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    for t in ("dtd", "pets"):
+        r = json.loads((tmp_path / "task" / f"vtab-{t}" / "result.json").read_text())
+        best = max(r["sweep"], key=lambda p: p["val_top1"])
+        assert r["selection"] == "task" and r["chosen"] == {"lr": best["lr"], "steps": best["steps"]}
+    assert not (tmp_path / "task" / "selection.json").exists()
+    res = vitx_cli("transfer", *common, "--select", "best", "--output-dir", str(tmp_path / "x"))
+    assert res.returncode == 2 and "--select must be one of auto, suite, task" in res.stderr
+
+
+def test_the_suite_choice_can_differ_from_every_task_s_own():
+    """Per-task bests (a: lr 0.01, b: lr 0.1) and the suite's (lr 0.03: best on the mean) all differ."""
+    from vitx.transfer.protocol import choose_for_suite
+
+    def sweep(*vals):
+        return [{"lr": lr, "steps": 500, "val_top1": v} for lr, v in zip((0.01, 0.03, 0.1), vals)]
+
+    choice = choose_for_suite({"a": sweep(0.9, 0.8, 0.1), "b": sweep(0.1, 0.7, 0.8)})
+    assert (choice["lr"], choice["steps"]) == (0.03, 500) and choice["mean_val_top1"] == pytest.approx(0.75)
+    assert [r["mean_val_top1"] for r in choice["table"]] == pytest.approx([0.5, 0.75, 0.45])
+
+
 @pytest.mark.parametrize("damage,match", [
     (lambda f: (f / "images" / "test" / "000003.jpg").unlink(), r"test\.txt: image .*000003\.jpg does not exist"),
     (lambda f: (f / "val200.txt").write_text("images/val200/000000.jpg\n"), r"val200\.txt:1: expected"),

@@ -31,3 +31,21 @@ def parse_spec(text: str) -> tuple[str, dict[str, Any]]:
         except ValueError:
             raise VitxError(f"option '{kw.arg}' in '{text}' must be a literal (number, string, bool, tuple)") from None
     return name, options
+
+
+def split_specs(text: str, flag: str = "--task") -> list[str]:
+    """`a,b,c` → the data specs or tasks, split at commas outside parentheses (`embedded:digits(length=300)`
+    keeps its options)."""
+    items, depth, current = [], 0, ""
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += char
+    items.append(current.strip())
+    items = [i for i in items if i]
+    if not items:
+        raise VitxError(f"{flag} is empty: give one or more, comma-separated")
+    return items

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import VitxError
+from ..spec import split_specs
 from ..runner.config import check_numbers, default_workers
 from ..transfer.config import FEWSHOT_REG
 from .transfer import number_list
@@ -34,6 +35,7 @@ def fewshot(
     mean: Optional[str] = typer.Option(None, help="Input normalisation mean per RGB channel, e.g. 0.485,0.456,0.406. \\[default: the start's]"),
     std: Optional[str] = typer.Option(None, help="Input normalisation std per RGB channel. \\[default: the start's]"),
     interpolation: Optional[str] = typer.Option(None, help="bicubic, bilinear or nearest. \\[default: the start's]"),
+    preprocess_as: str = typer.Option("start", "--preprocess", help="Image geometry: start (the start's eval transform: timm's for a timm start, a centre crop otherwise; a task's images squashed whole, as VTAB does) or big_vision (its few-shot evaluator's: short side to S·256/224, centre crop S, for every dataset)."),
     test_samples: int = typer.Option(0, help="Evaluate on the first N test images; 0: all."),
     output: Optional[str] = typer.Option(None, help="Write the numbers as JSON here."),
     seed: int = typer.Option(0, help="Initialisation of --from scratch (the shots are drawn with seeds 0..N-1)."),
@@ -82,8 +84,10 @@ def fewshot(
     model = representation(backbone, start, features)
     if task and data:
         raise VitxError("give --data or --task, not both")
+    if preprocess_as not in ("start", "big_vision"):
+        raise VitxError(f"--preprocess must be start or big_vision, got '{preprocess_as}'")
     results = []
-    for item in split_specs(task) if task else split_specs(data or "embedded:digits"):
+    for item in split_specs(task, "--task") if task else split_specs(data or "embedded:digits", "--data"):
         as_task = bool(task) and not looks_like_data(item)  # your own data given as --task: the same as --data
         if as_task:
             train, test, _ = open_full_splits(get_task(item), data_dir)
@@ -93,6 +97,8 @@ def fewshot(
                                                                          image_size=size))
             preprocess = Preprocess(image_size=size, eval_crop_pct=given["crop_pct"],
                                     eval_resize=given["eval_resize"], **normal)
+        if preprocess_as == "big_vision":  # one geometry for every dataset, as big_vision's evaluator has
+            preprocess = Preprocess(image_size=size, eval_resize="big_vision", **normal)
         result = evaluate_sources(model, train, test, preprocess, shot_list, range(seeds), reg, test_samples,
                                   workers=default_workers(), device=process_device())
         result = {"from": start, "data": item, "image_size": size, "features": model.kind,
@@ -104,24 +110,6 @@ def fewshot(
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(Path(output), json.dumps(result, indent=2))
-
-
-def split_specs(text: str) -> list[str]:
-    """`a,b,c` → the data specs or tasks, split at commas outside parentheses (`embedded:digits(length=300)`
-    keeps its options)."""
-    items, depth, current = [], 0, ""
-    for char in text:
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            items.append(current.strip())
-            current = ""
-        else:
-            current += char
-    items.append(current.strip())
-    items = [i for i in items if i]
-    if not items:
-        raise VitxError("--data / --task is empty: give one or more, comma-separated")
-    return items
 
 
 def _print_table(result: dict, start: str, reg: float, kind: str) -> None:

@@ -40,7 +40,8 @@ def transfer(
     interpolation: Optional[str] = typer.Option(None, help="Resize interpolation: bicubic, bilinear or nearest. \\[default: the start's]"),
     batch_size: Optional[int] = typer.Option(None, help=f"Global batch per step. \\[default: {D.batch_size}]"),
     grad_accum: Optional[int] = typer.Option(None, help=f"Split each batch into this many accumulated micro-batches (memory). \\[default: {D.grad_accum}]"),
-    sweep: Optional[bool] = typer.Option(None, "--sweep/--no-sweep", help="Sweep lr × steps on train → val and retrain the best; --no-sweep: --lr and --steps (the paper's 0.01, 2500). \\[default: sweep]"),
+    sweep: Optional[bool] = typer.Option(None, "--sweep/--no-sweep", help="Sweep lr × steps on train → val and retrain the chosen point; --no-sweep: --lr and --steps (the paper's 0.01, 2500). \\[default: sweep]"),
+    select: Optional[str] = typer.Option(None, help="How the swept point is chosen: suite (one lr × steps for every task, the best mean val top-1 over the suite: the ViT paper's VTAB protocol) or task (each task its own best: optimistic, not comparable with the paper). \\[default: suite for several tasks]"),
     lrs: Optional[str] = typer.Option(None, help=f"Sweep learning rates. \\[default: {','.join(map(str, D.lrs))}]"),
     sweep_steps: Optional[str] = typer.Option(None, help=f"Sweep step counts. \\[default: {','.join(map(str, D.sweep_steps))}]"),
     lr: Optional[float] = typer.Option(None, help=f"Learning rate with --no-sweep. \\[default: {D.lr}]"),
@@ -62,6 +63,7 @@ def transfer(
     log_format: Optional[str] = typer.Option(None, help="Progress of each run: auto (a bar on a terminal; a plain, flushed line per log step in a log file or pipe), bar, lines or json. \\[default: auto]"),
     quiet: Optional[bool] = typer.Option(None, "--quiet/--no-quiet", help="Print nothing but errors (results are written as always)."),
     curves: Optional[bool] = typer.Option(None, "--curves/--no-curves", help="Draw sweep.png (validation top-1 per lr × steps) and the final run's curves.png. \\[default: on]"),
+    compare: Optional[str] = typer.Option(None, help="Print published VTAB-1k results beside the run's, e.g. vit-b16-i21k-full,vit-l16-i21k (see tasks/published.py); a timm start with published rows for the same method gets them unasked."),
     recipe: Optional[str] = RECIPE,
     set_: List[str] = SET,
 ) -> None:
@@ -74,6 +76,10 @@ def transfer(
             options[name] = number_list(value, float, f"--{name}", "0.5,0.5,0.5")
     if seeds is not None:
         options["seeds"] = number_list(seeds, int, "--seeds", "0,1,2")
+    if compare is not None:
+        from ..spec import split_specs
+
+        options["compare"] = split_specs(compare, "--compare")
     if lrs is not None:
         options["lrs"] = number_list(lrs, float, "--lrs", ",".join(map(str, D.lrs)))
     if sweep_steps is not None:

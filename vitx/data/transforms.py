@@ -21,7 +21,7 @@ import torch
 from ..errors import VitxError
 
 INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
-EVAL_RESIZES = ("tensor", "timm")
+EVAL_RESIZES = ("tensor", "timm", "big_vision")
 
 
 def _timm_eval(image: torch.Tensor, size: int, crop_pct: float, interpolation: str) -> torch.Tensor:
@@ -37,6 +37,22 @@ def _timm_eval(image: torch.Tensor, size: int, crop_pct: float, interpolation: s
     picture = Image.fromarray(image.permute(1, 2, 0).numpy()).resize((new_w, new_h), modes[interpolation])
     top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
     out = torch.from_numpy(np.asarray(picture)[top:top + size, left:left + size].copy()).permute(2, 0, 1)
+    return out.contiguous()  # (3, S, S)
+
+
+def _big_vision_eval(image: torch.Tensor, size: int) -> torch.Tensor:
+    """big_vision's few-shot evaluator input (`configs/common_fewshot.py`: `resize_small(256, antialias=True)|
+    central_crop(224)`, scaled to `size`): the short side resized by area averaging to round(size · 256/224),
+    the aspect kept (sides rounded), then a centre crop of size. (3, H, W) uint8 → (3, S, S) uint8; torch's area
+    resampling, so pixels may differ from TensorFlow's by rounding."""
+    import torch.nn.functional as F
+
+    h, w = image.shape[-2:]
+    ratio = round(size * 256 / 224) / min(h, w)
+    new_h, new_w = max(size, round(h * ratio)), max(size, round(w * ratio))
+    resized = F.interpolate(image[None].float(), size=(new_h, new_w), mode="area")[0]
+    top, left = (new_h - size) // 2, (new_w - size) // 2
+    out = resized[:, top:top + size, left:left + size].round().clamp(0, 255).to(torch.uint8)
     return out.contiguous()  # (3, S, S)
 
 
@@ -69,8 +85,9 @@ class Preprocess:
     hflip: bool = True
     eval_crop_pct: float = 1.0
     squash: bool = False  # eval: resize the whole image to a square (VTAB) instead of centre-cropping it
-    eval_resize: str = "tensor"  # eval: "tensor" (crop, then resize on uint8 tensors) or "timm" (timm's eval
+    eval_resize: str = "tensor"  # eval: "tensor" (crop, then resize on uint8 tensors), "timm" (timm's eval
     # transform, pixel for pixel: the short side resized to floor(S / eval_crop_pct) by PIL, then centre-cropped)
+    # or "big_vision" (its few-shot evaluator's: short side to S·256/224 by area averaging, centre crop S)
     augment: bool = True  # False: training sees the eval transform too (VTAB's protocol: resize only)
     randaugment: str = ""  # a timm RandAugment policy after the crop, e.g. "rand-m9-mstd0.5-inc1"; "": none
     random_erasing: float = 0.0  # probability of timm's RandomErasing (per-pixel noise), on the device, training only
@@ -136,6 +153,8 @@ class Preprocess:
         h, w = image.shape[-2:]
         if self.eval_resize == "timm" and not self.squash:
             return _timm_eval(image, self.image_size, self.eval_crop_pct, self.interpolation)
+        if self.eval_resize == "big_vision":
+            return _big_vision_eval(image, self.image_size)
         if not self.squash:
             side = max(1, round(min(h, w) * self.eval_crop_pct))
             top, left = (h - side) // 2, (w - side) // 2

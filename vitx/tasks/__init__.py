@@ -29,7 +29,19 @@ def get_task(name: str) -> Task:
 
 def select_tasks(spec: str, data: DataOptions | None = None) -> list[Task]:
     """A task name, `<suite>/all`, `<suite>/<group>` (natural, specialized, structured), an fnmatch pattern, or
-    labelled data (a path, hf:NAME, shards: `custom.py`), read with `data`'s keys."""
+    labelled data (a path, hf:NAME, shards: `custom.py`), read with `data`'s keys; or several of these,
+    comma-separated (`vtab/dtd,vtab/pets`: a suite of two), each task once, in the order given."""
+    from pathlib import Path
+
+    from ..spec import split_specs
+
+    items = split_specs(spec) if "," in spec and not Path(spec).expanduser().exists() else [spec]
+    if len(items) > 1:
+        chosen: dict[str, Task] = {}
+        for item in items:
+            for task in select_tasks(item, data):
+                chosen.setdefault(task.name, task)
+        return list(chosen.values())
     suite, _, rest = spec.partition("/")
     names = TASKS.names()
     if spec not in names and looks_like_data(spec):

@@ -1,10 +1,12 @@
 """A task's splits: trainN / valN / trainNvalN / test, from a local copy, the embedded generator or the hub.
 
 Splits of an N-shot task (VTAB-1k: N = 1000): trainN = the first 4N/5 of the task's train split (VTAB's
-train800 = train[:800]); valN = the first N/5 of its validation split (val200), or, for copies without one
-(the hub copies hold train and test only), N/5 images drawn with a fixed seed from the rest of train;
-trainNvalN = both; test = the whole test split. The VTAB-1k folder release (`data/release.py`) ships these
-lists itself, and they are used as they are.
+train800 = train[:800]); valN = the first N/5 of its validation split (val200); trainNvalN = both; test =
+the whole test split. For a VTAB task these are task_adaptation's, task by task (`ta_splits.py`): a copy of
+the TFDS splits is cut by the task's own rule; a copy of task_adaptation's splits (the clip-benchmark hub
+copies) is read as it is. A copy with no validation split cannot give val200: N/5 images are then drawn with
+a fixed seed from the rest of train, and the result says that it is not task_adaptation's. The VTAB-1k folder
+release (`data/release.py`) ships the lists itself, and they are used as they are.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from ..errors import VitxError
 from .base import SubsetSource, Task
 from ..data.release import is_release, open_release
 from .hub import missing_data_message, open_hub_splits
+from .ta_splits import RULES, TFDS_SIZES, Slice, definition, few_shot, holds_tfds_splits
+from .ta_splits import splits as ta_splits
 
 SPLIT_SEED = 1000  # carving val from train: fixed, so every run of a task sees the same split
 
@@ -34,7 +38,8 @@ class TaskSplits:
     test: Any
     origin: str
     release_train_val: Any = None  # the folder release's own train800val200 list, when it is used whole
-    record: dict[str, Any] | None = None  # how a data task's splits were drawn (custom.py): per-class counts
+    record: dict[str, Any] | None = None  # how the splits were made: a data task's draw (custom.py), a VTAB
+    # task's definition (`vtab_splits`): recorded with every result
 
     @property
     def source(self) -> str:
@@ -146,10 +151,20 @@ def _offline() -> bool:
 def open_full_splits(task: Task, data_dir: str | None = None) -> tuple[SubsetSource, SubsetSource, str]:
     """The task's whole train and test splits, with the task's labels (few-shot evaluation draws from these)."""
     pools, origin = _pools(task, data_dir, _offline())
-    train, test = pools["train"], pools["test"]
+    named = {"train": pools["train"], "validation": pools.get("val"), "test": pools.get("test")}
+    short = task.name.split("/")[-1]
+    parts = {"train": Slice("train", 0, len(named["train"])),
+             "test": Slice("test", 0, len(named["test"])) if named["test"] is not None else None}
+    if task.name.startswith("vtab/") and short in RULES and origin != "embedded" and "train_val" not in pools:
+        sizes = {k: len(v) for k, v in named.items() if v is not None}
+        if holds_tfds_splits(short, sizes):  # task_adaptation's train and test, cut from the TFDS splits
+            parts = {name: part for name, part in ta_splits(short, sizes).items() if name != "val"}
+    if parts["test"] is None:
+        raise VitxError(f"{origin} has no test split for {task.name}")
     k = task.num_classes
-    return (SubsetSource(train, np.arange(len(train)), k, _label_map(task, train)),
-            SubsetSource(test, np.arange(len(test)), k, _label_map(task, test)), origin)
+    train, test = (SubsetSource(named[p.split], np.arange(p.start, p.stop), k, _label_map(task, named[p.split]))
+                   for p in (parts["train"], parts["test"]))
+    return train, test, origin
 
 
 def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool | None = None,
@@ -166,10 +181,10 @@ def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool
 
         train, val, test, record = custom_splits(task, shots, seed, test_samples)
         return TaskSplits(task=task, train=train, val=val, test=test, origin=origin, record=record)
-    train, val, test = pools["train"], pools.get("val"), pools["test"]
     n_train = shots * 4 // 5
     n_val = shots - n_train
     if "train_val" in pools:  # the folder release: its own lists, the first N of each for other shot counts
+        train, val, test = pools["train"], pools["val"], pools["test"]
         if n_train > len(train) or n_val > len(val):
             raise VitxError(f"--shots {shots} needs {n_train} train and {n_val} validation images; the release's "
                             f"{task.name} lists hold {len(train)} and {len(val)}")
@@ -177,7 +192,12 @@ def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool
         return TaskSplits(task=task, train=SubsetSource(train, np.arange(n_train), task.num_classes),
                           val=SubsetSource(val, np.arange(n_val), task.num_classes),
                           test=SubsetSource(test, np.arange(len(test)), task.num_classes), origin=origin,
-                          release_train_val=pools["train_val"] if whole else None)
+                          release_train_val=pools["train_val"] if whole else None,
+                          record={"definition": "the VTAB-1k folder release's own lists (task_adaptation's splits)",
+                                  "exact": True})
+    if origin != "embedded" and task.name.startswith("vtab/") and task.name.split("/")[1] in RULES:
+        return vtab_splits(task, pools, origin, n_train, n_val)
+    train, val, test = pools["train"], pools.get("val"), pools["test"]
     if val is not None:
         if n_train > len(train) or n_val > len(val):
             raise VitxError(f"--shots {shots} needs {n_train} train and {n_val} validation images; {task.name} has "
@@ -187,8 +207,7 @@ def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool
     else:
         if shots > len(train):
             raise VitxError(f"--shots {shots} is more than {task.name}'s train split holds ({len(train)} images)")
-        rest = np.arange(n_train, len(train))
-        val_idx = np.sort(np.random.default_rng([SPLIT_SEED, n_train]).choice(rest, n_val, replace=False))
+        val_idx = carved_val(len(train), n_train, n_val)
         val_base = train
     k = task.num_classes
     return TaskSplits(
@@ -198,3 +217,54 @@ def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool
         test=SubsetSource(test, np.arange(len(test)), k, _label_map(task, test)),
         origin=origin,
     )
+
+
+def carved_val(size: int, n_train: int, n_val: int) -> np.ndarray:
+    """valN for a copy with no validation split: n_val of train[n_train:], drawn with a fixed seed."""
+    rest = np.arange(n_train, size)
+    return np.sort(np.random.default_rng([SPLIT_SEED, n_train]).choice(rest, n_val, replace=False))
+
+
+def vtab_splits(task: Task, pools: dict[str, Any], origin: str, n_train: int, n_val: int) -> TaskSplits:
+    """A VTAB task's trainN / valN / test from a copy, by task_adaptation's definition of the task
+    (`ta_splits.py`); the record says which definition was applied and whether val200 is task_adaptation's."""
+    short = task.name.split("/")[1]
+    named = {"train": pools["train"], "validation": pools.get("val"), "test": pools.get("test")}
+    sizes = {k: len(v) for k, v in named.items() if v is not None}
+    k = task.num_classes
+    official = definition(short)
+    if holds_tfds_splits(short, sizes):  # the TFDS dataset's own splits: cut by the task's rule
+        cut = few_shot(short, sizes, n_train, n_val)
+        parts = {}
+        for name, part in cut.items():
+            if part.stop > sizes[part.split]:
+                raise VitxError(f"--shots {n_train + n_val} needs {name} {part}, beyond {task.name}'s "
+                                f"{part.split} split ({sizes[part.split]} images)")
+            base = named[part.split]
+            parts[name] = SubsetSource(base, np.arange(part.start, part.stop), k, _label_map(task, base))
+        record = {"definition": f"task_adaptation's: {official}", "copy": "the TFDS splits",
+                  "train": str(cut["train"]), "val": str(cut["val"]), "test": str(cut["test"]), "exact": True}
+        return TaskSplits(task=task, origin=origin, record=record, **parts)
+    # task_adaptation's own train / val / test (the clip-benchmark hub copies): the first N of each
+    train, val, test = named["train"], named["validation"], named["test"]
+    if test is None:
+        raise VitxError(f"{origin} has no test split for {task.name}: a copy holds either the TFDS splits (sizes "
+                        f"{TFDS_SIZES[short]}) or task_adaptation's train and test (as the hub copies do)")
+    if n_train > len(train) or (val is not None and n_val > len(val)) or (val is None and n_train + n_val > len(train)):
+        raise VitxError(f"--shots {n_train + n_val} needs {n_train} train and {n_val} validation images; {task.name} "
+                        f"has {len(train)} train" + (f" and {len(val)} validation" if val is not None else ""))
+    record = {"copy": "task_adaptation's train / val / test splits", "train": f"train[:{n_train}]",
+              "test": f"test[:{len(test)}]"}
+    if val is not None:
+        val_idx, val_base = np.arange(n_val), val
+        record.update(definition=f"task_adaptation's: {official}", val=f"validation[:{n_val}]", exact=True)
+    else:
+        val_idx, val_base = carved_val(len(train), n_train, n_val), train
+        record.update(definition=f"train and test are task_adaptation's ({official}); val{n_val} is NOT: the copy "
+                                 f"has no validation split, so {n_val} images were drawn (seed {SPLIT_SEED}) from "
+                                 f"train[{n_train}:]. The VTAB-1k folder release (--data-dir) has the official lists",
+                      val=f"{n_val} drawn from train[{n_train}:]", exact=False)
+    return TaskSplits(task=task, origin=origin, record=record,
+                      train=SubsetSource(train, np.arange(n_train), k, _label_map(task, train)),
+                      val=SubsetSource(val_base, val_idx, k, _label_map(task, val_base)),
+                      test=SubsetSource(test, np.arange(len(test)), k, _label_map(task, test)))

@@ -7,6 +7,7 @@ from typing import Any
 from ..errors import VitxError
 from ..runner.config import check_numbers
 
+SELECT = ("auto", "suite", "task")  # auto: suite for more than one task (protocol.py)
 FEWSHOT_REG = 2.0 ** 10  # big_vision's L2 regularisation of the few-shot least-squares head
 
 
@@ -14,7 +15,8 @@ FEWSHOT_REG = 2.0 ** 10  # big_vision's L2 regularisation of the few-shot least-
 class TransferConfig:
     """Defaults are the paper's fine-tuning recipe (Appendix B.1.1) and VTAB-1k protocol: SGD momentum 0.9, no
     weight decay, global-norm clip 1, cosine decay after a linear warm-up, batch 512; sweep lr × steps on
-    train800 → val200, retrain the best on all 1000, report test accuracy."""
+    train800 → val200, choose one point for the whole suite on the mean val200 (`select`), retrain it on all 1000,
+    report test accuracy."""
 
     task: str = "vtab/dsprites_loc"
     start: str = "runs/pretrain"  # --from: a vitx run/checkpoint directory, timm:<name>, or scratch
@@ -28,6 +30,7 @@ class TransferConfig:
     batch_size: int = 512
     grad_accum: int = 1
     sweep: bool = True
+    select: str = "auto"  # suite: one (lr, steps) for all tasks, on their mean val (the paper's); task: per task
     lrs: list[float] = field(default_factory=lambda: [0.001, 0.003, 0.01, 0.03])
     sweep_steps: list[int] = field(default_factory=lambda: [500, 2500])
     lr: float = 0.01  # --no-sweep: the paper's choice for VTAB
@@ -53,12 +56,15 @@ class TransferConfig:
     compile: bool = False  # torch.compile each run's training step
     tf32: bool = True  # float32 matmuls in TF32 on GPUs that have it
     curves: bool = True  # figures: sweep.png (val top-1 per lr × steps) and the final run's curves.png
+    compare: list[str] = field(default_factory=list)  # published VTAB-1k rows beside the results (tasks/published.py)
 
     def validate(self) -> "TransferConfig":
         check_numbers(self.to_dict())
         for name in ("shots", "batch_size", "grad_accum", "steps", "save_every", "log_every"):
             if getattr(self, name) <= 0:
                 raise VitxError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.select not in SELECT:
+            raise VitxError(f"--select must be one of {', '.join(SELECT)}, got '{self.select}'")
         if not self.lrs:
             raise VitxError("--lrs is empty: give at least one learning rate to sweep, e.g. --lrs 0.01,0.03")
         if not self.sweep_steps:
@@ -86,6 +92,10 @@ class TransferConfig:
             raise VitxError(f"--interpolation must be one of {', '.join(INTERPOLATIONS)}, got '{self.interpolation}'")
         if len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
             raise VitxError(f"--seeds takes distinct non-negative whole numbers, e.g. --seeds 0,1,2; got {self.seeds}")
+        from ..tasks.published import published
+
+        for name in self.compare:
+            published(name)
         if self.test_samples < 0:
             raise VitxError("--test-samples must not be negative")
         from ..runner.config import CHOICES
@@ -105,7 +115,7 @@ class TransferConfig:
 
 
 # Settings that change a task's result: a resumed transfer must have the same ones.
-RESULT_KEYS = ("start", "model", "adapters", "shots", "image_size", "mean", "std", "interpolation", "batch_size", "sweep", "lrs", "sweep_steps",
+RESULT_KEYS = ("start", "model", "adapters", "shots", "image_size", "mean", "std", "interpolation", "batch_size", "sweep", "select", "lrs", "sweep_steps",
                "lr", "steps", "warmup", "grad_clip", "precision", "data_dir", "label_key", "image_key", "stream", "seed", "seeds",
                "test_samples")
 

@@ -1,11 +1,16 @@
-"""The VTAB-1k protocol in one call: sweep lr × steps on trainN → valN, retrain the best on trainN ∪ valN,
+"""The VTAB-1k protocol in one call: sweep lr × steps on trainN → valN, retrain the chosen point on trainN ∪ valN,
 report test accuracy; over one task or a suite, with group means.
+
+Selection (`--select`): `suite`, the ViT paper's (Appendix B.1.1), sweeps every task first and chooses the one
+(lr, steps) with the best mean val top-1 over the suite for all of them; `task` chooses per task (optimistic:
+not comparable with the paper's Table 2). A suite defaults to `suite`, one task is the same either way.
 
     <output>/<suite>-<task>/transfer.json          the settings (a resumed transfer must match them)
     <output>/<suite>-<task>/sweep/lr<lr>_steps<n>/   one run per sweep point: metrics.jsonl, point.json
     <output>/<suite>-<task>/final/                  the retrained model (vitx checkpoint), its metrics, curves.png
     <output>/<suite>-<task>/sweep.png              val top-1 per lr × steps, the choice ringed (with --curves)
     <output>/<suite>-<task>/result.json            sweep table, choice, test accuracy, timings
+    <output>/selection.json                         --select suite: the mean val top-1 per point, the choice
     <output>/summary.json                           every task's result and the group means
 
 Every finished sweep point and task is on disk before the next starts; `--resume` continues where a killed
@@ -34,8 +39,8 @@ from ..data.opener import DataOptions
 from ..tasks import GROUPS, Task, TaskSplits, open_task, select_tasks
 from ..tasks.custom import describe_record
 from .config import TransferConfig, result_settings
-from .finetune import closed_form, prepare, test_metrics, train_run
-from .report import print_summary, summarise
+from .finetune import Prepared, closed_form, prepare, test_metrics, train_run
+from .report import print_selection, print_summary, summarise
 
 
 def task_dir(cfg: TransferConfig, task: Task) -> Path:
@@ -82,16 +87,8 @@ def _draw_sweep(task: Task, sweep: list[dict[str, Any]], best: dict[str, Any], r
              warn=lambda line: console.print(line, markup=False, soft_wrap=True))
 
 
-def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Console | None = None,
-             splits: TaskSplits | None = None) -> dict[str, Any]:
-    """The whole protocol on one task; returns (and writes) its result."""
-    console = console or make_console(cfg.quiet)
-    root = _claim(cfg, task, resume)
-    done = read_json_object(root / "result.json")
-    if done is not None:
-        console.print(f"{task.name}: already done ({done['test_top1']:.2%} test top-1); nothing to do", soft_wrap=True)
-        return done
-    began = time.perf_counter()
+def _open(cfg: TransferConfig, task: Task, splits: TaskSplits | None, console: Console) -> tuple[Prepared, dict[str, Any]]:
+    """The task's prepared splits and start, its header lines, and the settings every file of its result carries."""
     prep = prepare(cfg, task, splits)
     console.print(f"{task.name}: {len(prep.train)} train + {len(prep.val)} val images, test {len(prep.test)} "
                   f"({prep.splits.origin}) at {prep.preprocess.image_size}px | from {cfg.start} | "
@@ -103,17 +100,18 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
                 "source": prep.splits.source, "synthetic": prep.splits.synthetic,
                 "input": {"mean": list(prep.preprocess.mean), "std": list(prep.preprocess.std),
                           "interpolation": prep.preprocess.interpolation, "from": prep.input_from}}
-    if prep.splits.record is not None:  # a data task: how its splits were drawn
-        console.print(f"{task.name}: labels {task.label}; {describe_record(prep.splits.record)}", soft_wrap=True)
-        settings["splits"] = prep.splits.record
-    if prep.method.closed_form:
-        metrics = closed_form(prep, cfg.test_samples, cfg.start)
-        result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": [], "chosen": None,
-                  **metrics, "seconds": time.perf_counter() - began}
-        _write(root / "result.json", result)
-        console.print(f"{task.name}: test top-1 {result['test_top1']:.2%} (closed form)", soft_wrap=True)
-        return result
+    record = prep.splits.record
+    if record is not None:  # how the splits were made: a data task's draw, a VTAB task's definition
+        shown = describe_record(record) if task.data is not None else f"splits {record['definition']}"
+        console.print(f"{task.name}: labels {task.label}; {shown}", soft_wrap=True)
+        settings["splits"] = record
+    return prep, settings
 
+
+def _sweep(cfg: TransferConfig, prep: Prepared, root: Path, settings: dict[str, Any],
+           console: Console) -> list[dict[str, Any]]:
+    """Every (lr, steps) point trained on trainN and scored on valN; a point already on disk is read, not rerun."""
+    task = prep.task
     sweep: list[dict[str, Any]] = []
     points = cfg.points() if cfg.sweep else []
     for i, (lr, steps) in enumerate(points, 1):
@@ -133,7 +131,48 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
                 for name in ("model.safetensors", "heads.safetensors"):
                     (point_dir / name).unlink(missing_ok=True)
         sweep.append(point)
-    best = max(sweep, key=lambda p: p["val_top1"]) if sweep else {"lr": cfg.lr, "steps": cfg.steps}
+    return sweep
+
+
+def sweep_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Console | None = None,
+               splits: TaskSplits | None = None) -> list[dict[str, Any]]:
+    """The first half of `--select suite`: the task's sweep alone (its finished result's, when it has one)."""
+    console = console or make_console(cfg.quiet)
+    root = _claim(cfg, task, resume)
+    done = read_json_object(root / "result.json")
+    if done is not None:
+        return done["sweep"]
+    prep, settings = _open(cfg, task, splits, console)
+    return _sweep(cfg, prep, root, settings, console)
+
+
+def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Console | None = None,
+             splits: TaskSplits | None = None, chosen: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The whole protocol on one task; returns (and writes) its result. `chosen`: the suite's choice of (lr, steps)
+    (`--select suite`), which replaces the task's own best point."""
+    console = console or make_console(cfg.quiet)
+    root = _claim(cfg, task, resume)
+    done = read_json_object(root / "result.json")
+    if done is not None:
+        console.print(f"{task.name}: already done ({done['test_top1']:.2%} test top-1); nothing to do", soft_wrap=True)
+        return done
+    began = time.perf_counter()
+    prep, settings = _open(cfg, task, splits, console)
+    if prep.method.closed_form:
+        metrics = closed_form(prep, cfg.test_samples, cfg.start)
+        result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": [], "chosen": None,
+                  "selection": "closed form", **metrics, "seconds": time.perf_counter() - began}
+        _write(root / "result.json", result)
+        console.print(f"{task.name}: test top-1 {result['test_top1']:.2%} (closed form)", soft_wrap=True)
+        return result
+
+    sweep = _sweep(cfg, prep, root, settings, console)
+    if not sweep:
+        best, selection = {"lr": cfg.lr, "steps": cfg.steps}, "fixed (--no-sweep)"
+    elif chosen is not None:
+        best, selection = chosen, "suite"
+    else:
+        best, selection = max(sweep, key=lambda p: p["val_top1"]), "task"
     if sweep and cfg.curves and is_main_process():
         _draw_sweep(task, sweep, best, root, console)
 
@@ -145,14 +184,15 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
         label = (f"{task.name} final lr {best['lr']:g} × {best['steps']} on {len(prep.train) + len(prep.val)}"
                  + (f" seed {seed}" if len(seeds) > 1 else ""))
         trainer = train_run(replace(cfg, seed=seed), prep, best["lr"], best["steps"], folder, prep.train_val, None,
-                            console, label, {**settings, "phase": "final", "seed": seed,
+                            console, label, {**settings, "phase": "final", "seed": seed, "selection": selection,
                                              "chosen": {"lr": best["lr"], "steps": best["steps"]}},
                             curves=cfg.curves and i == 0)
         console.print(f"{task.name}: evaluating on {cfg.test_samples or len(prep.test)} test images", soft_wrap=True)
         per_seed.append(test_metrics(trainer, prep, cfg.test_samples))
     top1 = [t["test_top1"] for t in per_seed]
     result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": sweep,
-              "chosen": {"lr": best["lr"], "steps": best["steps"]}, "final_seconds": time.perf_counter() - tick,
+              "chosen": {"lr": best["lr"], "steps": best["steps"]}, "selection": selection,
+              "final_seconds": time.perf_counter() - tick,
               "test_top1": statistics.fmean(top1), "test_loss": statistics.fmean(t["test_loss"] for t in per_seed),
               "test_samples": min(cfg.test_samples or len(prep.test), len(prep.test)), "seconds": time.perf_counter() - began}
     if len(seeds) > 1:
@@ -161,8 +201,42 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
         _write(root / "result.json", result)
     spread = f" ± {result['test_top1_std']:.2%} over seeds {seeds}" if len(seeds) > 1 else ""
     console.print(f"{task.name}: test top-1 {result['test_top1']:.2%}{spread} with lr {best['lr']:g} × {best['steps']} "
-                  f"steps ({result['seconds']:.0f} s) → {root}/final", soft_wrap=True)
+                  f"steps ({selection} selection, {result['seconds']:.0f} s) → {root}/final", soft_wrap=True)
     return result
+
+
+def compare_with(cfg: TransferConfig, results: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
+    """Published rows to show beside the results: `--compare` names, else those of the same timm start and
+    method. Each with its numbers on the tasks run and its mean over the tasks counted here."""
+    from ..tasks.published import matching, published
+
+    rows = [published(n) for n in cfg.compare] or matching(cfg.start, resolve_adapters(cfg.adapters)[-1].name)
+    counted = [r["task"] for r in results if r["task"] not in summary["left_out"]]
+    shown = {}
+    for row in rows:
+        values = row.per_task()
+        same = [values[t] for t in counted if t in values]
+        shown[row.name] = {"start": row.start, "method": row.method, "source": row.source, "printed_mean": row.mean,
+                           "tasks": {r["task"]: values.get(r["task"]) for r in results},
+                           "mean_same_tasks": sum(same) / len(same) if same else None,
+                           "group_means_same_tasks": {
+                               g: sum(v) / len(v) for g in summary["group_means"]
+                               if (v := [values[r["task"]] for r in results if r.get("group") == g
+                                         and r["task"] in counted and r["task"] in values])}}
+    return shown
+
+
+def choose_for_suite(sweeps: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The paper's selection: the (lr, steps) with the best mean val top-1 over the tasks (ties: the first in
+    sweep order). Returns the choice and the table it was made from."""
+    table = []
+    for points in zip(*sweeps.values()):
+        lr, steps = points[0]["lr"], points[0]["steps"]
+        table.append({"lr": lr, "steps": steps, "mean_val_top1": statistics.fmean(p["val_top1"] for p in points),
+                      "val_top1": {task: p["val_top1"] for task, p in zip(sweeps, points)}})
+    best = max(table, key=lambda row: row["mean_val_top1"])
+    return {"select": "suite", "lr": best["lr"], "steps": best["steps"], "mean_val_top1": best["mean_val_top1"],
+            "tasks": list(sweeps), "table": table}
 
 
 def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None = None) -> dict[str, Any]:
@@ -172,6 +246,8 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
     resolve_adapters(cfg.adapters)  # name errors now, not after the data is opened
     tasks = select_tasks(cfg.task, DataOptions(label_key=cfg.label_key or None, image_key=cfg.image_key or None,
                                                stream=cfg.stream, seed=cfg.seed))
+    if cfg.select == "auto":  # the paper's one setting for a suite; for one task both are the same
+        cfg = replace(cfg, select="suite" if len(tasks) > 1 else "task")
     opened: dict[str, TaskSplits] = {}
     missing: list[str] = []
     skipped: list[str] = []
@@ -189,8 +265,18 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
     if missing:
         raise VitxError(f"{len(missing)} of {len(tasks)} tasks have no data: {missing[0]}; ... "
                         "(pass --skip-missing to run the others)")
-    results = [run_task(cfg, t, resume, console, opened[t.name]) for t in tasks if t.name in opened]
+    chosen = None
+    runnable = [t for t in tasks if t.name in opened]
+    if cfg.select == "suite" and cfg.sweep and len(runnable) > 1 and not resolve_adapters(cfg.adapters)[-1].closed_form:
+        sweeps = {t.name: sweep_task(cfg, t, resume, console, opened[t.name]) for t in runnable}
+        chosen = choose_for_suite(sweeps)
+        _write(Path(cfg.output_dir) / "selection.json", chosen)
+        print_selection(chosen, console)
+    # after a suite's sweep, each task's folder is this transfer's own claim: its final run continues it
+    results = [run_task(cfg, t, resume or chosen is not None, console, opened[t.name], chosen) for t in runnable]
     summary = summarise(results, len(tasks), skipped, cfg.allow_synthetic)
+    summary["selection"] = chosen or {"select": results[0].get("selection") if results else cfg.select}
+    summary["compare"] = compare_with(cfg, results, summary)
     _write(Path(cfg.output_dir) / "summary.json", {"tasks": results, **summary, "groups": list(GROUPS)})
     print_summary(results, summary, console)
     return {"tasks": results, **summary}

@@ -41,29 +41,62 @@ def _top1(value: float, std: float | None) -> str:
 
 def print_summary(results: list[dict[str, Any]], summary: dict[str, Any], console: Console) -> None:
     table = Table(title="transfer results (test top-1)")
-    for col in ("task", "group", "source", "classes", "shots", "chosen lr", "steps", "best val", "test top-1",
-                "time"):
+    compare = summary.get("compare") or {}
+    for col in ("task", "group", "source", "classes", "shots", "chosen lr", "steps", "val", "test top-1",
+                *compare, "time"):
         table.add_column(col, justify="left" if col in ("task", "group", "source") else "right")
+
+    def published(values: list[float | None]) -> list[str]:
+        return [f"{v:.1%}" if v is not None else "-" for v in values]
     for r in results:
-        best = max(r["sweep"], key=lambda p: p["val_top1"]) if r.get("sweep") else None
         chosen = r.get("chosen") or {}
+        best = next((p for p in r.get("sweep") or [] if (p["lr"], p["steps"]) == (chosen.get("lr"), chosen.get("steps"))),
+                    None)  # the chosen point's validation score (with --select suite, not always the task's best)
         table.add_row(r["task"], r.get("group", ""), r.get("source", ""), str(r.get("num_classes", "")),
                       str(r.get("shots", "")),
                       f"{chosen['lr']:g}" if chosen else "closed form", str(chosen.get("steps", "-")),
                       f"{best['val_top1']:.1%}" if best else "-", _top1(r["test_top1"], r.get("test_top1_std")),
-                      f"{r['seconds']:.0f}s")
+                      *published([c["tasks"].get(r["task"]) for c in compare.values()]), f"{r['seconds']:.0f}s")
     if len(results) > 1 or summary.get("skipped"):
         table.add_section()
         for g, mean in summary["group_means"].items():
             table.add_row(f"mean {g}", "", "", "", "", "", "", "", _top1(mean, summary.get("group_std", {}).get(g)),
+                          *published([c["group_means_same_tasks"].get(g) for c in compare.values()]),
                           f"{summary['group_counts'][g]} task(s)")
         if summary["mean"] is not None:
             table.add_row("[bold]mean", "", "", "", "", "", "", "", "[bold]" + _top1(summary["mean"], summary.get("std")),
+                          *published([c["mean_same_tasks"] for c in compare.values()]),
                           f"over {summary['counted']} of {summary['selected']}")
     notes = []
     if summary.get("skipped"):
         notes.append(f"skipped (no data): {', '.join(summary['skipped'])}")
     if summary.get("left_out"):
         notes.append(f"not in the means (synthetic data; --allow-synthetic counts them): {', '.join(summary['left_out'])}")
+    selection = summary.get("selection") or {}
+    if selection.get("select"):
+        notes.append(f"selection: {selection['select']}" + (f" (lr {selection['lr']:g} × {selection['steps']} on the "
+                                                            f"mean val top-1 over {len(selection['tasks'])} tasks)"
+                                                            if selection["select"] == "suite" else ""))
+    for name, c in compare.items():
+        notes.append(f"{name}: {c['start']}, {c['method']} ({c['source']})"
+                     + (f", printed mean over 19: {c['printed_mean']}" if c["printed_mean"] else "")
+                     + "; its means here are over the same tasks as the run's")
     table.caption = "; ".join(notes) or None
+    console.print(table)
+
+
+def print_selection(choice: dict[str, Any], console: Console) -> None:
+    """The suite's sweep: val top-1 per task and point, the mean row, the chosen column marked (the paper's
+    selection, Appendix B.1.1)."""
+    table = Table(title="sweep on train → val (val top-1); one point for every task, chosen on the mean")
+    table.add_column("task")
+    for row in choice["table"]:
+        mark = " *" if (row["lr"], row["steps"]) == (choice["lr"], choice["steps"]) else ""
+        table.add_column(f"lr {row['lr']:g} × {row['steps']}{mark}", justify="right")
+    for task in choice["tasks"]:
+        table.add_row(task, *(f"{row['val_top1'][task]:.1%}" for row in choice["table"]))
+    table.add_section()
+    table.add_row("[bold]mean", *(f"[bold]{row['mean_val_top1']:.2%}" for row in choice["table"]))
+    table.caption = (f"* chosen: lr {choice['lr']:g} × {choice['steps']} steps, mean val top-1 "
+                     f"{choice['mean_val_top1']:.2%} over {len(choice['tasks'])} tasks")
     console.print(table)
