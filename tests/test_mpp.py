@@ -173,6 +173,14 @@ def test_the_monitor_reads_the_features_as_the_run_trains(mpp_run):
     assert again == pytest.approx({k: seen[-1][k] for k in again}, abs=1e-6)
     cls_token = monitor(Representation(backbone, None), torch.device("cpu"))
     assert cls_token["monitor_knn"] != pytest.approx(again["monitor_knn"], abs=1e-6)
+    from vitx.runner.monitor import Monitors, dataset_tag
+
+    several = Monitors("embedded:digits,embedded:shapes(length=300)", 32)  # --monitor a,b: the first keeps its keys
+    both = several(Representation(backbone, None, patch_mean=True), torch.device("cpu"))
+    assert {k: both[k] for k in again} == pytest.approx(again, abs=1e-6)
+    assert set(both) - set(again) == {k.replace("monitor_", "monitor_shapes_") for k in again}
+    assert [dataset_tag(s, {"cifar10"}) for s in ("hf:o/cifar10", "~/data/My Photos/", "embedded:x(a=1)")] == [
+        "cifar102", "my_photos", "x"]
 
 
 def test_monitor_feature_choices_are_the_few_shot_evaluations():

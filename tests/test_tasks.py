@@ -223,3 +223,28 @@ def test_a_copy_of_task_adaptation_s_splits_is_read_as_it_is_and_a_missing_val_i
     assert not without.record["exact"] and "val4 is NOT" in without.record["definition"]
     assert "folder release" in without.record["definition"]
     assert {s for s, _ in _taken(without.val)} == {"train"} and min(i for _, i in _taken(without.val)) >= 16
+
+
+def test_online_dsprites_comes_from_its_hub_copy_and_falls_back_to_the_regeneration(monkeypatch, hub_copy):
+    """Online, vtab/dsprites_loc reads clip-benchmark's copy (here a local one standing in for the hub); when the
+    hub cannot be reached, the embedded regeneration, labelled synthetic."""
+    from vitx.tasks import hub, splits
+
+    asked = []
+
+    def from_hub(repo, task, data_dir):
+        asked.append(repo)
+        return hub.open_hub_splits(repo, task, str(hub_copy))
+
+    monkeypatch.setattr(splits, "open_hub_splits", from_hub)
+    online = open_task(get_task("vtab/dsprites_loc"), 20, offline=False)
+    assert asked == ["clip-benchmark/wds_vtab-dsprites_label_x_position"] and not online.synthetic
+    assert online.source.startswith("hub copy") and len(online.test) == 40
+
+    def unreachable(repo, task, data_dir):
+        raise VitxError("cannot load it from the Hugging Face hub")
+
+    monkeypatch.setattr(splits, "open_hub_splits", unreachable)
+    fallback = open_task(get_task("vtab/dsprites_loc"), 20, offline=False)
+    assert fallback.synthetic and fallback.origin == "embedded"
+    assert open_task(get_task("vtab/dsprites_loc"), 20, offline=True).origin == "embedded"

@@ -40,7 +40,7 @@ def pretrain(
     eval_samples: Optional[int] = typer.Option(None, help=f"Validation images evaluated at each checkpoint; 0 disables. \\[default: {D.eval_samples}]"),
     workers: Optional[int] = typer.Option(None, help="Loader worker processes per process. \\[default: the cores available / local processes - 1; at most 4 when training on the CPU]"),
     skip_corrupt: Optional[bool] = typer.Option(None, "--skip-corrupt/--no-skip-corrupt", help="Skip (and count) undecodable images instead of stopping."),
-    monitor: Optional[str] = typer.Option(None, help="A labelled data spec (e.g. embedded:digits): log few-shot linear and kNN accuracy of the features at each checkpoint."),
+    monitor: Optional[str] = typer.Option(None, help="Labelled data, one or several comma-separated (e.g. embedded:digits,embedded:shapes): log few-shot linear and kNN accuracy of the features at each checkpoint."),
     monitor_every: Optional[int] = typer.Option(None, help="Also run the --monitor every N steps; 0: at checkpoints only. \\[default: 0]"),
     monitor_features: Optional[str] = typer.Option(None, help="What the --monitor reads: pre-logits (the paper's few-shot features), backbone (\\[class] token) or patch-mean (the mean patch token: what masked modelling trains). \\[default: pre-logits]"),
     compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the training step's forward and backward (minutes of compilation first; pays off on long GPU runs)."),

@@ -1,7 +1,8 @@
 """A representation monitor for pre-training: how transferable the backbone's features are, while it trains.
 
-`--monitor DATA` (a labelled `--data` spec, e.g. `embedded:digits`) evaluates, at every checkpoint and every
-`--monitor-every` steps, two frozen-feature probes on the first images of DATA's train and test splits:
+`--monitor DATA` (a labelled `--data` spec, e.g. `embedded:digits`, or several, comma-separated) evaluates, at
+every checkpoint and every `--monitor-every` steps, two frozen-feature probes on seeded draws of DATA's train and
+test splits:
 
 - few-shot linear accuracy (`monitor_fewshot_<k>shot`): the closed-form least-squares head of `vitx eval
   fewshot` (big_vision's fewshot evaluator) on k images per class, averaged over 3 seeded draws;
@@ -10,7 +11,8 @@
 
 Features are the pre-logits, as `vitx eval fewshot` reads them (the supervised head's tanh layer when the
 objective has one, else the backbone's pooled output), from images decoded once at the run's resolution and
-held in memory. Every process computes the same figures from the whole sets (they are small), so the probes need no
+held in memory. With several datasets, the first keeps these keys and each other one has its own
+(`monitor_<name>_knn`, `monitor_<name>_fewshot_<k>shot`). Every process computes the same figures from the whole sets (they are small), so the probes need no
 collective and a sharded model still sees the same forwards on every process.
 """
 from __future__ import annotations
@@ -59,6 +61,40 @@ class Monitor:
             out[f"monitor_fewshot_{k}shot"] = float(np.mean(accs))
         out["monitor_knn"] = knn_accuracy(train, y_train, test, y_test, self.num_classes)
         return out
+
+
+class Monitors:
+    """`--monitor a,b,...`: one `Monitor` per dataset. The first dataset's figures keep the plain keys (a run
+    monitored on one dataset compares with one monitored on several); each other one's are named after it."""
+
+    def __init__(self, specs: str, image_size: int, mean: tuple[float, ...] = (0.5, 0.5, 0.5),
+                 std: tuple[float, ...] = (0.5, 0.5, 0.5)) -> None:
+        from ..spec import split_specs
+
+        self.monitors: list[tuple[str, Monitor]] = []
+        for i, spec in enumerate(split_specs(specs, "--monitor")):
+            tag = "" if i == 0 else dataset_tag(spec, {t for t, _ in self.monitors})
+            self.monitors.append((tag, Monitor(spec, image_size, mean=mean, std=std)))
+
+    def __call__(self, backbone: torch.nn.Module, device: torch.device) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for tag, monitor in self.monitors:
+            for key, value in monitor(backbone, device).items():
+                out[key.replace("monitor_", f"monitor_{tag}_", 1) if tag else key] = value
+        return out
+
+
+def dataset_tag(spec: str, taken: set[str]) -> str:
+    """A short name for a dataset's metric keys: `embedded:shapes(length=200)` → shapes, `hf:owner/cifar10` →
+    cifar10, `~/data/photos/` → photos; made unique among `taken`."""
+    import re
+
+    base = spec.split("(")[0].rstrip("/").split(":")[-1].split("/")[-1]
+    tag = re.sub(r"[^a-z0-9]+", "_", base.lower()).strip("_") or "data"
+    unique, n = tag, 2
+    while unique in taken or unique == "":
+        unique, n = f"{tag}{n}", n + 1
+    return unique
 
 
 def knn_accuracy(train: np.ndarray, train_labels: np.ndarray, test: np.ndarray, test_labels: np.ndarray,

@@ -116,8 +116,15 @@ def _pools(task: Task, data_dir: str | None, offline: bool) -> tuple[dict[str, A
         if is_release(folder):
             return open_release(folder, task.num_classes), str(folder)
         return open_hub_splits(task.hub or task.name, task.name, str(folder)), str(folder)
-    if task.embedded is not None:
-        return {split: task.embedded(split) for split in ("train", "val", "test")}, "embedded"
+    embedded = ({split: task.embedded(split) for split in ("train", "val", "test")}, "embedded") \
+        if task.embedded is not None else None
+    if embedded is not None and (offline or task.hub is None):  # offline: the regeneration (left out of means)
+        return embedded
+    if embedded is not None:  # online: the dataset itself; without a network after all, the regeneration
+        try:
+            return open_hub_splits(task.hub, task.name, None), task.hub
+        except VitxError:
+            return embedded
     if task.hub is None:
         raise VitxError(f"{task.name} has no public copy in VTAB's splits; pass --data-dir with a local copy "
                         f"(train/*.tar and test/*.tar WebDataset shards, or a save_to_disk folder) of {task.tfds}")

@@ -2,7 +2,8 @@
 
 Data: clip-benchmark's hub copies (`clip-benchmark/wds_vtab-<suffix>`), which store VTAB's own labels except
 for dSprites (the raw factor: x 0..31, orientation 0..39, binned here as task_adaptation does). The two
-dSprites tasks are also embedded (regenerated procedurally), so they run offline.
+dSprites tasks are also embedded (regenerated procedurally): offline (or online without a network) they run
+from the regeneration, which is synthetic and left out of VTAB means; online they come from the hub copy.
 """
 from __future__ import annotations
 
