@@ -65,6 +65,7 @@ def test_a_suite_finds_each_task_under_the_release_root(tmp_path):
     assert splits.source == "VTAB-1k folder release" and not splits.synthetic
     with pytest.raises(VitxError, match=r"does not hold vtab/dtd \(it holds neither tar shards"):
         open_task(get_task("vtab/dtd"), shots=20, data_dir=str(root))  # the root is not dtd's data
+    assert open_task(get_task("vtab/dsprites_loc"), shots=20, data_dir=str(root)).origin == "embedded"  # still runs
 
 
 def test_a_suite_chooses_one_point_on_the_mean_val_and_task_per_task(tmp_path):

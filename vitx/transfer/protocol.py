@@ -269,7 +269,9 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
     runnable = [t for t in tasks if t.name in opened]
     if cfg.select == "suite" and cfg.sweep and len(runnable) > 1 and not resolve_adapters(cfg.adapters)[-1].closed_form:
         sweeps = {t.name: sweep_task(cfg, t, resume, console, opened[t.name]) for t in runnable}
-        chosen = choose_for_suite(sweeps)
+        # chosen on the tasks the means count (a synthetic task is left out of both unless --allow-synthetic)
+        counted = [t.name for t in runnable if cfg.allow_synthetic or not opened[t.name].synthetic] or list(sweeps)
+        chosen = choose_for_suite({name: sweeps[name] for name in counted})
         _write(Path(cfg.output_dir) / "selection.json", chosen)
         print_selection(chosen, console)
     # after a suite's sweep, each task's folder is this transfer's own claim: its final run continues it
