@@ -10,7 +10,7 @@ from sklearn.linear_model import Ridge
 
 from vitx.data import Preprocess, open_source
 from vitx.transfer import fit_least_squares, load_start, sample_shots
-from vitx.transfer.fewshot import evaluate_sources
+from vitx.evaluation.fewshot import evaluate_sources
 
 
 @pytest.mark.parametrize("n,d,k,reg", [(50, 20, 5, 1024.0), (10, 64, 10, 3.0), (200, 8, 3, 1e-3)])
@@ -72,7 +72,7 @@ def test_fewshot_reads_pre_logits_of_a_supervised_run(pretrained_run, mpp_run, t
     import torch
 
     from tests.conftest import vitx_cli
-    from vitx.transfer.representation import representation
+    from vitx.evaluation.representation import representation
 
     backbone = load_start(str(pretrained_run)).eval()
     feats = representation(backbone, str(pretrained_run))

@@ -159,8 +159,8 @@ def test_the_monitor_reads_the_features_as_the_run_trains(mpp_run):
     start, every 30 steps and at the end, in metrics.jsonl, from the mean patch token (`monitor_features =
     "patch-mean"`): the last figures equal a fresh Monitor's on the saved backbone read that way, and differ from
     its [class] token's. (The full recipe's curve: 10-shot 36.7% → 43.3%, kNN 56.7% → 65.8%.)"""
-    from vitx.runner.monitor import Monitor
-    from vitx.transfer.representation import Representation
+    from vitx.evaluation.monitor import Monitor
+    from vitx.evaluation.representation import Representation
 
     seen = [m for m in metrics(mpp_run) if "monitor_knn" in m]
     assert [m["step"] for m in seen] == [0, 30, 60]
@@ -173,7 +173,7 @@ def test_the_monitor_reads_the_features_as_the_run_trains(mpp_run):
     assert again == pytest.approx({k: seen[-1][k] for k in again}, abs=1e-6)
     cls_token = monitor(Representation(backbone, None), torch.device("cpu"))
     assert cls_token["monitor_knn"] != pytest.approx(again["monitor_knn"], abs=1e-6)
-    from vitx.runner.monitor import Monitors, dataset_tag
+    from vitx.evaluation.monitor import Monitors, dataset_tag
 
     several = Monitors("embedded:digits,embedded:shapes(length=300)", 32)  # --monitor a,b: the first keeps its keys
     both = several(Representation(backbone, None, patch_mean=True), torch.device("cpu"))
@@ -186,6 +186,6 @@ def test_the_monitor_reads_the_features_as_the_run_trains(mpp_run):
 def test_monitor_feature_choices_are_the_few_shot_evaluations():
     """The config's choices (kept torch-free for the CLI) are the few-shot evaluation's."""
     from vitx.runner.config import CHOICES
-    from vitx.transfer.representation import FEATURES
+    from vitx.evaluation.representation import FEATURES
 
     assert CHOICES["monitor_features"] == FEATURES

@@ -17,6 +17,8 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from . import registry
+
 GROUP = "vitx.plugins"  # a plugin that may register any kind
 KIND_GROUPS = {"backbone": "vitx.backbones", "objective": "vitx.objectives", "adapter": "vitx.adapters",
                "task": "vitx.tasks"}  # a plugin that registers only that kind
@@ -39,57 +41,52 @@ def load_plugins(kind: str | None = None) -> None:
 
 
 def _load_group(group: str) -> None:
-    from . import registry
-
     for ep in entry_points(group=group):
         if ep.name in loaded or ep.name in failed:  # a package may name itself in several groups
             continue
         registry.load_builtins()
-        origin = f"entry point {ep.name} ({ep.dist.name if ep.dist else ep.value})"
-        registry.current_source = origins[ep.name] = origin
+        origin = origins[ep.name] = f"entry point {ep.name} ({ep.dist.name if ep.dist else ep.value})"
         try:
-            ep.load()
+            with registry.registering_from(origin):
+                ep.load()
             loaded[ep.name] = origin
         except Exception as exc:  # a broken plugin must not take the toolkit down
             failed[ep.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
             print(f"warning: vitx plugin '{ep.name}' failed to load: {failed[ep.name]}", file=sys.stderr)
-        finally:
-            registry.current_source = "built-in"
 
 
 def load_plugin(target: str) -> bool:
     """Import one plugin: a `.py` file or an importable module name. Reports a failure in one line, returns
     whether it loaded. Loading the same target twice does nothing."""
-    from . import registry
-
     if target in loaded or target in failed:
         return target in loaded
     registry.load_builtins()
     is_file = target.endswith(".py") or os.sep in target
-    origin = f"file {target}" if is_file else f"module {target}"
-    registry.current_source = origins[target] = origin
+    origin = origins[target] = f"file {target}" if is_file else f"module {target}"
     try:
-        if is_file:
-            path = Path(target).expanduser()
-            if not path.is_file():
-                raise FileNotFoundError(f"no such file {path}")
-            spec = importlib.util.spec_from_file_location(f"vitx_plugin_{path.stem}", path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-        else:
-            importlib.import_module(target)
+        with registry.registering_from(origin):
+            if is_file:
+                path = Path(target).expanduser()
+                if not path.is_file():
+                    raise FileNotFoundError(f"no such file {path}")
+                spec = importlib.util.spec_from_file_location(f"vitx_plugin_{path.stem}", path)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[spec.name] = module
+                spec.loader.exec_module(module)
+            else:
+                importlib.import_module(target)
         loaded[target] = origin
         return True
     except Exception as exc:
         failed[target] = f"{type(exc).__name__}: {exc}".splitlines()[0]
         print(f"warning: vitx plugin '{target}' failed to load: {failed[target]}", file=sys.stderr)
         return False
-    finally:
-        registry.current_source = "built-in"
 
 
 def load_env_plugins() -> None:
     """The plugins VITX_PLUGINS names (files or modules, separated by os.pathsep)."""
     for target in filter(None, os.environ.get("VITX_PLUGINS", "").split(os.pathsep)):
         load_plugin(target.strip())
+
+
+registry.discover = load_plugins  # the registry asks for a kind's plugins before its first lookup

@@ -15,13 +15,26 @@ from typing import Any, Callable, Iterator
 
 from .errors import UnknownNameError
 
-current_source = "built-in"  # set by the plugin loader while a plugin registers its components
+_source = "built-in"  # where registrations come from now: set by `registering_from` while a plugin loads
+# Plugin discovery, called with a kind before its first lookup: installed by `vitx.plugins` when the package is
+# imported (the registry knows nothing of entry points, and nothing below it imports the plugin loader).
+discover: Callable[[str], None] = lambda kind: None
+
+
+@contextlib.contextmanager
+def registering_from(origin: str) -> Iterator[None]:
+    """Components registered inside the block are recorded as coming from `origin` (a plugin's file, module or
+    entry point); outside it they are built-in."""
+    global _source
+    before, _source = _source, origin
+    try:
+        yield
+    finally:
+        _source = before
 
 
 def _plugins(kind: str) -> None:
-    from .plugins import load_plugins
-
-    load_plugins(kind)
+    discover(kind)
 
 
 @dataclass(frozen=True)
@@ -71,7 +84,7 @@ class Registry:
                 warnings.warn(f"{self.kind} '{name}' was already registered; replacing it", stacklevel=3)
             doc_lines = (getattr(target, "__doc__", None) or "").strip().splitlines()
             text = description or (doc_lines[0] if doc_lines else "")
-            self._entries[name] = Entry(name, target, text, source or current_source, dict(info))
+            self._entries[name] = Entry(name, target, text, source or _source, dict(info))
             return target
 
         return add if obj is None else add(obj)

@@ -1,9 +1,10 @@
 """What is trained at transfer: everything (the paper's fine-tuning), only the head (linear probe), or nothing
-(few-shot: the head is solved for in closed form; see `vitx.transfer.fewshot`)."""
+(few-shot: the head is solved for in closed form; see `vitx.evaluation.fewshot`)."""
 from __future__ import annotations
 
 import torch.nn as nn
 
+from ..evaluation import FEWSHOT_REG
 from ..registry import register_adapter
 from .base import AdaptContext, Adapter
 
@@ -35,7 +36,7 @@ class FewShot(Adapter):
     role = "method"
     closed_form = True
 
-    def __init__(self, reg: float = 2.0 ** 10) -> None:
+    def __init__(self, reg: float = FEWSHOT_REG) -> None:
         super().__init__(reg=reg)
         self.reg = float(reg)
 

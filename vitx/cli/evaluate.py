@@ -13,7 +13,7 @@ from rich.table import Table
 from ..errors import VitxError
 from ..spec import split_specs
 from ..runner.config import check_numbers, default_workers
-from ..transfer.config import FEWSHOT_REG
+from ..evaluation import FEWSHOT_REG
 from .transfer import number_list
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate frozen features.")
@@ -50,8 +50,8 @@ def fewshot(
     from ..data.opener import DataOptions, looks_like_data, open_labelled
     from ..tasks import get_task, open_full_splits
     from ..runner.launch import is_main_process, process_device
-    from ..transfer.fewshot import evaluate_sources
-    from ..transfer.representation import representation
+    from ..evaluation.fewshot import evaluate_sources
+    from ..evaluation.representation import representation
     from ..transfer.config import TransferConfig
     from ..transfer.start import load_start, start_input
 

@@ -12,7 +12,7 @@ CHOICES = {
     "optimizer": ("adamw", "adam", "sgd"),
     "schedule": ("cosine", "linear"),
     "precision": ("no", "bf16", "fp16"),
-    "monitor_features": ("pre-logits", "backbone", "patch-mean"),  # transfer.representation.FEATURES (torch-free here)
+    "monitor_features": ("pre-logits", "backbone", "patch-mean"),  # evaluation.representation.FEATURES (torch-free here)
     "log_format": ("auto", "bar", "lines", "json"),  # runner.reporting.LOG_FORMATS (torch-free here)
 }
 

@@ -259,11 +259,11 @@ class Trainer:
         """The --monitor probes on the current backbone (their data decoded at the first call; `fit` makes that
         call before the first step, so a bad --monitor fails at once)."""
         if self._monitor is None:
-            from .monitor import Monitors
+            from ..evaluation.monitor import Monitors
 
             pre = self.s.preprocess
             self._monitor = Monitors(self.s.cfg.monitor, pre.image_size, mean=pre.mean, std=pre.std)
-        from ..transfer.representation import read_as
+        from ..evaluation.representation import read_as
 
         objective = self.s.accelerator.unwrap_model(self.s.model)
         features = read_as(objective.backbone, self.s.cfg.monitor_features, objective.representation_layer())

@@ -1,9 +1,9 @@
-"""Transfer: starting points, the VTAB-1k protocol, few-shot linear evaluation."""
+"""Transfer: starting points and the VTAB-1k protocol (frozen-feature evaluation is `vitx.evaluation`)."""
 from ..lazy import lazy_exports
 from .config import TransferConfig
 
 __all__ = ["TransferConfig", "extract_features", "fewshot_accuracy", "fit_least_squares", "load_start",
            "run_task", "sample_shots", "transfer"]
 __getattr__, __dir__ = lazy_exports(__name__, {
-    "extract_features": ".fewshot", "fewshot_accuracy": ".fewshot", "fit_least_squares": ".fewshot",
-    "sample_shots": ".fewshot", "run_task": ".protocol", "transfer": ".protocol", "load_start": ".start"})
+    "extract_features": "..evaluation.features", "fewshot_accuracy": "..evaluation.fewshot",
+    "fit_least_squares": "..evaluation.fewshot", "sample_shots": "..evaluation.fewshot", "run_task": ".protocol", "transfer": ".protocol", "load_start": ".start"})

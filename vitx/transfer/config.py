@@ -8,7 +8,6 @@ from ..errors import VitxError
 from ..runner.config import check_numbers
 
 SELECT = ("auto", "suite", "task")  # auto: suite for more than one task (protocol.py)
-FEWSHOT_REG = 2.0 ** 10  # big_vision's L2 regularisation of the few-shot least-squares head
 
 
 @dataclass

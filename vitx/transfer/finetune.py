@@ -25,7 +25,8 @@ from ..runner.rundir import RunDir
 from ..tasks import Task, TaskSplits, open_task
 from ..tasks.splits import task_class_names
 from .config import TransferConfig
-from .fewshot import extract_features, fit_least_squares, source_features
+from ..evaluation.features import extract_features, source_features
+from ..evaluation.fewshot import fit_least_squares
 from .start import load_start, start_input
 
 
@@ -141,7 +142,7 @@ def test_metrics(trainer: Trainer, prep: Prepared, limit: int) -> dict[str, floa
 def closed_form(prep: Prepared, limit: int, start: str) -> dict[str, Any]:
     """Few-shot linear evaluation on the task: least squares on trainN ∪ valN pre-logits (`start`'s tanh
     representation layer when it has one), accuracy on test."""
-    from .representation import representation
+    from ..evaluation.representation import representation
 
     device = process_device()
     features = representation(build_model(prep).backbone, start).to(device)

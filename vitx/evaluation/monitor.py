@@ -26,11 +26,12 @@ from ..data import Preprocess, decode_split
 from ..data.draws import balanced_draw
 from ..data.opener import DataOptions, open_labelled
 from ..data.sources import source_labels
-from ..transfer.fewshot import extract_features, fewshot_accuracy
+from .features import extract_features
+from .fewshot import fewshot_accuracy
+from .knn import KNN_K, KNN_TEMPERATURE, knn_accuracy
 
 SHOTS = (1, 10)
 SEEDS = (0, 1, 2)
-KNN_K, KNN_TEMPERATURE = 20, 0.07
 
 
 class Monitor:
@@ -95,14 +96,3 @@ def dataset_tag(spec: str, taken: set[str]) -> str:
     while unique in taken or unique == "":
         unique, n = f"{tag}{n}", n + 1
     return unique
-
-
-def knn_accuracy(train: np.ndarray, train_labels: np.ndarray, test: np.ndarray, test_labels: np.ndarray,
-                 num_classes: int, k: int = KNN_K, temperature: float = KNN_TEMPERATURE) -> float:
-    """Weighted k-nearest-neighbour accuracy on cosine similarity of (N, D) features."""
-    a = torch.nn.functional.normalize(torch.from_numpy(train).float(), dim=1)  # (N, D)
-    b = torch.nn.functional.normalize(torch.from_numpy(test).float(), dim=1)  # (M, D)
-    sim, idx = (b @ a.T).topk(min(k, a.shape[0]), dim=1)  # (M, k)
-    votes = torch.zeros(b.shape[0], num_classes).scatter_add_(
-        1, torch.from_numpy(train_labels)[idx], (sim / temperature).exp())  # (M, C)
-    return float((votes.argmax(1).numpy() == test_labels).mean())

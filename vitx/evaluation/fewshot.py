@@ -9,14 +9,14 @@ Prediction is the argmax of the test features (whitened with the train statistic
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
-import torch
 import torch.nn as nn
 
 from ..errors import VitxError
-from .config import FEWSHOT_REG
+from . import FEWSHOT_REG
+from .features import extract_features, source_features
 
 DEFAULT_REG = FEWSHOT_REG
 DEFAULT_SHOTS = (1, 5, 10, 25)
@@ -71,40 +71,6 @@ def sample_shots(labels: np.ndarray, shots: int, seed: int, num_classes: int) ->
             raise VitxError(f"class {k} has only {len(of_k)} training images; cannot take {shots} shots")
         picked.extend(of_k.tolist())
     return np.sort(np.asarray(picked, dtype=np.int64))
-
-
-@torch.no_grad()
-def extract_features(backbone: nn.Module, images: Any, batch: int = 256, device: torch.device | str = "cpu",
-                     normalise: Callable[[torch.Tensor], torch.Tensor] | None = None) -> np.ndarray:
-    """Pooled pre-logit features (the [class] token after the final norm) of (N, 3, S, S) images, or of an
-    iterable of such batches. `normalise` (e.g. `Preprocess.normalise`) is applied a batch at a time, on
-    the device: uint8 images are never all held as floats. Returns (N, D) float32."""
-    backbone.eval()
-    chunks = images.split(batch) if isinstance(images, torch.Tensor) else images
-    out = []
-    for x in chunks:
-        x = x.to(device)
-        out.append(backbone(normalise(x) if normalise else x).float().cpu())  # (b, D)
-    return torch.cat(out).numpy()
-
-
-@torch.no_grad()
-def source_features(backbone: nn.Module, source: Any, preprocess: Any, limit: int, workers: int = 0,
-                    device: torch.device | str = "cpu") -> tuple[np.ndarray, np.ndarray]:
-    """Features (N, D) and labels (N,) of the first `limit` images of a source, streamed in batches (test splits
-    can be far larger than memory allows to decode at once)."""
-    from ..data.loader import eval_loader, iterate
-
-    loader = eval_loader(source, preprocess, batch=256, rank=0, world=1, limit=limit, workers=workers,
-                         skip_corrupt=False)
-    feats, labels = [], []
-    with iterate(loader) as batches:
-        for batch in batches:
-            feats.append(extract_features(backbone, batch["image"], device=device, normalise=preprocess.normalise))
-            labels.append(batch["label"].numpy())
-    if not feats:
-        return np.zeros((0, int(backbone.embed_dim)), np.float32), np.zeros((0,), np.int64)
-    return np.concatenate(feats), np.concatenate(labels)
 
 
 def fewshot_accuracy(train_features: np.ndarray, train_labels: np.ndarray, test_features: np.ndarray,
