@@ -43,8 +43,8 @@ def test_an_exported_pretraining_loads_in_timm_with_the_runs_features(pretrained
     val = [json.loads(line) for line in (pretrained_run / "metrics.jsonl").read_text().splitlines()][-1]["val_top1"]
     assert f"| val_top1 | {val:.4g} |" in card and "pipeline_tag: image-feature-extraction" in card
     # the fixture ran from Python: the command is rebuilt from config.json's settings
-    assert "vitx pretrain --objective supervised --model vit-nano/4 --data embedded:digits --batch-size 64 " \
-        "--steps 150" in card and f"--output-dir {pretrained_run}" in card
+    assert "vitx pretrain --objective supervised --model vit-nano/4 --data embedded:digits --workers 0 " \
+        "--batch-size 64 --steps 150" in card and f"--output-dir {pretrained_run}" in card
 
 
 def test_an_exported_transfer_keeps_its_classifier_and_labels(transfer_run, tmp_path):

@@ -28,7 +28,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
-FLAGS = {"start": "--from", "adapters": "--adapter"}  # settings whose option is not --<name>
 
 
 def _unknown(key: str, known: list[str], where: str) -> VitxError:
@@ -170,7 +169,9 @@ def resolve(cls: type, command: str, recipe: str | None, sets: list[str], option
     both = sorted(set(overrides) & set(options))
     if both:
         k = both[0]
-        flag = FLAGS.get(k, f"--{k.replace('_', '-')}")
+        from .settings import flags
+
+        flag = flags(cls).get(k, f"--{k.replace('_', '-')}")
         raise VitxError(f"{k} is given twice: {flag} {options[k]!r} and --set {k}={overrides[k]!r}; keep one")
     chosen.update(overrides)
     chosen.update(options)

@@ -14,7 +14,7 @@ from ..errors import VitxError
 from ..spec import split_specs
 from ..runner.config import check_numbers, default_workers
 from ..evaluation import FEWSHOT_REG
-from .transfer import number_list
+from .options import number_list
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate frozen features.")
 

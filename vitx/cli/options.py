@@ -1,7 +1,95 @@
-"""Options shared by the commands that train: a recipe file, and --set overrides of any setting."""
+"""A command's options made from its config's declared settings (`vitx/settings.py`): one typer option per
+setting, in its help panel, with its help and default; plus the options every training command shares (a
+recipe file, `--set` overrides of any setting, `--resume`)."""
 from __future__ import annotations
+
+import inspect
+import typing
+from typing import Any, Callable, List, Optional
 
 import typer
 
+from ..errors import VitxError
+from ..recipe import check_value, field_types
+from ..settings import CHECKPOINTS, declared, flag_of, help_text
+
 RECIPE = typer.Option(None, "--recipe", help="A recipe file (TOML, see recipes/); options and --set override it.")
 SET = typer.Option([], "--set", help="key=value, repeatable: any setting by its name, type-checked.")
+
+
+def _inner(kind: Any) -> Any:
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return args[0] if typing.get_origin(kind) in (typing.Union, getattr(__import__("types"), "UnionType")) else kind
+
+
+def number_list(text: str, kind: type, flag: str, example: str) -> list:
+    """`--lrs 0.01,0.03`-style values; `example` shows the form in the error."""
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        what = "whole numbers" if kind is int else "numbers"
+        raise VitxError(f"{flag} takes comma-separated {what}, e.g. {flag} {example}; got '{text}'") from None
+    if not values:
+        raise VitxError(f"{flag} is empty: give at least one value, e.g. {flag} {example}")
+    return values
+
+
+def _parameter(field: Any, kind: Any) -> inspect.Parameter:
+    meta, flag = field.metadata, flag_of(field)
+    panel = meta["group"]
+    if meta["repeat"]:
+        option = typer.Option([], flag, help=help_text(field), rich_help_panel=panel, show_default=False)
+        return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=List[str])
+    inner = _inner(kind)
+    names = [f"{flag}/--no-{flag[2:]}"] if inner is bool else [flag]
+    annotation = Optional[str] if typing.get_origin(inner) is list else Optional[inner]
+    option = typer.Option(None, *names, help=help_text(field), rich_help_panel=panel, show_default=False)
+    return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
+
+
+def _parsed(field: Any, kind: Any, value: Any) -> Any:
+    """A list setting's comma-separated text as its list (numbers as numbers)."""
+    inner = _inner(kind)
+    if typing.get_origin(inner) is not list or field.metadata["repeat"]:
+        return value
+    item = typing.get_args(inner)[0]
+    if item is str:
+        from ..spec import split_specs
+
+        return split_specs(value, flag_of(field))
+    example = field.metadata["example"] or ",".join(str(v) for v in (field.default_factory() or []))  # type: ignore[misc]
+    return number_list(value, item, flag_of(field), example)
+
+
+def command(cls: type, run: Callable[[dict[str, Any], bool, Optional[str], list[str]], None],
+            name: str, doc: str) -> Callable[..., None]:
+    """A typer command with one option per declared setting of `cls` (in its panel) and --recipe, --set and
+    --resume; it calls `run(options, resume, recipe, sets)` with the settings given on the command line."""
+    kinds = field_types(cls)
+    fields = [f for f in declared(cls) if f.metadata["cli"]]
+    params = [_parameter(f, kinds[f.name]) for f in fields]
+    params += [
+        inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=typer.Option(
+            False, "--resume", help="Continue the run in --output-dir from its last checkpoint.",
+            rich_help_panel=CHECKPOINTS)),
+        inspect.Parameter("recipe", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str], default=RECIPE),
+        inspect.Parameter("set_", inspect.Parameter.KEYWORD_ONLY, annotation=List[str], default=SET),
+    ]
+
+    def handler(**given: Any) -> None:
+        options = {}
+        for field in fields:
+            value = given.get(field.name)
+            if value is None or (field.metadata["repeat"] and not value):
+                continue
+            options[field.name] = _parsed(field, kinds[field.name], value)
+        run(options, bool(given.get("resume")), given.get("recipe"), list(given.get("set_") or []))
+
+    handler.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    handler.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+    handler.__name__ = handler.__qualname__ = name
+    handler.__doc__ = doc
+    return handler
+
+
+__all__ = ["RECIPE", "SET", "check_value", "command", "number_list"]

@@ -3,7 +3,9 @@ hold-outs in `draws.py`) → sources (map-style `sources.py`, `streams.py`, `mem
 preprocessing on uint8 → deterministic, sharded loaders of uint8 batches (normalised on the device)."""
 from ..lazy import lazy_exports
 
-__all__ = ["EMBEDDED", "Batches", "DeadLeaves", "Digits", "EncodedImage", "Shapes", "HFImageSource", "ImageSource",
+INTERPOLATIONS = ("bicubic", "bilinear", "nearest")  # how images are resized (transforms.py); torch-free here
+
+__all__ = ["INTERPOLATIONS", "EMBEDDED", "Batches", "DeadLeaves", "Digits", "EncodedImage", "Shapes", "HFImageSource", "ImageSource",
            "Preprocess", "StreamSampler", "TensorSplit", "decode", "decode_split", "eval_loader",
            "first_sample_batch", "DataOptions", "Opened", "open_data", "open_source", "train_loader"]
 __getattr__, __dir__ = lazy_exports(__name__, {

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from ..errors import VitxError
+from . import INTERPOLATIONS
 
-INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
 EVAL_RESIZES = ("tensor", "timm", "big_vision")
 
 

@@ -3,25 +3,18 @@ command), else rebuilt from the settings it records (runs started from Python): 
 the default, as the command's own option, or `--set key=value` where the command has none."""
 from __future__ import annotations
 
-import inspect
 import json
 import shlex
-from typing import Any, Callable
+from typing import Any
 
-from ..recipe import FLAGS
+from ..settings import defaults as settings_defaults
+from ..settings import flags
 from ..trained import TrainedRun
 
 
-def _options(command: Callable[..., Any]) -> set[str]:
-    """The settings a CLI command takes as options of its own (`adapters` is `--adapter`, `start` `--from`)."""
-    params = set(inspect.signature(command).parameters) - {"recipe", "set_", "resume"}
-    return params | {key for key, flag in FLAGS.items() if flag.lstrip("-").replace("-", "_") in params}
-
-
-def _flag(key: str, value: Any) -> list[str]:
-    flag = FLAGS.get(key, "--" + key.replace("_", "-"))
+def _flag(key: str, value: Any, flag: str) -> list[str]:
     if isinstance(value, bool):
-        return [flag if value else "--no-" + key.replace("_", "-")]
+        return [flag if value else "--no-" + flag[2:]]
     if key == "adapters":
         return [a for adapter in value for a in (flag, str(adapter))]
     if isinstance(value, list):
@@ -32,14 +25,16 @@ def _flag(key: str, value: Any) -> list[str]:
 ALWAYS = {"pretrain": ("objective", "model", "data", "steps"), "transfer": ("task",)}  # shown even at defaults
 
 
-def rebuild(command: str, settings: dict[str, Any], defaults: dict[str, Any], options: set[str]) -> str:
-    """`vitx COMMAND` with the settings that differ from `defaults` (shell-quoted)."""
+def rebuild(command: str, settings: dict[str, Any], config: type) -> str:
+    """`vitx COMMAND` with the settings that differ from `config`'s defaults (shell-quoted): each as its own
+    option where it has one (vitx/settings.py), else `--set key=value`."""
+    defaults, options = settings_defaults(config), flags(config)
     parts = ["vitx", command]
     for key, value in settings.items():
         shown = key in ALWAYS.get(command, ()) or (key in defaults and value != defaults[key])
         if not shown or value is None:  # None: the default's "not set"
             continue
-        parts += _flag(key, value) if key in options else ["--set", f"{key}={json.dumps(value)}"]
+        parts += _flag(key, value, options[key]) if key in options else ["--set", f"{key}={json.dumps(value)}"]
     return shlex.join(parts)
 
 
@@ -49,17 +44,15 @@ def command_line(run: TrainedRun) -> tuple[str, bool]:
     if recorded:
         return str(recorded), True
     if run.is_transfer:
-        from ..cli.transfer import transfer
         from ..transfer.config import TransferConfig
 
         settings = dict(run.config["transfer"])
         if run.task_dir is not None:
             settings["output_dir"] = str(run.task_dir.parent)
-        return rebuild("transfer", settings, TransferConfig().to_dict(), _options(transfer)), False
-    from ..cli.pretrain import pretrain
+        return rebuild("transfer", settings, TransferConfig), False
     from ..runner.config import PretrainConfig
 
-    return rebuild("pretrain", run.config.get("run", {}), PretrainConfig().to_dict(), _options(pretrain)), False
+    return rebuild("pretrain", run.config.get("run", {}), PretrainConfig), False
 
 
 __all__ = ["command_line", "rebuild"]

@@ -7,13 +7,14 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable
 
 from ..errors import VitxError
+from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, SCHEDULE, SYSTEM, check, setting
 
 CHOICES = {
     "optimizer": ("adamw", "adam", "sgd"),
     "schedule": ("cosine", "linear"),
     "precision": ("no", "bf16", "fp16"),
     "monitor_features": ("pre-logits", "backbone", "patch-mean"),  # evaluation.representation.FEATURES (torch-free here)
-    "log_format": ("auto", "bar", "lines", "json"),  # runner.reporting.LOG_FORMATS (torch-free here)
+    "log_format": ("auto", "bar", "lines", "json"),  # how progress is shown (runner/reporting.py)
 }
 
 # Sizes far above any real run: a slip of the keyboard (1000000 for 1000) is refused in one line instead of
@@ -68,88 +69,62 @@ def default_workers() -> int:
 @dataclass
 class PretrainConfig:
     """Defaults run the embedded CPU demo (vit-nano/4, 16px shapes, ~2 minutes on 2 cores; about 36% validation
-    top-1 against 10% chance). The paper's B/16 settings are in recipes/."""
+    top-1 against 10% chance). The paper's B/16 settings are in recipes/. Each field is one option of
+    `vitx pretrain` (vitx/settings.py)."""
 
-    objective: str = "supervised"
-    model: str = "vit-nano/4"
-    data: str = "embedded:shapes"
-    image_size: int | None = None  # None: the backbone's default (16 or 32 for the CPU variants, 224 for the paper's)
-    batch_size: int = 128  # global: per optimiser step, over all processes and accumulation steps
-    steps: int = 1200
-    lr: float = 2e-3
-    warmup_steps: int = 100
-    schedule: str = "cosine"
-    optimizer: str = "adamw"
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    precision: str = "no"
-    grad_accum: int = 1
-    output_dir: str = "runs/pretrain"
-    seed: int = 0
-    save_every: int = 400
-    keep_checkpoints: int = 2
-    log_every: int = 10
-    log_format: str = "auto"  # progress: auto (a bar on a terminal, a plain line per --log-every otherwise), bar, lines, json
-    quiet: bool = False  # print nothing but errors
-    eval_samples: int = 1024
-    workers: int = -1  # -1: default_workers()
-    skip_corrupt: bool = False
-    grad_checkpointing: bool = False
-    crop_scale: float = 0.8
-    hflip: bool = True  # random horizontal flips; off for data whose mirror image is another class (digits, text)
-    randaugment: str = ""  # a timm RandAugment policy, e.g. "rand-m9-mstd0.5-inc1" (small-data supervised training)
-    random_erasing: float = 0.0  # probability of timm's RandomErasing per training image
-    log_with: str = "auto"  # auto: tensorboard when installed; none; or any Accelerate tracker name
-    max_nonfinite_steps: int = 10  # consecutive optimiser steps skipped for a non-finite loss/gradient before stopping
-    save_every_minutes: float = 0.0  # also checkpoint when this much time has passed since the last save; 0: off
-    stop_signals: str = "TERM,USR1"  # checkpoint at the next step and exit 75 on these; "" leaves them alone
-    compile: bool = False  # torch.compile the training forward and backward (objectives keep their graphs whole)
-    tf32: bool = True  # GPUs with TF32 (Ampere and later): float32 matmuls and convolutions in TF32
-    monitor: str = ""  # a labelled data spec: few-shot and kNN accuracy of the features during the run (monitor.py)
-    monitor_every: int = 0  # also monitor every N steps; 0: at checkpoints only
-    monitor_features: str = "pre-logits"  # what the monitor reads: pre-logits (the paper's), backbone or patch-mean
-    stream: bool = False  # read a hub dataset (or a local copy of one) as a stream; tar shards always stream
-    label_key: str = ""  # the label's column (or `json.<field>`); "": found as data/columns.py says
-    image_key: str = ""  # the image's column; "": the first image column
-    shuffle_buffer: int = 5000  # streams: a seeded shuffle buffer of this many encoded images per process; 0: in order
-    curves: bool = True  # draw curves.png from metrics.jsonl at each checkpoint (the run's and the checkpoint's)
+    objective: str = setting("supervised", "Objective, with options: 'supervised(label_smoothing=0.1)' (see `vitx objectives`).", MODEL)
+    model: str = setting("vit-nano/4", "Backbone name (see `vitx models`) or timm:<name>.", MODEL)
+    image_size: int | None = setting(None, "Input resolution; a multiple of the patch size.", MODEL, above=0, limit=LIMITS["image_size"], shown="the model's")
+    grad_checkpointing: bool = setting(False, "Trade compute for memory.", MODEL)
+    data: str = setting("embedded:shapes", "embedded:leaves|shapes|digits; an image folder (class subfolders, or metadata.csv); a save_to_disk, parquet or VTAB-1k release folder; hf:owner/name; or WebDataset shards ('shards/train-{0000..0099}.tar', a folder of .tar, URLs).", DATA)
+    label_key: str = setting("", "The column (or json.<field> of WebDataset shards) that holds the labels.", DATA, shown="a ClassLabel column, else label, labels, cls, class, fine_label, target, category or txt")
+    image_key: str = setting("", "The column that holds the images.", DATA, shown="the first image column")
+    stream: bool = setting(False, "Stream a hub dataset (or a local copy of one) instead of downloading it whole; tar shards always stream.", DATA)
+    shuffle_buffer: int = setting(5000, "Streams: shuffle through a seeded buffer of this many encoded images per process; 0: read in order.", DATA, min=0, limit=LIMITS["shuffle_buffer"])
+    crop_scale: float = setting(0.8, "Smallest random-crop area fraction.", DATA, above=0, max=1)
+    hflip: bool = setting(True, "Random horizontal flips of training images; off where a mirror image is another class (digits, text).", DATA)
+    randaugment: str = setting("", "timm RandAugment policy for training images, e.g. rand-m9-mstd0.5-inc1.", DATA)
+    random_erasing: float = setting(0.0, "Probability of timm's RandomErasing per training image.", DATA, min=0, max=1)
+    skip_corrupt: bool = setting(False, "Skip (and count) undecodable images instead of stopping.", DATA)
+    workers: int = setting(-1, "Loader worker processes per process.", DATA, min=-1, limit=LIMITS["workers"], says="must be -1 (the default: as many as the cores allow) or more", shown="the cores available / local processes - 1; at most 4 when training on the CPU")
+    batch_size: int = setting(128, "Global batch per optimiser step, over all processes and accumulation steps.", OPTIMISATION, above=0, limit=LIMITS["batch_size"])
+    grad_accum: int = setting(1, "Gradient accumulation steps (memory).", OPTIMISATION, above=0, limit=LIMITS["grad_accum"])
+    optimizer: str = setting("adamw", "adamw, adam or sgd (momentum 0.9).", OPTIMISATION, choices=CHOICES["optimizer"])
+    lr: float = setting(2e-3, "Peak learning rate.", OPTIMISATION, above=0)
+    weight_decay: float = setting(0.1, "Weight decay.", OPTIMISATION, min=0)
+    grad_clip: float = setting(1.0, "Global gradient-norm clip; 0 disables.", OPTIMISATION, min=0)
+    precision: str = setting("no", "Mixed precision: no, bf16 or fp16 (GPU).", OPTIMISATION, choices=CHOICES["precision"])
+    max_nonfinite_steps: int = setting(10, "Steps with a non-finite loss or gradient are skipped; stop after this many in a row.", OPTIMISATION, above=0)
+    steps: int = setting(1200, "Optimiser steps.", SCHEDULE, above=0)
+    warmup_steps: int = setting(100, "Linear warm-up steps.", SCHEDULE, min=0)
+    schedule: str = setting("cosine", "Decay after warm-up: cosine or linear.", SCHEDULE, choices=CHOICES["schedule"])
+    seed: int = setting(0, "Seed of the initialisation, the data order and every random draw.", SCHEDULE, min=0, limit=LIMITS["seed"])
+    eval_samples: int = setting(1024, "Validation images evaluated at each checkpoint; 0 disables.", EVALUATION, min=0, limit=LIMITS["eval_samples"])
+    monitor: str = setting("", "Labelled data, one or several comma-separated (e.g. embedded:digits,embedded:shapes): log few-shot linear and kNN accuracy of the features at each checkpoint.", EVALUATION)
+    monitor_every: int = setting(0, "Also run the --monitor every N steps; 0: at checkpoints only.", EVALUATION, min=0)
+    monitor_features: str = setting("pre-logits", "What the --monitor reads: pre-logits (the paper's few-shot features), backbone (\\[class] token) or patch-mean (the mean patch token: what masked modelling trains).", EVALUATION, choices=CHOICES["monitor_features"])
+    output_dir: str = setting("runs/pretrain", "Run directory.", CHECKPOINTS)
+    save_every: int = setting(400, "Checkpoint every N steps (and at the end).", CHECKPOINTS, above=0)
+    save_every_minutes: float = setting(0.0, "Also checkpoint when this many minutes have passed since the last save; 0: off.", CHECKPOINTS, min=0)
+    keep_checkpoints: int = setting(2, "How many checkpoints to keep.", CHECKPOINTS, above=0)
+    stop_signals: str = setting("TERM,USR1", "On these signals, checkpoint at the next step and exit 75 (a second one exits at once); '' to leave them alone.", CHECKPOINTS)
+    log_every: int = setting(10, "Log metrics every N steps.", OUTPUT, above=0)
+    log_format: str = setting("auto", "Progress: auto (a bar on a terminal; a plain, flushed line every --log-every steps in a log file or pipe), bar, lines or json (a JSON object per line).", OUTPUT, choices=CHOICES["log_format"])
+    log_with: str = setting("auto", "Accelerate tracker: auto (tensorboard if installed), none, wandb, ...", OUTPUT)
+    quiet: bool = setting(False, "Print nothing but errors (metrics.jsonl is written as always).", OUTPUT)
+    curves: bool = setting(True, "At each checkpoint, draw curves.png (loss, accuracy, monitor, learning rate) from metrics.jsonl.", OUTPUT)
+    compile: bool = setting(False, "torch.compile the training step's forward and backward (minutes of compilation first; pays off on long GPU runs).", SYSTEM)
+    tf32: bool = setting(True, "On GPUs that have it, float32 matmuls in TF32 (10-bit mantissa, ~8x the float32 rate).", SYSTEM)
 
     def validate(self) -> "PretrainConfig":
-        check_numbers(self.to_dict())
-        for name, allowed in CHOICES.items():
-            if getattr(self, name) not in allowed:
-                raise VitxError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}, "
-                                f"got '{getattr(self, name)}'")
-        positive = ("batch_size", "steps", "grad_accum", "save_every", "log_every", "keep_checkpoints",
-                    "max_nonfinite_steps")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise VitxError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.image_size is not None and self.image_size <= 0:
-            raise VitxError(f"--image-size must be positive, got {self.image_size}")
-        if self.eval_samples < 0:
-            raise VitxError(f"--eval-samples must not be negative (0 disables), got {self.eval_samples}")
-        if self.lr <= 0:
-            raise VitxError(f"--lr must be positive, got {self.lr}")
-        if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
-            raise VitxError("--warmup-steps, --weight-decay and --grad-clip must not be negative")
-        if self.save_every_minutes < 0:
-            raise VitxError(f"--save-every-minutes must not be negative, got {self.save_every_minutes}")
+        check(self)  # every bound and choice, as declared
         from .preemption import parse_signals
 
         parse_signals(self.stop_signals)
-        if self.monitor_every < 0:
-            raise VitxError(f"--monitor-every must not be negative, got {self.monitor_every}")
-        if self.shuffle_buffer < 0:
-            raise VitxError(f"--shuffle-buffer must not be negative, got {self.shuffle_buffer}")
-        if not 0 <= self.random_erasing <= 1:
-            raise VitxError(f"--random-erasing must be in [0, 1], got {self.random_erasing}")
         if self.randaugment:
             from ..data.transforms import rand_augment_policy
 
             rand_augment_policy(self.randaugment, 32, (0.5, 0.5, 0.5))  # a bad policy fails here, in one line
-        if not 0 < self.crop_scale <= 1:
-            raise VitxError(f"--crop-scale must be in (0, 1], got {self.crop_scale}")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as RichProgress
 
 from ..checkpoint import atomic_write_text
+from .config import CHOICES
 
 
 class MetricsLog:
@@ -52,7 +53,7 @@ def make_console(quiet: bool = False) -> Console:
     return console if console.is_terminal else Console(quiet=quiet, width=max(console.width, 132))
 
 
-LOG_FORMATS = ("auto", "bar", "lines", "json")  # runner/config.py's CHOICES repeats it (torch-free there)
+LOG_FORMATS = CHOICES["log_format"]
 SHOWN_FIRST = ("loss", "top1", "lr", "images_per_s")  # the rest of a log step's metrics follow in name order
 
 

@@ -1,11 +1,14 @@
 """Transfer configuration as data: the paper's VTAB-1k protocol by default."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ..data import INTERPOLATIONS
 from ..errors import VitxError
-from ..runner.config import check_numbers
+from ..runner.config import CHOICES, LIMITS
+from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, PROTOCOL, SCHEDULE, SYSTEM
+from ..settings import check, setting
 
 SELECT = ("auto", "suite", "task")  # auto: suite for more than one task (protocol.py)
 
@@ -15,92 +18,65 @@ class TransferConfig:
     """Defaults are the paper's fine-tuning recipe (Appendix B.1.1) and VTAB-1k protocol: SGD momentum 0.9, no
     weight decay, global-norm clip 1, cosine decay after a linear warm-up, batch 512; sweep lr × steps on
     train800 → val200, choose one point for the whole suite on the mean val200 (`select`), retrain it on all 1000,
-    report test accuracy."""
+    report test accuracy. Each field is one option of `vitx transfer` (vitx/settings.py)."""
 
-    task: str = "vtab/dsprites_loc"
-    start: str = "runs/pretrain"  # --from: a vitx run/checkpoint directory, timm:<name>, or scratch
-    model: str | None = None  # the backbone for --from scratch
-    adapters: list[str] = field(default_factory=list)  # --adapter; unnamed roles take the defaults
-    shots: int = 1000
-    image_size: int | None = None  # None: the starting backbone's resolution
-    mean: list[float] | None = None  # None: the start's (timm's pretrained_cfg, a vitx run's preprocessing)
-    std: list[float] | None = None  # None: the start's
-    interpolation: str | None = None  # None: the start's (bicubic, bilinear or nearest)
-    batch_size: int = 512
-    grad_accum: int = 1
-    sweep: bool = True
-    select: str = "auto"  # suite: one (lr, steps) for all tasks, on their mean val (the paper's); task: per task
-    lrs: list[float] = field(default_factory=lambda: [0.001, 0.003, 0.01, 0.03])
-    sweep_steps: list[int] = field(default_factory=lambda: [500, 2500])
-    lr: float = 0.01  # --no-sweep: the paper's choice for VTAB
-    steps: int = 2500
-    warmup: float = 0.1  # fraction of each run's steps spent warming up
-    grad_clip: float = 1.0
-    precision: str = "no"
-    output_dir: str = "runs/transfer"
-    data_dir: str | None = None
-    label_key: str = ""  # --task PATH: the label's column (or json.<field>); "": found as data/columns.py says
-    image_key: str = ""  # --task PATH: the image's column; "": the first image column
-    stream: bool = False  # --task PATH|hf:NAME: read the data as a stream (the shots are drawn from it as it is read)
-    seed: int = 0
-    seeds: list[int] = field(default_factory=list)  # the final run once per seed (mean ± s.d.); []: just --seed
-    test_samples: int = 0  # 0: the whole test split
-    save_every: int = 500
-    log_every: int = 25
-    log_format: str = "auto"  # progress of each run: auto (a bar on a terminal, plain lines otherwise), bar, lines, json
-    quiet: bool = False  # print nothing but errors
-    workers: int = -1
-    skip_missing: bool = False  # suites: skip tasks with no data available instead of stopping
-    allow_synthetic: bool = False  # count VTAB tasks read from vitx's synthetic regeneration in the means
-    compile: bool = False  # torch.compile each run's training step
-    tf32: bool = True  # float32 matmuls in TF32 on GPUs that have it
-    curves: bool = True  # figures: sweep.png (val top-1 per lr × steps) and the final run's curves.png
-    compare: list[str] = field(default_factory=list)  # published VTAB-1k rows beside the results (tasks/published.py)
+    start: str = setting("runs/pretrain", "A vitx run or checkpoint directory, a timm model folder (config.json + model.safetensors), timm:<name>, timm:hf-hub:REPO, or scratch.", MODEL, flag="--from")
+    model: str | None = setting(None, "Backbone for --from scratch (see `vitx models`).", MODEL)
+    adapters: list[str] = setting([], "Adapter with options, repeatable, e.g. linear-probe or 'resize-posemb(mode=\"bilinear\")' (see `vitx adapters`); unnamed roles take the defaults.", MODEL, flag="--adapter", repeat=True, shown="resize-posemb, zero-head, finetune")
+    image_size: int | None = setting(None, "Fine-tuning resolution; position embeddings are interpolated.", MODEL, above=0, limit=LIMITS["image_size"], shown="the start's")
+    task: str = setting("vtab/dsprites_loc", "Task (see `vitx tasks`), several comma-separated, vtab/all, vtab/natural|specialized|structured, a pattern like 'vtab/dsprites_*', or your labelled data: an image folder, save_to_disk/parquet folder, hf:owner/name or WebDataset shards.", DATA)
+    data_dir: str | None = setting(None, "A local copy of the task's data: the VTAB-1k folder release, the hub's WebDataset layout, or save_to_disk; for a suite, their root.", DATA)
+    label_key: str = setting("", "Your data's label column (or json.<field> of WebDataset shards).", DATA, shown="a ClassLabel column, else label, labels, cls, class, fine_label, target, category or txt")
+    image_key: str = setting("", "Your data's image column.", DATA, shown="the first image column")
+    stream: bool = setting(False, "Your data (hf:NAME, parquet, shards) read as a stream: the shots are drawn as it is read, nothing is downloaded or cached whole.", DATA)
+    mean: list[float] | None = setting(None, "Input normalisation mean, per RGB channel, e.g. 0.485,0.456,0.406.", DATA, shown="the start's: timm's pretrained_cfg, a vitx run's preprocessing, 0.5 for scratch", example="0.5,0.5,0.5")
+    std: list[float] | None = setting(None, "Input normalisation std, per RGB channel.", DATA, above=0, shown="the start's", example="0.5,0.5,0.5")
+    interpolation: str | None = setting(None, "Resize interpolation: bicubic, bilinear or nearest.", DATA, choices=INTERPOLATIONS, shown="the start's")
+    workers: int = setting(-1, "Data worker processes; -1: cores - 1, at most 4.", DATA, min=-1, limit=LIMITS["workers"], says="must be -1 (the default: as many as the cores allow) or more")
+    shots: int = setting(1000, "Training images: 4/5 train, 1/5 validation (VTAB-1k: 1000 = 800 + 200); from your data, a seeded, class-balanced draw.", PROTOCOL, above=0)
+    sweep: bool = setting(True, "Sweep lr × steps on train → val and retrain the chosen point; --no-sweep: --lr and --steps (the paper's 0.01, 2500).", PROTOCOL)
+    select: str = setting("auto", "How the swept point is chosen: suite (one lr × steps for every task, the best mean val top-1 over the suite: the ViT paper's VTAB protocol) or task (each task its own best: optimistic, not comparable with the paper).", PROTOCOL, choices=SELECT, shown="suite for several tasks")
+    lrs: list[float] = setting([0.001, 0.003, 0.01, 0.03], "Sweep learning rates.", PROTOCOL, above=0)
+    sweep_steps: list[int] = setting([500, 2500], "Sweep step counts.", PROTOCOL, above=0)
+    lr: float = setting(0.01, "Learning rate with --no-sweep.", PROTOCOL, above=0)
+    steps: int = setting(2500, "Steps with --no-sweep.", PROTOCOL, above=0)
+    seed: int = setting(0, "Seed of the runs (and of the draw of your data's shots).", PROTOCOL, min=0, limit=LIMITS["seed"])
+    seeds: list[int] = setting([], "Repeat each task's final run with these seeds, e.g. 0,1,2: results are mean ± s.d. (the sweep and the data's draw use --seed).", PROTOCOL, min=0, shown="--seed alone", example="0,1,2")
+    skip_missing: bool = setting(False, "In a suite, skip tasks whose data is unavailable.", PROTOCOL)
+    allow_synthetic: bool = setting(False, "Count VTAB tasks read from vitx's synthetic regeneration (the embedded dSprites) in group and suite means; by default they are listed but left out.", PROTOCOL)
+    batch_size: int = setting(512, "Global batch per step.", OPTIMISATION, above=0, limit=LIMITS["batch_size"])
+    grad_accum: int = setting(1, "Split each batch into this many accumulated micro-batches (memory).", OPTIMISATION, above=0, limit=LIMITS["grad_accum"])
+    warmup: float = setting(0.1, "Warm-up, as a fraction of each run's steps.", SCHEDULE, min=0, below=1, says="is a fraction of the steps in [0, 1)")
+    grad_clip: float = setting(1.0, "Global gradient-norm clip; 0 disables.", OPTIMISATION, min=0, says="must not be negative (0 disables)")
+    precision: str = setting("no", "no, bf16 or fp16 (GPU).", OPTIMISATION, choices=CHOICES["precision"])
+    test_samples: int = setting(0, "Evaluate on N test images (a registered task's first N; your data's, a seeded sample); 0: all.", EVALUATION, min=0, limit=LIMITS["test_samples"])
+    compare: list[str] = setting([], "Print published VTAB-1k results beside the run's, e.g. vit-b16-i21k-full,vit-l16-i21k (vitx/tasks/published.py); a timm start with published rows for the same method gets them unasked.", EVALUATION, shown="none")
+    output_dir: str = setting("runs/transfer", "Results, per-task runs and the final models.", CHECKPOINTS)
+    save_every: int = setting(500, "Checkpoint each run every N steps (for --resume).", CHECKPOINTS, above=0)
+    log_every: int = setting(25, "Log each run's metrics every N steps.", OUTPUT, above=0)
+    log_format: str = setting("auto", "Progress of each run: auto (a bar on a terminal; a plain, flushed line per log step in a log file or pipe), bar, lines or json.", OUTPUT, choices=CHOICES["log_format"])
+    quiet: bool = setting(False, "Print nothing but errors (results are written as always).", OUTPUT)
+    curves: bool = setting(True, "Draw sweep.png (validation top-1 per lr × steps) and the final run's curves.png.", OUTPUT)
+    compile: bool = setting(False, "torch.compile each run's training step.", SYSTEM)
+    tf32: bool = setting(True, "On GPUs that have it, float32 matmuls in TF32.", SYSTEM)
 
     def validate(self) -> "TransferConfig":
-        check_numbers(self.to_dict())
-        for name in ("shots", "batch_size", "grad_accum", "steps", "save_every", "log_every"):
-            if getattr(self, name) <= 0:
-                raise VitxError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.select not in SELECT:
-            raise VitxError(f"--select must be one of {', '.join(SELECT)}, got '{self.select}'")
+        check(self)  # every bound and choice, as declared
+        for name in ("mean", "std"):
+            value = getattr(self, name)
+            if value is not None and len(value) != 3:
+                kind = "positive numbers" if name == "std" else "numbers"
+                raise VitxError(f"--{name} takes 3 {kind} (one per RGB channel), e.g. --{name} 0.5,0.5,0.5; got {value}")
         if not self.lrs:
             raise VitxError("--lrs is empty: give at least one learning rate to sweep, e.g. --lrs 0.01,0.03")
         if not self.sweep_steps:
             raise VitxError("--sweep-steps is empty: give at least one step count, e.g. --sweep-steps 500,2500")
-        if any(lr <= 0 for lr in self.lrs) or self.lr <= 0:
-            raise VitxError("learning rates must be positive")
-        if any(s <= 0 for s in self.sweep_steps):
-            raise VitxError("--sweep-steps must be positive step counts")
-        if self.grad_clip < 0:
-            raise VitxError(f"--grad-clip must not be negative (0 disables), got {self.grad_clip}")
-        if not 0 <= self.warmup < 1:
-            raise VitxError(f"--warmup is a fraction of the steps in [0, 1), got {self.warmup}")
-        if self.precision not in ("no", "bf16", "fp16"):
-            raise VitxError(f"--precision must be one of no, bf16, fp16, got '{self.precision}'")
-        if self.image_size is not None and self.image_size <= 0:
-            raise VitxError(f"--image-size must be positive, got {self.image_size}")
-        for name in ("mean", "std"):
-            value = getattr(self, name)
-            if value is not None and (len(value) != 3 or (name == "std" and min(value) <= 0)):
-                kind = "positive numbers" if name == "std" else "numbers"
-                raise VitxError(f"--{name} takes 3 {kind} (one per RGB channel), e.g. --{name} 0.5,0.5,0.5; got {value}")
-        from ..data.transforms import INTERPOLATIONS
-
-        if self.interpolation is not None and self.interpolation not in INTERPOLATIONS:
-            raise VitxError(f"--interpolation must be one of {', '.join(INTERPOLATIONS)}, got '{self.interpolation}'")
-        if len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
+        if len(set(self.seeds)) != len(self.seeds):
             raise VitxError(f"--seeds takes distinct non-negative whole numbers, e.g. --seeds 0,1,2; got {self.seeds}")
         from ..tasks.published import published
 
         for name in self.compare:
             published(name)
-        if self.test_samples < 0:
-            raise VitxError("--test-samples must not be negative")
-        from ..runner.config import CHOICES
-
-        if self.log_format not in CHOICES["log_format"]:
-            raise VitxError(f"--log-format must be one of {', '.join(CHOICES['log_format'])}, got '{self.log_format}'")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,140 @@
+"""Settings declared once: a config dataclass field with its help, panel, bounds and choices, from which the
+command-line options, their validation, `--set`/recipes (`recipe.py`) and the export's command rebuilding all
+come. Torch-free: `vitx --help` reads it.
+
+    lr: float = setting(2e-3, "Peak learning rate.", OPTIMISATION, above=0)
+
+A field made with `setting` is an option `--lr` of its command (`flag=` names another, `cli=False` none);
+`choices`, `min` (inclusive), `above` (exclusive), `max` and `below` (exclusive) bound it, and `check` refuses
+values outside them in one line naming the option.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Iterable
+
+from .errors import VitxError
+
+# Help panels, in the order `--help` shows them (timm's train.py groups its arguments the same way)
+MODEL, DATA, OPTIMISATION, SCHEDULE, PROTOCOL = "Model", "Data", "Optimisation", "Schedule", "Protocol"
+EVALUATION, CHECKPOINTS, OUTPUT, SYSTEM = "Evaluation", "Checkpoints and resumption", "Output", "System"
+PANELS = (MODEL, DATA, PROTOCOL, OPTIMISATION, SCHEDULE, EVALUATION, CHECKPOINTS, OUTPUT, SYSTEM)
+
+
+def setting(default: Any, help: str, group: str, *, flag: str | None = None, choices: Iterable[Any] | None = None,
+            min: float | None = None, above: float | None = None, max: float | None = None,
+            below: float | None = None, limit: int | None = None, cli: bool = True, repeat: bool = False,
+            shown: str | None = None, says: str | None = None, example: str | None = None) -> Any:
+    """A config field with everything its option needs. `default` may be a list (copied per instance);
+    `shown` replaces the "[default: ...]" of --help (None: the default itself); `repeat`: a list option given
+    once per item (`--adapter a --adapter b`) instead of comma-separated; `limit`: a size far above any real
+    run (1000000 typed for 1000 is refused instead of allocating for minutes); `says`: the refusal's own words;
+    `example`: a value shown when a list option cannot be read (default: the default)."""
+    if group not in PANELS:
+        raise ValueError(f"unknown panel {group!r}")
+    meta = {"help": help, "group": group, "flag": flag, "choices": tuple(choices) if choices is not None else None,
+            "min": min, "above": above, "max": max, "below": below, "limit": limit, "cli": cli, "repeat": repeat, "shown": shown,
+            "says": says, "example": example}
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def declared(cls: type) -> list[dataclasses.Field]:
+    """The fields of a config dataclass that are settings, in declaration order."""
+    return [f for f in dataclasses.fields(cls) if "group" in f.metadata]
+
+
+def flag_of(field: dataclasses.Field) -> str:
+    """`--output-dir` for output_dir, or the field's own flag (`--from` for start)."""
+    return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+
+
+def flags(cls: type) -> dict[str, str]:
+    """Setting name → its option, for the settings that have one."""
+    return {f.name: flag_of(f) for f in declared(cls) if f.metadata["cli"]}
+
+
+def _default(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    return field.default_factory()  # type: ignore[misc]
+
+
+def defaults(cls: type) -> dict[str, Any]:
+    return {f.name: _default(f) for f in dataclasses.fields(cls)}
+
+
+def shown_default(field: dataclasses.Field) -> str:
+    """What --help shows as the default."""
+    if field.metadata.get("shown") is not None:
+        return field.metadata["shown"]
+    value = _default(field)
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "none"
+    return "none" if value in (None, "") else str(value)
+
+
+def _bounds(meta: dict[str, Any]) -> str:
+    """What a bounded setting must be: "be positive", "not be negative", "be in [0, 1)", "be at least -1"."""
+    lo = f"[{meta['min']:g}" if meta["min"] is not None else f"({meta['above']:g}" if meta["above"] is not None else ""
+    hi = f"{meta['max']:g}]" if meta["max"] is not None else f"{meta['below']:g})" if meta["below"] is not None else ""
+    if lo and hi:
+        return f"be in {lo}, {hi}"
+    if meta["above"] == 0:
+        return "be positive"
+    if meta["min"] == 0:
+        return "not be negative"
+    if lo:
+        return f"be {'at least' if meta['min'] is not None else 'above'} {lo[1:]}"
+    return f"be {'at most' if meta['max'] is not None else 'below'} {hi[:-1]}"
+
+
+def _refuse(field: dataclasses.Field, value: Any, what: str, own_words: bool = True) -> VitxError:
+    """One line naming the option; a bound refusal in the setting's own words (`says`) when it has them."""
+    says = field.metadata["says"] if own_words else None
+    shown = f"'{value}'" if isinstance(value, str) else str(value)
+    return VitxError(f"{flag_of(field)} {says or what}, got {shown}")
+
+
+def check_field(field: dataclasses.Field, value: Any) -> None:
+    """One setting's value against its declaration: finite, within its bounds, one of its choices."""
+    meta = field.metadata
+    for item in value if isinstance(value, list) else [value]:
+        if item is None:
+            continue
+        if meta["choices"] is not None and item not in meta["choices"]:
+            raise _refuse(field, item, f"must be one of {', '.join(map(str, meta['choices']))}", own_words=False)
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            continue
+        if isinstance(item, float) and not math.isfinite(item):
+            raise _refuse(field, value, "must be a finite number" if not isinstance(value, list) else
+                          "must be finite numbers", own_words=False)
+        bad = ((meta["min"] is not None and item < meta["min"]) or (meta["above"] is not None and item <= meta["above"])
+               or (meta["below"] is not None and item >= meta["below"]))
+        if bad:
+            raise _refuse(field, item, f"must {_bounds(meta)}")
+        if meta["max"] is not None and item > meta["max"]:
+            raise _refuse(field, item, f"must {_bounds(meta)}")
+        if meta["limit"] is not None and item > meta["limit"]:
+            raise VitxError(f"{flag_of(field)} {item} is too large: at most {meta['limit']:,}, far above any real "
+                            "run (a typo?)")
+
+
+def check(config: Any) -> None:
+    """Every declared setting of `config` within its declaration (the first violation, in one line)."""
+    for field in declared(type(config)):
+        check_field(field, getattr(config, field.name))
+
+
+def help_text(field: dataclasses.Field) -> str:
+    """The option's help with its default (typer prints brackets literally when escaped)."""
+    return f"{field.metadata['help']} \\[default: {shown_default(field)}]"
+
+
+__all__ = ["CHECKPOINTS", "DATA", "EVALUATION", "MODEL", "OPTIMISATION", "OUTPUT", "PANELS", "PROTOCOL", "SCHEDULE",
+           "SYSTEM", "check", "check_field", "declared", "defaults", "flag_of", "flags", "help_text", "setting",
+           "shown_default"]
