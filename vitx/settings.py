@@ -25,17 +25,18 @@ PANELS = (MODEL, DATA, PROTOCOL, OPTIMISATION, SCHEDULE, EVALUATION, CHECKPOINTS
 def setting(default: Any, help: str, group: str, *, flag: str | None = None, choices: Iterable[Any] | None = None,
             min: float | None = None, above: float | None = None, max: float | None = None,
             below: float | None = None, limit: int | None = None, cli: bool = True, repeat: bool = False,
-            shown: str | None = None, says: str | None = None, example: str | None = None) -> Any:
+            shown: str | None = None, says: str | None = None, example: str | None = None, result: bool = True) -> Any:
     """A config field with everything its option needs. `default` may be a list (copied per instance);
     `shown` replaces the "[default: ...]" of --help (None: the default itself); `repeat`: a list option given
     once per item (`--adapter a --adapter b`) instead of comma-separated; `limit`: a size far above any real
     run (1000000 typed for 1000 is refused instead of allocating for minutes); `says`: the refusal's own words;
-    `example`: a value shown when a list option cannot be read (default: the default)."""
+    `example`: a value shown when a list option cannot be read (default: the default); `result=False`: the
+    setting does not change what a run computes (where it writes, how it logs), so a resumed run may change it."""
     if group not in PANELS:
         raise ValueError(f"unknown panel {group!r}")
     meta = {"help": help, "group": group, "flag": flag, "choices": tuple(choices) if choices is not None else None,
             "min": min, "above": above, "max": max, "below": below, "limit": limit, "cli": cli, "repeat": repeat, "shown": shown,
-            "says": says, "example": example}
+            "says": says, "example": example, "result": result}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -54,6 +55,11 @@ def flag_of(field: dataclasses.Field) -> str:
 def flags(cls: type) -> dict[str, str]:
     """Setting name → its option, for the settings that have one."""
     return {f.name: flag_of(f) for f in declared(cls) if f.metadata["cli"]}
+
+
+def result_settings(cls: type) -> list[str]:
+    """The settings that change a run's result: a resumed run must keep them (the others it may change)."""
+    return [f.name for f in declared(cls) if f.metadata["result"]]
 
 
 def _default(field: dataclasses.Field) -> Any:
@@ -136,5 +142,5 @@ def help_text(field: dataclasses.Field) -> str:
 
 
 __all__ = ["CHECKPOINTS", "DATA", "EVALUATION", "MODEL", "OPTIMISATION", "OUTPUT", "PANELS", "PROTOCOL", "SCHEDULE",
-           "SYSTEM", "check", "check_field", "declared", "defaults", "flag_of", "flags", "help_text", "setting",
+           "SYSTEM", "check", "check_field", "declared", "defaults", "flag_of", "flags", "help_text", "result_settings", "setting",
            "shown_default"]

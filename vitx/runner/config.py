@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from ..errors import VitxError
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, SCHEDULE, SYSTEM, check, setting
+from ..settings import defaults, result_settings
 
 CHOICES = {
     "optimizer": ("adamw", "adam", "sgd"),
@@ -86,7 +87,7 @@ class PretrainConfig:
     randaugment: str = setting("", "timm RandAugment policy for training images, e.g. rand-m9-mstd0.5-inc1.", DATA)
     random_erasing: float = setting(0.0, "Probability of timm's RandomErasing per training image.", DATA, min=0, max=1)
     skip_corrupt: bool = setting(False, "Skip (and count) undecodable images instead of stopping.", DATA)
-    workers: int = setting(-1, "Loader worker processes per process.", DATA, min=-1, limit=LIMITS["workers"], says="must be -1 (the default: as many as the cores allow) or more", shown="the cores available / local processes - 1; at most 4 when training on the CPU")
+    workers: int = setting(-1, "Loader worker processes per process.", DATA, min=-1, limit=LIMITS["workers"], says="must be -1 (the default: as many as the cores allow) or more", shown="the cores available / local processes - 1; at most 4 when training on the CPU", result=False)
     batch_size: int = setting(128, "Global batch per optimiser step, over all processes and accumulation steps.", OPTIMISATION, above=0, limit=LIMITS["batch_size"])
     grad_accum: int = setting(1, "Gradient accumulation steps (memory).", OPTIMISATION, above=0, limit=LIMITS["grad_accum"])
     optimizer: str = setting("adamw", "adamw, adam or sgd (momentum 0.9).", OPTIMISATION, choices=CHOICES["optimizer"])
@@ -94,25 +95,25 @@ class PretrainConfig:
     weight_decay: float = setting(0.1, "Weight decay.", OPTIMISATION, min=0)
     grad_clip: float = setting(1.0, "Global gradient-norm clip; 0 disables.", OPTIMISATION, min=0)
     precision: str = setting("no", "Mixed precision: no, bf16 or fp16 (GPU).", OPTIMISATION, choices=CHOICES["precision"])
-    max_nonfinite_steps: int = setting(10, "Steps with a non-finite loss or gradient are skipped; stop after this many in a row.", OPTIMISATION, above=0)
+    max_nonfinite_steps: int = setting(10, "Steps with a non-finite loss or gradient are skipped; stop after this many in a row.", OPTIMISATION, above=0, result=False)
     steps: int = setting(1200, "Optimiser steps.", SCHEDULE, above=0)
     warmup_steps: int = setting(100, "Linear warm-up steps.", SCHEDULE, min=0)
     schedule: str = setting("cosine", "Decay after warm-up: cosine or linear.", SCHEDULE, choices=CHOICES["schedule"])
     seed: int = setting(0, "Seed of the initialisation, the data order and every random draw.", SCHEDULE, min=0, limit=LIMITS["seed"])
-    eval_samples: int = setting(1024, "Validation images evaluated at each checkpoint; 0 disables.", EVALUATION, min=0, limit=LIMITS["eval_samples"])
-    monitor: str = setting("", "Labelled data, one or several comma-separated (e.g. embedded:digits,embedded:shapes): log few-shot linear and kNN accuracy of the features at each checkpoint.", EVALUATION)
-    monitor_every: int = setting(0, "Also run the --monitor every N steps; 0: at checkpoints only.", EVALUATION, min=0)
-    monitor_features: str = setting("pre-logits", "What the --monitor reads: pre-logits (the paper's few-shot features), backbone (\\[class] token) or patch-mean (the mean patch token: what masked modelling trains).", EVALUATION, choices=CHOICES["monitor_features"])
-    output_dir: str = setting("runs/pretrain", "Run directory.", CHECKPOINTS)
-    save_every: int = setting(400, "Checkpoint every N steps (and at the end).", CHECKPOINTS, above=0)
-    save_every_minutes: float = setting(0.0, "Also checkpoint when this many minutes have passed since the last save; 0: off.", CHECKPOINTS, min=0)
-    keep_checkpoints: int = setting(2, "How many checkpoints to keep.", CHECKPOINTS, above=0)
-    stop_signals: str = setting("TERM,USR1", "On these signals, checkpoint at the next step and exit 75 (a second one exits at once); '' to leave them alone.", CHECKPOINTS)
-    log_every: int = setting(10, "Log metrics every N steps.", OUTPUT, above=0)
-    log_format: str = setting("auto", "Progress: auto (a bar on a terminal; a plain, flushed line every --log-every steps in a log file or pipe), bar, lines or json (a JSON object per line).", OUTPUT, choices=CHOICES["log_format"])
-    log_with: str = setting("auto", "Accelerate tracker: auto (tensorboard if installed), none, wandb, ...", OUTPUT)
-    quiet: bool = setting(False, "Print nothing but errors (metrics.jsonl is written as always).", OUTPUT)
-    curves: bool = setting(True, "At each checkpoint, draw curves.png (loss, accuracy, monitor, learning rate) from metrics.jsonl.", OUTPUT)
+    eval_samples: int = setting(1024, "Validation images evaluated at each checkpoint; 0 disables.", EVALUATION, min=0, limit=LIMITS["eval_samples"], result=False)
+    monitor: str = setting("", "Labelled data, one or several comma-separated (e.g. embedded:digits,embedded:shapes): log few-shot linear and kNN accuracy of the features at each checkpoint.", EVALUATION, result=False)
+    monitor_every: int = setting(0, "Also run the --monitor every N steps; 0: at checkpoints only.", EVALUATION, min=0, result=False)
+    monitor_features: str = setting("pre-logits", "What the --monitor reads: pre-logits (the paper's few-shot features), backbone (\\[class] token) or patch-mean (the mean patch token: what masked modelling trains).", EVALUATION, choices=CHOICES["monitor_features"], result=False)
+    output_dir: str = setting("runs/pretrain", "Run directory.", CHECKPOINTS, result=False)
+    save_every: int = setting(400, "Checkpoint every N steps (and at the end).", CHECKPOINTS, above=0, result=False)
+    save_every_minutes: float = setting(0.0, "Also checkpoint when this many minutes have passed since the last save; 0: off.", CHECKPOINTS, min=0, result=False)
+    keep_checkpoints: int = setting(2, "How many checkpoints to keep.", CHECKPOINTS, above=0, result=False)
+    stop_signals: str = setting("TERM,USR1", "On these signals, checkpoint at the next step and exit 75 (a second one exits at once); '' to leave them alone.", CHECKPOINTS, result=False)
+    log_every: int = setting(10, "Log metrics every N steps.", OUTPUT, above=0, result=False)
+    log_format: str = setting("auto", "Progress: auto (a bar on a terminal; a plain, flushed line every --log-every steps in a log file or pipe), bar, lines or json (a JSON object per line).", OUTPUT, choices=CHOICES["log_format"], result=False)
+    log_with: str = setting("auto", "Accelerate tracker: auto (tensorboard if installed), none, wandb, ...", OUTPUT, result=False)
+    quiet: bool = setting(False, "Print nothing but errors (metrics.jsonl is written as always).", OUTPUT, result=False)
+    curves: bool = setting(True, "At each checkpoint, draw curves.png (loss, accuracy, monitor, learning rate) from metrics.jsonl.", OUTPUT, result=False)
     compile: bool = setting(False, "torch.compile the training step's forward and backward (minutes of compilation first; pays off on long GPU runs).", SYSTEM)
     tf32: bool = setting(True, "On GPUs that have it, float32 matmuls in TF32 (10-bit mantissa, ~8x the float32 rate).", SYSTEM)
 
@@ -136,10 +137,8 @@ class PretrainConfig:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-# Options that may differ between a run and its resumption without changing the result.
-RESUME_FREE = {"output_dir", "workers", "log_with", "log_every", "log_format", "quiet", "save_every",
-               "keep_checkpoints", "eval_samples", "max_nonfinite_steps", "save_every_minutes", "stop_signals", "monitor",
-               "monitor_every", "monitor_features", "curves"}
+# Options that may differ between a run and its resumption without changing the result (declared `result=False`).
+RESUME_FREE = set(defaults(PretrainConfig)) - set(result_settings(PretrainConfig))
 
 
 def merge_for_resume(saved: PretrainConfig, explicit: dict[str, Any]) -> PretrainConfig:

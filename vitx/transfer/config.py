@@ -9,6 +9,7 @@ from ..errors import VitxError
 from ..runner.config import CHOICES, LIMITS
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, PROTOCOL, SCHEDULE, SYSTEM
 from ..settings import check, setting
+from ..settings import result_settings as declared_result_settings
 
 SELECT = ("auto", "suite", "task")  # auto: suite for more than one task (protocol.py)
 
@@ -24,7 +25,7 @@ class TransferConfig:
     model: str | None = setting(None, "Backbone for --from scratch (see `vitx models`).", MODEL)
     adapters: list[str] = setting([], "Adapter with options, repeatable, e.g. linear-probe or 'resize-posemb(mode=\"bilinear\")' (see `vitx adapters`); unnamed roles take the defaults.", MODEL, flag="--adapter", repeat=True, shown="resize-posemb, zero-head, finetune")
     image_size: int | None = setting(None, "Fine-tuning resolution; position embeddings are interpolated.", MODEL, above=0, limit=LIMITS["image_size"], shown="the start's")
-    task: str = setting("vtab/dsprites_loc", "Task (see `vitx tasks`), several comma-separated, vtab/all, vtab/natural|specialized|structured, a pattern like 'vtab/dsprites_*', or your labelled data: an image folder, save_to_disk/parquet folder, hf:owner/name or WebDataset shards.", DATA)
+    task: str = setting("vtab/dsprites_loc", "Task (see `vitx tasks`), several comma-separated, vtab/all, vtab/natural|specialized|structured, a pattern like 'vtab/dsprites_*', or your labelled data: an image folder, save_to_disk/parquet folder, hf:owner/name or WebDataset shards.", DATA, result=False)
     data_dir: str | None = setting(None, "A local copy of the task's data: the VTAB-1k folder release, the hub's WebDataset layout, or save_to_disk; for a suite, their root.", DATA)
     label_key: str = setting("", "Your data's label column (or json.<field> of WebDataset shards).", DATA, shown="a ClassLabel column, else label, labels, cls, class, fine_label, target, category or txt")
     image_key: str = setting("", "Your data's image column.", DATA, shown="the first image column")
@@ -32,7 +33,7 @@ class TransferConfig:
     mean: list[float] | None = setting(None, "Input normalisation mean, per RGB channel, e.g. 0.485,0.456,0.406.", DATA, shown="the start's: timm's pretrained_cfg, a vitx run's preprocessing, 0.5 for scratch", example="0.5,0.5,0.5")
     std: list[float] | None = setting(None, "Input normalisation std, per RGB channel.", DATA, above=0, shown="the start's", example="0.5,0.5,0.5")
     interpolation: str | None = setting(None, "Resize interpolation: bicubic, bilinear or nearest.", DATA, choices=INTERPOLATIONS, shown="the start's")
-    workers: int = setting(-1, "Data worker processes; -1: cores - 1, at most 4.", DATA, min=-1, limit=LIMITS["workers"], says="must be -1 (the default: as many as the cores allow) or more")
+    workers: int = setting(-1, "Data worker processes; -1: cores - 1, at most 4.", DATA, min=-1, limit=LIMITS["workers"], says="must be -1 (the default: as many as the cores allow) or more", result=False)
     shots: int = setting(1000, "Training images: 4/5 train, 1/5 validation (VTAB-1k: 1000 = 800 + 200); from your data, a seeded, class-balanced draw.", PROTOCOL, above=0)
     sweep: bool = setting(True, "Sweep lr × steps on train → val and retrain the chosen point; --no-sweep: --lr and --steps (the paper's 0.01, 2500).", PROTOCOL)
     select: str = setting("auto", "How the swept point is chosen: suite (one lr × steps for every task, the best mean val top-1 over the suite: the ViT paper's VTAB protocol) or task (each task its own best: optimistic, not comparable with the paper).", PROTOCOL, choices=SELECT, shown="suite for several tasks")
@@ -42,23 +43,23 @@ class TransferConfig:
     steps: int = setting(2500, "Steps with --no-sweep.", PROTOCOL, above=0)
     seed: int = setting(0, "Seed of the runs (and of the draw of your data's shots).", PROTOCOL, min=0, limit=LIMITS["seed"])
     seeds: list[int] = setting([], "Repeat each task's final run with these seeds, e.g. 0,1,2: results are mean ± s.d. (the sweep and the data's draw use --seed).", PROTOCOL, min=0, shown="--seed alone", example="0,1,2")
-    skip_missing: bool = setting(False, "In a suite, skip tasks whose data is unavailable.", PROTOCOL)
-    allow_synthetic: bool = setting(False, "Count VTAB tasks read from vitx's synthetic regeneration (the embedded dSprites) in group and suite means; by default they are listed but left out.", PROTOCOL)
+    skip_missing: bool = setting(False, "In a suite, skip tasks whose data is unavailable.", PROTOCOL, result=False)
+    allow_synthetic: bool = setting(False, "Count VTAB tasks read from vitx's synthetic regeneration (the embedded dSprites) in group and suite means; by default they are listed but left out.", PROTOCOL, result=False)
     batch_size: int = setting(512, "Global batch per step.", OPTIMISATION, above=0, limit=LIMITS["batch_size"])
     grad_accum: int = setting(1, "Split each batch into this many accumulated micro-batches (memory).", OPTIMISATION, above=0, limit=LIMITS["grad_accum"])
     warmup: float = setting(0.1, "Warm-up, as a fraction of each run's steps.", SCHEDULE, min=0, below=1, says="is a fraction of the steps in [0, 1)")
     grad_clip: float = setting(1.0, "Global gradient-norm clip; 0 disables.", OPTIMISATION, min=0, says="must not be negative (0 disables)")
     precision: str = setting("no", "no, bf16 or fp16 (GPU).", OPTIMISATION, choices=CHOICES["precision"])
     test_samples: int = setting(0, "Evaluate on N test images (a registered task's first N; your data's, a seeded sample); 0: all.", EVALUATION, min=0, limit=LIMITS["test_samples"])
-    compare: list[str] = setting([], "Print published VTAB-1k results beside the run's, e.g. vit-b16-i21k-full,vit-l16-i21k (vitx/tasks/published.py); a timm start with published rows for the same method gets them unasked.", EVALUATION, shown="none")
-    output_dir: str = setting("runs/transfer", "Results, per-task runs and the final models.", CHECKPOINTS)
-    save_every: int = setting(500, "Checkpoint each run every N steps (for --resume).", CHECKPOINTS, above=0)
-    log_every: int = setting(25, "Log each run's metrics every N steps.", OUTPUT, above=0)
-    log_format: str = setting("auto", "Progress of each run: auto (a bar on a terminal; a plain, flushed line per log step in a log file or pipe), bar, lines or json.", OUTPUT, choices=CHOICES["log_format"])
-    quiet: bool = setting(False, "Print nothing but errors (results are written as always).", OUTPUT)
-    curves: bool = setting(True, "Draw sweep.png (validation top-1 per lr × steps) and the final run's curves.png.", OUTPUT)
-    compile: bool = setting(False, "torch.compile each run's training step.", SYSTEM)
-    tf32: bool = setting(True, "On GPUs that have it, float32 matmuls in TF32.", SYSTEM)
+    compare: list[str] = setting([], "Print published VTAB-1k results beside the run's, e.g. vit-b16-i21k-full,vit-l16-i21k (vitx/tasks/published.py); a timm start with published rows for the same method gets them unasked.", EVALUATION, shown="none", result=False)
+    output_dir: str = setting("runs/transfer", "Results, per-task runs and the final models.", CHECKPOINTS, result=False)
+    save_every: int = setting(500, "Checkpoint each run every N steps (for --resume).", CHECKPOINTS, above=0, result=False)
+    log_every: int = setting(25, "Log each run's metrics every N steps.", OUTPUT, above=0, result=False)
+    log_format: str = setting("auto", "Progress of each run: auto (a bar on a terminal; a plain, flushed line per log step in a log file or pipe), bar, lines or json.", OUTPUT, choices=CHOICES["log_format"], result=False)
+    quiet: bool = setting(False, "Print nothing but errors (results are written as always).", OUTPUT, result=False)
+    curves: bool = setting(True, "Draw sweep.png (validation top-1 per lr × steps) and the final run's curves.png.", OUTPUT, result=False)
+    compile: bool = setting(False, "torch.compile each run's training step.", SYSTEM, result=False)
+    tf32: bool = setting(True, "On GPUs that have it, float32 matmuls in TF32.", SYSTEM, result=False)
 
     def validate(self) -> "TransferConfig":
         check(self)  # every bound and choice, as declared
@@ -89,10 +90,8 @@ class TransferConfig:
         return [(lr, steps) for steps in self.sweep_steps for lr in self.lrs]
 
 
-# Settings that change a task's result: a resumed transfer must have the same ones.
-RESULT_KEYS = ("start", "model", "adapters", "shots", "image_size", "mean", "std", "interpolation", "batch_size", "sweep", "select", "lrs", "sweep_steps",
-               "lr", "steps", "warmup", "grad_clip", "precision", "data_dir", "label_key", "image_key", "stream", "seed", "seeds",
-               "test_samples")
+# Settings that change a task's result (declared so): a resumed transfer must have the same ones.
+RESULT_KEYS = tuple(declared_result_settings(TransferConfig))
 
 
 def result_settings(cfg: TransferConfig) -> dict[str, Any]:
