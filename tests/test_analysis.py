@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 import vitx
-from tests.conftest import vitx_cli
+from .helpers import vitx_cli
 from vitx.analysis import (attention_maps, filter_components, mean_attention_distance, position_similarity, recording,
                            rollout, row_column_structure)
 from vitx.analysis.inspection import attention_statistics

@@ -6,7 +6,7 @@ import sys
 
 import yaml
 
-from .conftest import ROOT
+from .helpers import ROOT
 
 
 def _acceptance(monkeypatch):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from .conftest import ROOT, vitx_cli
+from .helpers import ROOT, vitx_cli
 
 
 def _one_line_error(result, needle):

@@ -1,5 +1,4 @@
 """--compile: the objectives' training forward is one graph, and a compiled run has the eager run's losses."""
-import json
 
 import pytest
 import torch
@@ -7,6 +6,8 @@ import torch
 from vitx.backbones import create_backbone
 from vitx.objectives import create_objective
 from vitx.runner import loop, pretrain
+
+from .helpers import metrics
 
 OBJECTIVES = {"supervised": "embedded:shapes", "mpp": "embedded:leaves"}
 
@@ -23,7 +24,7 @@ def test_the_training_forward_is_one_graph(objective):
 
 
 def _losses(run) -> list[float]:
-    return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [m["loss"] for m in metrics(run)]
 
 
 @pytest.mark.parametrize("objective,backend", [

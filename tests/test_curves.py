@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from PIL import Image
 
-from tests.conftest import metrics, vitx_cli
+from .helpers import metrics, vitx_cli
 from vitx.plots import draw_runs, plan_panels, sweep_lines, try_draw
 from vitx.plots.series import NOT_DRAWN
 from vitx.recipe import parse_sets

@@ -1,6 +1,5 @@
 """The data layer: embedded sources, local folders in `datasets` formats, transforms, the sample stream."""
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +9,8 @@ from PIL import Image
 from vitx.data import Batches, DeadLeaves, EncodedImage, Preprocess, Shapes, StreamSampler, decode, open_source
 from vitx.data.loader import eval_loader, train_loader
 from vitx.errors import CorruptImageError, VitxError
+
+from .helpers import write_image_folder
 
 
 def test_embedded_sources_are_deterministic_at_any_size():
@@ -181,18 +182,8 @@ def test_stream_is_the_same_for_any_process_count():
     assert sorted(idx) == list(range(48))  # one epoch visits every sample once
 
 
-def _write_image_folder(root: Path, corrupt: bool = False) -> Path:
-    for label, colour in (("red", (220, 20, 20)), ("blue", (20, 20, 220))):
-        (root / label).mkdir(parents=True)
-        for i in range(4):
-            Image.new("RGB", (20, 20), colour).save(root / label / f"{i}.png")
-    if corrupt:
-        (root / "red" / "broken.png").write_bytes(b"\x89PNG not really")
-    return root
-
-
 def test_image_folder(tmp_path):
-    src = open_source(str(_write_image_folder(tmp_path / "imgs")), "train")
+    src = open_source(str(write_image_folder(tmp_path / "imgs")), "train")
     assert len(src) == 8 and src.num_classes == 2 and sorted(src.class_names) == ["blue", "red"]
     img, label = src.load(0)
     assert isinstance(img, EncodedImage)  # decoded in the loader's workers, not where the source is read
@@ -201,7 +192,7 @@ def test_image_folder(tmp_path):
 
 
 def test_corrupt_image_is_named_or_skipped(tmp_path):
-    src = open_source(str(_write_image_folder(tmp_path / "imgs", corrupt=True)), "train")
+    src = open_source(str(write_image_folder(tmp_path / "imgs", corrupt=True)), "train")
     bad = next(i for i in range(len(src)) if "broken" in str(src.ds[i]["image"]["path"]))
     with pytest.raises(CorruptImageError, match=r"cannot decode image .*broken\.png"):
         decode(src.load(bad)[0])
@@ -251,9 +242,9 @@ def test_empty_folder(tmp_path):
 def test_a_one_class_folder_says_one_class_not_no_labels(tmp_path):
     """`datasets` drops the labels of an image folder with a single class folder; the source keeps its one
     class, so that training a classifier on it is refused for what it is (one class), not "no labels"."""
-    from .conftest import vitx_cli
+    from .helpers import vitx_cli
 
-    _write_image_folder(tmp_path / "imgs")
+    write_image_folder(tmp_path / "imgs")
     shutil.rmtree(tmp_path / "imgs" / "blue")
     src = open_source(str(tmp_path / "imgs"), "train")
     assert len(src) == 4 and src.num_classes == 1 and src.class_names == ["red"] and src.load(0)[1] == 0

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from .conftest import vitx_cli
+from .helpers import metrics, vitx_cli
 
 
 def _images(size: int):
@@ -40,7 +40,7 @@ def test_an_exported_pretraining_loads_in_timm_with_the_runs_features(pretrained
     assert list(cfg["mean"]) == config["preprocess"]["mean"] and list(cfg["std"]) == config["preprocess"]["std"]
 
     card = (out / "README.md").read_text()
-    val = [json.loads(line) for line in (pretrained_run / "metrics.jsonl").read_text().splitlines()][-1]["val_top1"]
+    val = metrics(pretrained_run)[-1]["val_top1"]
     assert f"| val_top1 | {val:.4g} |" in card and "pipeline_tag: image-feature-extraction" in card
     # the fixture ran from Python: the command is rebuilt from config.json's settings
     assert "vitx pretrain --objective supervised --model vit-nano/4 --data embedded:digits --workers 0 " \

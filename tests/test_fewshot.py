@@ -71,7 +71,7 @@ def test_fewshot_reads_pre_logits_of_a_supervised_run(pretrained_run, mpp_run, t
 
     import torch
 
-    from tests.conftest import vitx_cli
+    from .helpers import vitx_cli
     from vitx.evaluation.representation import representation
 
     backbone = load_start(str(pretrained_run)).eval()
@@ -113,7 +113,7 @@ def test_fewshot_reads_pre_logits_of_a_supervised_run(pretrained_run, mpp_run, t
 def test_fewshot_options_are_checked_in_one_line(args, needle, tmp_path):
     """A negative or nan regulariser printed a table (12.5% for an all-nan head); a bad --shots crashed inside
     its own error message."""
-    from .conftest import vitx_cli
+    from .helpers import vitx_cli
 
     result = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4",
                       "--output", str(tmp_path / "out.json"), *args)
@@ -125,7 +125,7 @@ def test_fewshot_options_are_checked_in_one_line(args, needle, tmp_path):
 def test_fewshot_on_a_one_class_folder_says_so(tmp_path):
     from PIL import Image
 
-    from .conftest import vitx_cli
+    from .helpers import vitx_cli
 
     for split in ("train", "test"):
         (tmp_path / "one" / split / "cat").mkdir(parents=True)
@@ -144,7 +144,7 @@ def test_fewshot_evaluates_several_datasets_in_one_call(tmp_path):
 
     from vitx.spec import split_specs
 
-    from .conftest import vitx_cli
+    from .helpers import vitx_cli
 
     assert split_specs("embedded:digits(length=300, eval_length=20),hf:a/b, x") == [
         "embedded:digits(length=300, eval_length=20)", "hf:a/b", "x"]
@@ -175,7 +175,7 @@ def test_big_vision_geometry_resizes_the_short_side_then_crops_the_centre(tmp_pa
     assert (out == torch.tensor([10, 150, 30], dtype=torch.uint8)[:, None, None]).all()
     square = pre.eval(torch.full((3, 100, 100), 7, dtype=torch.uint8))
     assert square.shape == (3, 28, 28) and int(square.float().mean()) == 7
-    from .conftest import vitx_cli
+    from .helpers import vitx_cli
 
     res = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4", "--shots", "1", "--seeds", "1",
                    "--data", "embedded:digits", "--test-samples", "20", "--preprocess", "big_vision",

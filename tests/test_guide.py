@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 
-from tests.conftest import ROOT, saved_model_accuracy, vitx_cli
+from .helpers import ROOT, metrics, saved_model_accuracy, vitx_cli
 
 GUIDE = (ROOT / "plugins" / "README.md").read_text()
 
@@ -24,7 +24,7 @@ def test_guide_example_plugin_pretrains_and_transfers_as_printed(tmp_path):
     for argv in commands:
         proc = vitx_cli(*argv[1:], cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [json.loads(line) for line in (tmp_path / "runs/rotation/metrics.jsonl").read_text().splitlines()]
+    rows = metrics(tmp_path / "runs/rotation")
     assert rows[-1]["val_top1"] > 0.4, rows[-1]  # four rotations: chance is 0.25
     config = json.loads((tmp_path / "runs/rotation/config.json").read_text())
     assert config["run"]["objective"] == "rotation"

@@ -20,7 +20,7 @@ from vitx.data.draws import validation_split
 from vitx.data.opener import DataOptions, open_data
 from vitx.data.sources import source_labels
 
-from .conftest import ROOT, vitx_cli
+from .helpers import ROOT, metrics, vitx_cli
 
 NAMES = ["blue", "green", "red"]  # class k is NAMES[k]: string labels are numbered in sorted order
 COLOURS = {"blue": (20, 30, 230), "green": (30, 220, 40), "red": (225, 25, 35), "cyan": (20, 230, 230),
@@ -489,7 +489,7 @@ def test_pretrain_on_shards_without_classnames(data, tmp_path):
     validation = config["validation"]
     assert validation["split"] == "held out of train" and validation["images"] == 3
     assert validation["class_counts"] == [1, 1, 1]  # stratified, from shards written class by class
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics(out)
     assert rows[-1]["step"] == 2 and 0.0 <= rows[-1]["val_top1"] <= 1.0
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import vitx
-from tests.conftest import vitx_cli
+from .helpers import vitx_cli
 from vitx.adapters import AdaptContext, create_adapter, trainable_parameters
 from vitx.checkpoint import export_state, read_weights
 from vitx.objectives.supervised import Supervised

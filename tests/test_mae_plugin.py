@@ -1,5 +1,4 @@
 """The MAE plugin (plugins/vitx-mae), installed as a package and discovered through its entry point."""
-import json
 import warnings
 
 import pytest
@@ -8,6 +7,8 @@ import torch
 import vitx
 from vitx.registry import OBJECTIVES
 from vitx.runner import pretrain
+
+from .helpers import metrics
 
 SMALL = "mae(decoder_dim=64, decoder_depth=1, decoder_heads=2)"
 
@@ -52,7 +53,7 @@ def test_mae_run_loss_falls_and_checkpoint_is_a_backbone(tmp_path):
     pretrain({"objective": SMALL, "model": "vit-nano/4", "data": "embedded:leaves", "image_size": 32,
               "batch_size": 32, "steps": 30, "warmup_steps": 3, "lr": 1.5e-3, "save_every": 30, "log_every": 5,
               "eval_samples": 0, "workers": 1, "log_with": "none", "curves": False, "output_dir": str(run)})
-    losses = [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    losses = [m["loss"] for m in metrics(run)]
     assert losses[-1] < losses[0] - 0.1, losses
     backbone = vitx.load_backbone(run)
     assert backbone(torch.randn(1, 3, 32, 32)).shape == (1, 64)

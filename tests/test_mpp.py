@@ -7,7 +7,7 @@ from vitx.data import Preprocess
 from vitx.errors import VitxError
 from vitx.objectives.mpp import Corruption
 
-from .conftest import metrics
+from .helpers import metrics
 
 
 def _mpp(**kw):

@@ -1,13 +1,12 @@
 """Acceptance: `accelerate launch` with 2 CPU processes gives the 1-process loss curve at the same global batch,
 and each process draws its own randomness."""
-import json
 import os
 import shutil
 import subprocess
 
 import pytest
 
-from .conftest import ROOT, as_flags
+from .helpers import ROOT, as_flags, metrics
 
 
 FUSED = '''
@@ -43,7 +42,7 @@ def test_two_processes_match_one(tmp_path, monkeypatch):
     assert "2 process(es)" in two.stdout
 
     def curve(name):
-        return [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        return metrics(tmp_path / name)
 
     a, b = curve("one"), curve("two")
     assert [m["step"] for m in a] == [m["step"] for m in b] == list(range(1, 9))
@@ -67,7 +66,7 @@ def test_one_validation_image_on_two_processes(tmp_path):
                           "-m", "vitx", "pretrain", *as_flags({**opts, "output_dir": str(tmp_path / "two")})],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
-    last = json.loads((tmp_path / "two" / "metrics.jsonl").read_text().splitlines()[-1])
+    last = metrics(tmp_path / "two")[-1]
     assert last["val_loss"] == pytest.approx(one["val_loss"], rel=1e-5) and last["val_top1"] == one["val_top1"]
 
 

@@ -39,7 +39,7 @@ def test_broken_plugin_is_reported_and_others_load(monkeypatch, capsys):
         assert err == ["warning: vitx plugin 'broken' failed to load: ImportError: No module named 'missing_dependency'"]
         assert OBJECTIVES.get("fake-good").source == "entry point good (good_module)"
         assert list(plugins.loaded) == ["good"] and list(plugins.failed) == ["broken"]
-    finally:
+    finally:  # an entry point's registration outlives temporary() by design (the environment has it): undone here
         OBJECTIVES._entries.pop("fake-good", None)
 
 
@@ -57,7 +57,7 @@ class SmoothSup(Supervised):
 
 
 def test_file_plugin_objective_pretrains_then_transfers(tmp_path):
-    from tests.conftest import as_flags, vitx_cli, tiny
+    from .helpers import as_flags, vitx_cli, tiny
 
     plugin = tmp_path / "my_objective.py"
     plugin.write_text(PLUGIN)
@@ -76,7 +76,7 @@ def test_file_plugin_objective_pretrains_then_transfers(tmp_path):
 
 
 def test_a_plugin_file_that_raises_is_one_line(tmp_path):
-    from tests.conftest import vitx_cli
+    from .helpers import vitx_cli
 
     bad = tmp_path / "bad.py"
     bad.write_text("raise RuntimeError('this plugin is broken')\n")
@@ -87,7 +87,7 @@ def test_a_plugin_file_that_raises_is_one_line(tmp_path):
 
 
 def test_vitx_plugins_lists_origins_and_components(tmp_path):
-    from tests.conftest import vitx_cli
+    from .helpers import vitx_cli
 
     plugin = tmp_path / "my_objective.py"
     plugin.write_text(PLUGIN)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import TRANSFER, metrics, vitx_cli
+from .helpers import TRANSFER, metrics, vitx_cli
 
 
 def _save_test_pngs(folder: Path, limit: int) -> dict[str, int]:

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from tests.conftest import MPP_OVERRIDES, ROOT, metrics, saved_model_accuracy, vitx_cli
+from .helpers import MPP_OVERRIDES, ROOT, metrics, saved_model_accuracy, vitx_cli
 from vitx.errors import VitxError
 from vitx.recipe import load_recipe, parse_sets, resolve, tomllib
 from vitx.runner.config import PretrainConfig

@@ -10,7 +10,7 @@ from vitx.errors import VitxError
 from vitx.reproduce import QUICK, reproduce
 from vitx.reproduce.claims import distance_claim, hires_claim, position_claim, transfer_claim
 
-from .conftest import vitx_cli
+from .helpers import vitx_cli
 
 
 def fake(scratch=0.2, mpp=0.25, supervised=0.4, hires=0.41, layers=((5.0, 8.0), (8.0, 8.5)), nearest=0.9, corr=-0.6):

@@ -20,7 +20,7 @@ from vitx.runner import pretrain
 from vitx.runner.config import PretrainConfig
 from vitx.runner.rundir import RunDir
 
-from .conftest import as_flags, tiny, vitx_cli
+from .helpers import as_flags, metrics, tiny, vitx_cli
 
 SHORT = dict(steps=4, save_every=2, warmup_steps=1, eval_samples=0)  # two checkpoints: step 2 and step 4
 
@@ -241,13 +241,13 @@ def test_resume_may_lower_the_lr_and_config_json_records_it(tmp_path):
     opts = tiny(tmp_path, **SHORT)
     pretrain(opts)
     out = tmp_path / "run"
-    before = {m["step"]: m["lr"] for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+    before = {m["step"]: m["lr"] for m in metrics(out)}
     shutil.rmtree(out / "checkpoints" / "step_00000004")  # back to step 2, as after a divergence
     lr = before[1] / 20
     proc = vitx_cli("pretrain", *as_flags({**opts, "lr": lr}), "--resume")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"note: --lr {lr:g} from step 2 (the run had" in proc.stdout
-    after = {m["step"]: m["lr"] for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+    after = {m["step"]: m["lr"] for m in metrics(out)}
     assert [after[s] for s in (1, 2)] == [before[s] for s in (1, 2)]
     assert [after[s] for s in (3, 4)] == pytest.approx([before[s] / 20 for s in (3, 4)], rel=1e-5)
     config = json.loads((out / "config.json").read_text())

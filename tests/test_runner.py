@@ -20,8 +20,8 @@ from vitx.runner import build, pretrain, resolve_config
 from vitx.runner.loop import Trainer
 from vitx.runner.optim import lr_factor
 
-from .conftest import ROOT, as_flags, tiny, vitx_cli
-from .conftest import metrics as _metrics
+from .helpers import ROOT, as_flags, tiny, vitx_cli
+from .helpers import metrics as _metrics
 
 
 def test_learning_curve_beats_chance(pretrained_run):
@@ -226,9 +226,9 @@ def test_optimizer_excludes_norms_and_position_embeddings_from_decay(tmp_path):
 
 
 def test_corrupt_image_in_a_run_stops_with_its_name_or_is_skipped(tmp_path):
-    from .test_data import _write_image_folder
+    from .helpers import write_image_folder
 
-    folder = str(_write_image_folder(tmp_path / "imgs", corrupt=True))
+    folder = str(write_image_folder(tmp_path / "imgs", corrupt=True))
     with pytest.raises(VitxError, match=r"broken\.png"):
         pretrain(tiny(tmp_path / "strict", data=folder, steps=2, eval_samples=0))
     last = pretrain(tiny(tmp_path / "lenient", data=folder, steps=2, eval_samples=0, skip_corrupt=True))
@@ -238,7 +238,7 @@ def test_corrupt_image_in_a_run_stops_with_its_name_or_is_skipped(tmp_path):
 
 def test_runner_calls_objective_hooks_once_per_optimiser_step(tmp_path):
     from vitx.objectives.supervised import Supervised
-    from vitx.registry import OBJECTIVES
+    from vitx.registry import OBJECTIVES, temporary
 
     calls = {"after_backward": 0, "step_end": []}
 
@@ -250,11 +250,10 @@ def test_runner_calls_objective_hooks_once_per_optimiser_step(tmp_path):
         def on_step_end(self, step):
             calls["step_end"].append(step)
 
-    OBJECTIVES.register("counting-test", Counting, overwrite=True)
-    try:
+    with temporary():  # the registration is undone after the block
+        OBJECTIVES.register("counting-test", Counting, overwrite=True)
         pretrain(tiny(tmp_path, objective="counting-test", grad_accum=2, eval_samples=0))
-    finally:
-        OBJECTIVES._entries.pop("counting-test")
+    assert "counting-test" not in OBJECTIVES
     assert calls["after_backward"] == 6 and calls["step_end"] == [1, 2, 3, 4, 5, 6]
 
 

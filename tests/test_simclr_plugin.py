@@ -1,11 +1,12 @@
 """The SimCLR plugin (plugins/vitx-simclr): discovered by its entry point, exact view geometry, and it learns."""
-import json
 
 import torch
 
 import vitx
 from vitx.registry import OBJECTIVES
 from vitx.runner import pretrain
+
+from .helpers import metrics
 
 
 def simclr(**options):
@@ -49,7 +50,7 @@ def test_simclr_run_learns_to_pair_views(tmp_path):
     pretrain({"objective": "simclr(temperature=0.2)", "model": "vit-nano/4", "data": "embedded:shapes",
               "batch_size": 64, "steps": 60, "warmup_steps": 5, "lr": 2e-3, "save_every": 60, "log_every": 10,
               "eval_samples": 0, "workers": 0, "log_with": "none", "output_dir": str(run)})
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics(run)
     assert rows[-1]["loss"] < rows[0]["loss"] - 0.3, rows
     assert rows[-1]["pair_top1"] > 4 / 64, rows  # chance is 1 / 64
     backbone = vitx.load_backbone(run)  # the checkpoint is a plain backbone

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image, ImageFilter
 
-from tests.conftest import vitx_cli
+from .helpers import vitx_cli
 
 timm = pytest.importorskip("timm")
 

@@ -19,7 +19,7 @@ from vitx.data.opener import open_source
 from vitx.data.streams import expand_braces
 from vitx.errors import VitxError
 
-from .conftest import ROOT, as_flags
+from .helpers import ROOT, as_flags
 
 SHARDS, PER_SHARD = 4, 24  # 96 samples; sample n has label n, so a label names its sample
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.conftest import saved_model_accuracy, vitx_cli
+from .helpers import saved_model_accuracy, vitx_cli
 from vitx.data import decode
 from vitx.errors import VitxError
 from vitx.registry import TASKS

@@ -27,7 +27,7 @@ def test_resample_matches_timm(mode, old, new):
 
 def test_checkpoint_at_32px_loads_into_48px_model(tmp_path):
     from vitx.runner import pretrain
-    from tests.conftest import TINY
+    from .helpers import TINY
 
     run = tmp_path / "run"
     pretrain({**TINY, "model": "vit-micro/4", "output_dir": str(run), "steps": 2, "save_every": 2})

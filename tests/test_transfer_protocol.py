@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from tests.conftest import TRANSFER as QUICK
-from tests.conftest import saved_model_accuracy, vitx_cli
+from .helpers import TRANSFER as QUICK
+from .helpers import saved_model_accuracy, vitx_cli
 from vitx.checkpoint import load_backbone, read_weights
 from vitx.errors import VitxError
 from vitx.transfer import TransferConfig, transfer

@@ -10,7 +10,7 @@ from PIL import Image
 from vitx.errors import VitxError
 from vitx.tasks import get_task, open_task
 
-from .conftest import vitx_cli
+from .helpers import vitx_cli
 
 SIZES = {"train800": 16, "val200": 4, "test": 8}  # a miniature: the protocol reads whatever the lists hold
 

@@ -4,7 +4,7 @@ import os
 import re
 import shlex
 
-from tests.conftest import ROOT, vitx_cli
+from .helpers import ROOT, vitx_cli
 
 README = (ROOT / "README.md").read_text()
 
