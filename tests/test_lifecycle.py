@@ -79,8 +79,13 @@ def test_ctrl_c_is_one_line_and_the_run_resumes(tmp_path, monkeypatch):
             os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(Trainer, "step", step_then_ctrl_c)
-    flags = as_flags(tiny(tmp_path, workers=1))
-    proc = vitx_cli("pretrain", *flags)
+    # Python's own Ctrl-C handler, as a terminal gives it: a shell's background job inherits SIGINT ignored
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        flags = as_flags(tiny(tmp_path, workers=1))
+        proc = vitx_cli("pretrain", *flags)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert proc.returncode == 130
     assert proc.stderr.splitlines()[-1] == \
         "interrupted: Ctrl-C; checkpoints already written are intact (continue a run with --resume)"
