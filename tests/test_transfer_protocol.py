@@ -14,7 +14,7 @@ from vitx.errors import VitxError
 from vitx.transfer import TransferConfig, transfer
 
 
-def test_protocol_from_a_checkpoint(transfer_run):
+def test_protocol_from_a_checkpoint(transfer_run, pretrained_run):
     """The session's `transfer_run`: sweep → choose on val → retrain → test, and the directory it leaves."""
     out_dir, out = transfer_run
     result = out["tasks"][0]
@@ -32,6 +32,10 @@ def test_protocol_from_a_checkpoint(transfer_run):
     config = json.loads((root / "final" / "config.json").read_text())
     assert config["transfer"]["phase"] == "final" and config["run"]["optimizer"] == "sgd"
     assert config["run"]["weight_decay"] == 0.0 and config["run"]["grad_clip"] == 1.0
+    # the record is true: the run's model is the start's architecture, its data where the images came from;
+    # the start itself and the task are the transfer's
+    assert (config["run"]["model"], config["run"]["data"]) == ("vit-nano/4", "embedded")
+    assert (config["transfer"]["start"], config["transfer"]["task"]) == (str(pretrained_run), "vtab/dsprites_loc")
     summary = json.loads((out_dir / "summary.json").read_text())
     assert result["source"] == "embedded (synthetic regeneration)" and result["synthetic"]
     assert summary["mean"] is None and summary["group_means"] == {}  # synthetic data is no VTAB figure
