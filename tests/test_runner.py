@@ -110,7 +110,7 @@ _step = loop.Trainer.step
 def step(self, *args):
     _step(self, *args)
     if self.step_count == int(os.environ["VITX_TEST_HOLD_AT"]):
-        while self.requests is None or self.requests.received is None:
+        while self.agreement.requests is None or self.agreement.requests.received is None:
             time.sleep(0.01)
 
 

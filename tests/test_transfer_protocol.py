@@ -235,7 +235,7 @@ def test_a_stop_signal_in_a_sweep_keeps_the_finished_points(tmp_path, monkeypatc
         if not runs or runs[-1] is not self:
             runs.append(self)
         if len(runs) == 3 and self.step_count == 2:
-            self.stop_requested = True  # as _agree() sets it when a stop signal reached any process
+            self.stop_requested = True  # as the agreement sets it when a stop signal reached any process
 
     monkeypatch.setattr(Trainer, "step", signalled_in_third_run)
     with pytest.raises(Preempted, match=r"at step 2: checkpoint .*step_00000002.* --resume"):

@@ -23,6 +23,7 @@ from ..data import TensorSplit, eval_loader, first_sample_batch, train_loader
 from ..data.loader import close, iterate
 from ..errors import DISK_STATE_ERRNOS, Preempted, VitxError
 from .config import default_workers
+from .agreement import Agreement
 from .preemption import StopRequests, parse_signals
 from .randomness import EVAL, TRAIN, seed_position
 from .reporting import MetricsLog, Progress, make_console
@@ -68,17 +69,15 @@ class Trainer:
                                and cfg.precision != "fp16" and acc.distributed_type != DistributedType.DEEPSPEED
                                and isinstance(self.inner_optimizer, (torch.optim.Adam, torch.optim.AdamW)))
         self._monitor = None  # the --monitor probes, built at their first use
-        self._host_group = None  # a gloo group for stop/save agreement off the device (multi-process, fused)
         # --compile: the training forward runs through a compiled handle on the same module (same parameters;
         # Accelerate keeps preparing, accumulating and saving the module itself). Evaluation stays eager: its
         # batch sizes vary and it runs in eval mode, each of which would be another compilation.
         self.forward = compiled(setup.model) if cfg.compile else setup.model
         self.skipped = torch.zeros((), dtype=torch.long)
         self.nonfinite = 0  # optimiser steps skipped for a non-finite loss or gradient norm (read at log steps)
-        self.requests: StopRequests | None = None  # set while fit() runs
+        self.agreement = Agreement(acc, cfg.save_every_minutes)  # skip / stop / save, the same on every process
         self.stop_requested = False  # a stop signal reached some process: every process stops after this step
         self.save_due = False  # --save-every-minutes has passed (by the main process's clock)
-        self._last_save = time.monotonic()
 
     # ---- one optimiser step ------------------------------------------------------------------------------
     def batches(self) -> Iterator[dict[str, Any]]:
@@ -152,58 +151,19 @@ class Trainer:
         s.objective.on_step_end(self.step_count)
 
     def _decide_and_step(self, nonfinite: torch.Tensor) -> torch.Tensor:
-        """Skip or apply this update, the same on every process, and agree on stopping and saving after it.
-        Returns the device flag ok (1.0 applied, 0.0 skipped).
-
-        Fused Adam(W): the all-reduced flag goes to the kernel as `found_inf`, which leaves weights, moments and
-        step count as they were; the host never waits for the device. Otherwise one small all-reduce is read on
-        the host (a wait for the device: free on a CPU)."""
+        """Skip or apply this update, the same on every process, and agree on stopping and saving after it
+        (agreement.py). Returns the device flag ok (1.0 applied, 0.0 skipped)."""
         s, acc = self.s, self.s.accelerator
         if self.skip_on_device:
-            flag = acc.reduce(nonfinite, reduction="sum") if acc.num_processes > 1 else nonfinite
-            ok = (flag == 0).float()
-            self.inner_optimizer.found_inf = 1.0 - ok
+            ok = self.agreement.skip_on_device(nonfinite)
+            self.inner_optimizer.found_inf = 1.0 - ok  # the fused kernel leaves weights, moments and step as they were
             s.optimizer.step()
-            self.stop_requested, self.save_due = self._agree_on_host()
+            self.stop_requested, self.save_due = self.agreement.on_host()
             return ok
-        skip = self._agree(nonfinite)
+        skip, self.stop_requested, self.save_due = self.agreement.with_skip(nonfinite)
         if not skip:
             s.optimizer.step()
         return torch.full((), 0.0 if skip else 1.0, device=acc.device)
-
-    def _agree_on_host(self) -> tuple[bool, bool]:
-        """Stop (a signal anywhere) and save (the main process's clock) decisions without touching the device:
-        over a gloo group of the same processes when there are several."""
-        asked, due = self._local_requests()
-        if self.s.accelerator.num_processes == 1:
-            return asked, due
-        import torch.distributed as dist
-
-        if self._host_group is None:
-            self._host_group = dist.new_group(backend="gloo")
-        flags = torch.tensor([float(asked), float(due)])
-        dist.all_reduce(flags, group=self._host_group)
-        return bool(flags[0] > 0), bool(flags[1] > 0)
-
-    def _local_requests(self) -> tuple[bool, bool]:
-        asked = self.requests is not None and self.requests.received is not None
-        minutes = self.s.cfg.save_every_minutes
-        due = self.s.accelerator.is_main_process and minutes > 0 and \
-            time.monotonic() - self._last_save >= minutes * 60
-        return asked, due
-
-    def _agree(self, nonfinite: torch.Tensor) -> bool:
-        """The host-side decision (optimisers without a fused skip): one collective per optimiser step, read on
-        the host, makes the run's decisions the same on every process: skip this
-        update (a non-finite loss or gradient anywhere), stop after it (a stop signal anywhere), save after it
-        (--save-every-minutes on the main process's clock). Returns whether to skip."""
-        acc = self.s.accelerator
-        asked, due = self._local_requests()
-        local = torch.stack([nonfinite, torch.tensor(float(asked), device=acc.device),
-                             torch.tensor(float(due), device=acc.device)])
-        skip, stop, save = (v > 0 for v in acc.reduce(local, reduction="sum").tolist())
-        self.stop_requested, self.save_due = stop, save
-        return skip
 
     def _clip_gradients(self) -> torch.Tensor:
         """The global gradient norm before clipping; clipped to --grad-clip (0: measured, not clipped)."""
@@ -371,7 +331,7 @@ class Trainer:
                                      s.cfg.keep_checkpoints)
             final = attempt(write)
         stop_if_failed()
-        self._last_save = time.monotonic()
+        self.agreement.saved()
         return final
 
     def draw_curves(self, path: Path) -> None:
@@ -430,11 +390,11 @@ class Trainer:
         elif cfg.monitor:
             self.monitor()  # decode its data now: a bad --monitor fails before the first step
         tick, done_at_tick = time.perf_counter(), self.step_count
-        self._last_save = time.monotonic()
+        self.agreement.saved()
         stopping, saved = False, None
         with Progress(self.console, cfg.log_format, main) as progress, \
                 StopRequests(parse_signals(cfg.stop_signals)) as requests:
-            self.requests = requests
+            self.agreement.requests = requests
             progress.start(f"{self.label} (resumed)" if resumed else self.label, cfg.steps, self.step_count)
             while self.step_count < cfg.steps:
                 self.step()
@@ -467,7 +427,7 @@ class Trainer:
                 progress.advance(step)
                 if stopping:
                     break
-        self.requests = None
+        self.agreement.requests = None
         if log:
             log.close()
         acc.end_training()

@@ -111,11 +111,26 @@ def run_config(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_d
     ).validate()
 
 
+@dataclass
+class Fitted:
+    """A finished transfer run: its last metrics (with validation when it had a validation split), whether this
+    process is the one that writes files, and its trainer, to evaluate the fitted model on other data."""
+
+    metrics: dict[str, float]
+    main: bool
+    trainer: Trainer
+
+    def validated(self) -> dict[str, float]:
+        """The last metrics with validation: evaluated now when the last logged step had none (a resumed run
+        that was already complete)."""
+        return self.metrics if "val_top1" in self.metrics else {**self.metrics, **self.trainer.evaluate()}
+
+
 def train_run(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_dir: Path, train: TensorSplit,
               val: TensorSplit | None, console: Console, label: str, record: dict[str, Any],
-              curves: bool = False) -> Trainer:
-    """Fine-tune a fresh copy on `train` for `steps` at `lr` (resuming `out_dir`'s checkpoint if there is one);
-    validation metrics of the last step land in the returned trainer's `last`. `curves`: draw curves.png."""
+              curves: bool = False) -> Fitted:
+    """Fine-tune a fresh copy on `train` for `steps` at `lr` (resuming `out_dir`'s checkpoint if there is one).
+    `curves`: draw curves.png."""
     rcfg = run_config(cfg, prep, lr, steps, out_dir, len(val) if val is not None else 0, curves)
     accelerator = make_accelerator(rcfg)
     model = build_model(prep)
@@ -127,18 +142,18 @@ def train_run(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_di
     setup = assemble(rcfg, accelerator, model, prep.preprocess, train, val, data_info, resume_from=latest,
                      record={"transfer": record})
     trainer = Trainer(setup, console, label=label)
-    trainer.last = {"step": setup.start_step}
+    metrics: dict[str, float] = {"step": setup.start_step}
     if setup.start_step < steps:
-        trainer.last = trainer.fit()
+        metrics = trainer.fit()
     elif accelerator.is_main_process:
         setup.run.repair()  # the top-level files a kill may have left at an older step
-    return trainer
+    return Fitted(metrics, accelerator.is_main_process, trainer)
 
 
 @torch.no_grad()
-def test_metrics(trainer: Trainer, prep: Prepared, limit: int) -> dict[str, float]:
+def test_metrics(fitted: Fitted, prep: Prepared, limit: int) -> dict[str, float]:
     """Top-1 and loss on the test split (streamed)."""
-    return trainer.evaluate(prep.test, limit=limit or len(prep.test), prefix="test_")
+    return fitted.trainer.evaluate(prep.test, limit=limit or len(prep.test), prefix="test_")
 
 
 @torch.no_grad()
@@ -158,4 +173,4 @@ def closed_form(prep: Prepared, limit: int, start: str) -> dict[str, Any]:
             "test_samples": float(len(labels)), "features": features.kind}
 
 
-__all__ = ["Prepared", "build_model", "closed_form", "prepare", "run_config", "test_metrics", "train_run"]
+__all__ = ["Fitted", "Prepared", "build_model", "closed_form", "prepare", "run_config", "test_metrics", "train_run"]

@@ -120,12 +120,12 @@ def _sweep(cfg: TransferConfig, prep: Prepared, root: Path, settings: dict[str, 
         if point is None:
             best = max(sweep, key=lambda p: p["val_top1"]) if sweep else None
             tick = time.perf_counter()
-            trainer = train_run(cfg, prep, lr, steps, point_dir, prep.train, prep.val, console,
-                                _label(task, i, len(points), lr, steps, best), {**settings, "phase": "sweep"})
-            last = trainer.last if "val_top1" in trainer.last else {**trainer.last, **trainer.evaluate()}
+            fitted = train_run(cfg, prep, lr, steps, point_dir, prep.train, prep.val, console,
+                               _label(task, i, len(points), lr, steps, best), {**settings, "phase": "sweep"})
+            last = fitted.validated()
             point = {"lr": lr, "steps": steps, "val_top1": last["val_top1"], "val_loss": last["val_loss"],
                      "train_loss": last.get("loss"), "seconds": time.perf_counter() - tick}
-            if trainer.s.accelerator.is_main_process:
+            if fitted.main:
                 _write(point_dir / "point.json", point)
                 shutil.rmtree(point_dir / "checkpoints", ignore_errors=True)  # weights of a sweep point: not needed
                 for name in ("model.safetensors", "heads.safetensors"):
@@ -183,12 +183,12 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
         folder = root / ("final" if i == 0 else f"final-seed{seed}")
         label = (f"{task.name} final lr {best['lr']:g} × {best['steps']} on {len(prep.train) + len(prep.val)}"
                  + (f" seed {seed}" if len(seeds) > 1 else ""))
-        trainer = train_run(replace(cfg, seed=seed), prep, best["lr"], best["steps"], folder, prep.train_val, None,
-                            console, label, {**settings, "phase": "final", "seed": seed, "selection": selection,
-                                             "chosen": {"lr": best["lr"], "steps": best["steps"]}},
-                            curves=cfg.curves and i == 0)
+        fitted = train_run(replace(cfg, seed=seed), prep, best["lr"], best["steps"], folder, prep.train_val, None,
+                           console, label, {**settings, "phase": "final", "seed": seed, "selection": selection,
+                                            "chosen": {"lr": best["lr"], "steps": best["steps"]}},
+                           curves=cfg.curves and i == 0)
         console.print(f"{task.name}: evaluating on {cfg.test_samples or len(prep.test)} test images", soft_wrap=True)
-        per_seed.append(test_metrics(trainer, prep, cfg.test_samples))
+        per_seed.append(test_metrics(fitted, prep, cfg.test_samples))
     top1 = [t["test_top1"] for t in per_seed]
     result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": sweep,
               "chosen": {"lr": best["lr"], "steps": best["steps"]}, "selection": selection,
@@ -197,7 +197,7 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
               "test_samples": min(cfg.test_samples or len(prep.test), len(prep.test)), "seconds": time.perf_counter() - began}
     if len(seeds) > 1:
         result.update(seeds=seeds, test_top1_per_seed=top1, test_top1_std=statistics.stdev(top1))
-    if trainer.s.accelerator.is_main_process:
+    if fitted.main:
         _write(root / "result.json", result)
     spread = f" ± {result['test_top1_std']:.2%} over seeds {seeds}" if len(seeds) > 1 else ""
     console.print(f"{task.name}: test top-1 {result['test_top1']:.2%}{spread} with lr {best['lr']:g} × {best['steps']} "

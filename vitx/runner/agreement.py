@@ -1,0 +1,69 @@
+"""The per-step agreement: every process of a run takes the same three decisions after each optimiser step:
+skip this update (a non-finite loss or gradient anywhere), stop after it (a stop signal reached any process),
+save after it (--save-every-minutes has passed on the main process's clock).
+
+With a fused Adam(W) the skip is decided on the device (the all-reduced flag becomes the kernel's `found_inf`)
+and stop/save over a gloo group on the host, so no step waits for the device; otherwise one small all-reduce
+carries all three and is read on the host (a wait for the device: free on a CPU).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from .preemption import StopRequests
+
+
+class Agreement:
+    """The local requests of one process and the collectives that make them everyone's."""
+
+    def __init__(self, accelerator: Any, save_every_minutes: float) -> None:
+        self.accelerator = accelerator
+        self.minutes = save_every_minutes
+        self.requests: StopRequests | None = None  # set while a run is fitting
+        self.last_save = time.monotonic()
+        self._host_group = None  # a gloo group beside the default one (multi-process, fused skip)
+
+    def saved(self) -> None:
+        """A checkpoint was written: the --save-every-minutes clock starts again."""
+        self.last_save = time.monotonic()
+
+    def local(self) -> tuple[bool, bool]:
+        """(a stop signal reached this process, a timed save is due by this process's clock)."""
+        asked = self.requests is not None and self.requests.received is not None
+        due = self.accelerator.is_main_process and self.minutes > 0 and \
+            time.monotonic() - self.last_save >= self.minutes * 60
+        return asked, due
+
+    def on_host(self) -> tuple[bool, bool]:
+        """(stop, save) agreed without touching the device."""
+        asked, due = self.local()
+        if self.accelerator.num_processes == 1:
+            return asked, due
+        import torch.distributed as dist
+
+        if self._host_group is None:
+            self._host_group = dist.new_group(backend="gloo")
+        flags = torch.tensor([float(asked), float(due)])
+        dist.all_reduce(flags, group=self._host_group)
+        return bool(flags[0] > 0), bool(flags[1] > 0)
+
+    def with_skip(self, nonfinite: torch.Tensor) -> tuple[bool, bool, bool]:
+        """(skip, stop, save) agreed in one collective read on the host."""
+        acc = self.accelerator
+        asked, due = self.local()
+        local = torch.stack([nonfinite, torch.tensor(float(asked), device=acc.device),
+                             torch.tensor(float(due), device=acc.device)])
+        skip, stop, save = (v > 0 for v in acc.reduce(local, reduction="sum").tolist())
+        return skip, stop, save
+
+    def skip_on_device(self, nonfinite: torch.Tensor) -> torch.Tensor:
+        """The device flag ok (1.0: apply the update everywhere; 0.0: skip it everywhere), never read on the host."""
+        acc = self.accelerator
+        flag = acc.reduce(nonfinite, reduction="sum") if acc.num_processes > 1 else nonfinite
+        return (flag == 0).float()
+
+
+__all__ = ["Agreement"]
