@@ -89,7 +89,8 @@ def saved_model_accuracy(final: Path, task: str, limit: int, data_dir: str | Non
     reloading the model measures, independent of the runner's evaluation loop."""
     import torch
 
-    from vitx.checkpoint import load_backbone, read_config, read_weights
+    from vitx.checkpoint import read_config, read_weights
+    from vitx.runs import load_backbone
     from vitx.data import decode
     from vitx.data.transforms import Preprocess
     from vitx.tasks import get_task, open_full_splits

@@ -52,7 +52,7 @@ def test_an_exported_transfer_keeps_its_classifier_and_labels(transfer_run, tmp_
     import torch
 
     from vitx.predict import classify
-    from vitx.trained import load_classifier, resolve_run
+    from vitx.runs.trained import load_classifier, resolve_run
 
     out, results = transfer_run
     folder = tmp_path / "export"

@@ -72,7 +72,7 @@ def test_fewshot_reads_pre_logits_of_a_supervised_run(pretrained_run, mpp_run, t
     import torch
 
     from .helpers import vitx_cli
-    from vitx.evaluation.representation import representation
+    from vitx.runs.start import representation
 
     backbone = load_start(str(pretrained_run)).eval()
     feats = representation(backbone, str(pretrained_run))

@@ -10,11 +10,11 @@ from .helpers import ROOT
 # lowest first; a room may import only rooms on floors below its own
 FLOORS = [
     ("errors", "invocation", "lazy"),
-    ("heads", "plots", "registry", "settings", "spec"),
+    ("checkpoint", "heads", "plots", "registry", "settings", "spec"),  # checkpoint: atomic file I/O only
     ("backbones", "plugins", "recipe"),
-    ("checkpoint", "data"),
+    ("data",),
     ("analysis", "evaluation", "objectives", "tasks"),
-    ("adapters", "runner", "trained"),
+    ("adapters", "runner", "runs"),
     ("predict", "transfer"),
     ("export", "reproduce"),
     ("cli",),

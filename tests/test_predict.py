@@ -31,7 +31,7 @@ def test_predict_on_the_test_images_as_png_gives_the_reported_accuracy(transfer_
     from vitx.checkpoint import read_weights
     from vitx.data import decode
     from vitx.tasks import get_task, open_full_splits
-    from vitx.trained import resolve_run
+    from vitx.runs.trained import resolve_run
 
     out, results = transfer_run
     labels = _save_test_pngs(tmp_path / "images", TRANSFER["test_samples"])
@@ -46,7 +46,7 @@ def test_predict_on_the_test_images_as_png_gives_the_reported_accuracy(transfer_
 
     # every probability as the saved model gives it on the task's own (undecoded-to-file) images
     run = resolve_run(out)
-    from vitx.checkpoint import load_backbone
+    from vitx.runs import load_backbone
 
     backbone, head = load_backbone(run.path).eval(), read_weights(run.path / "heads.safetensors")
     _, test, _ = open_full_splits(get_task(TRANSFER["task"]))
@@ -164,7 +164,7 @@ def test_a_tampered_config_is_one_line_for_predict_and_export(pretrained_run, tm
 
 def test_what_run_may_be(transfer_run, mpp_run, tmp_path):
     from vitx.errors import VitxError
-    from vitx.trained import resolve_run
+    from vitx.runs.trained import resolve_run
 
     out, _ = transfer_run
     task = out / "vtab-dsprites_loc"

@@ -29,7 +29,7 @@ def deit_folder(tmp_path_factory):
 
 def test_a_timm_folder_is_a_start_recorded_as_its_architecture(deit_folder):
     from vitx.backbones import backbone_record
-    from vitx.transfer.start import load_start
+    from vitx.runs.start import load_start
 
     a, b = load_start(str(deit_folder)), load_start(f"timm:local-dir:{deit_folder}")
     for name, tensor in a.state_dict().items():
@@ -43,7 +43,7 @@ def test_the_start_decides_the_input_pixel_for_pixel_as_timm(deit_folder):
     from timm.data import create_transform, resolve_data_config
 
     from vitx.data import Preprocess, decode
-    from vitx.transfer.start import load_start, start_input
+    from vitx.runs.start import load_start, start_input
 
     model = load_start(str(deit_folder)).eval()
     config = resolve_data_config({}, model=model)

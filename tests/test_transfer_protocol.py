@@ -9,7 +9,8 @@ import torch
 
 from .helpers import TRANSFER as QUICK
 from .helpers import saved_model_accuracy, vitx_cli
-from vitx.checkpoint import load_backbone, read_weights
+from vitx.checkpoint import read_weights
+from vitx.runs import load_backbone
 from vitx.errors import VitxError
 from vitx.transfer import TransferConfig, transfer
 
@@ -199,7 +200,7 @@ def test_a_timm_start_is_saved_so_that_it_reloads_offline(monkeypatch):
     import timm
 
     from vitx.backbones import create_backbone
-    from vitx.transfer.start import load_start
+    from vitx.runs.start import load_start
 
     real = timm.create_model
     fetched = []

@@ -121,22 +121,3 @@ def read_config(run_dir: Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise VitxError(f"{path} is not valid JSON ({exc})") from None
-
-
-def load_backbone(run_dir: str | Path) -> nn.Module:
-    """Rebuild the backbone saved in a vitx run or checkpoint directory and load its weights (strictly)."""
-    from .backbones import create_backbone
-
-    run_dir = Path(run_dir)
-    config = read_config(run_dir)
-    try:
-        record = config["backbone"]
-        model = create_backbone(record["name"], **record["overrides"])
-    except KeyError as exc:
-        raise VitxError(f"{run_dir}/config.json lacks {exc}; not a vitx checkpoint") from None
-    state = read_weights(run_dir / "model.safetensors")
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise VitxError(f"{run_dir}/model.safetensors does not match {record['name']} "
-                        f"(missing {len(missing)}, unexpected {len(unexpected)} keys)")
-    return model

@@ -19,7 +19,7 @@ from .data import EncodedImage, decode
 from .data.opener import IMAGE_SUFFIXES
 from .data.transforms import Preprocess
 from .errors import CorruptImageError, VitxError
-from .trained import TrainedRun, load_classifier
+from .runs.trained import TrainedRun, load_classifier
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ def inspect_backbone(backbone: nn.Module, out_dir: str | Path, data: str = "embe
                      progress: Progress | None = None, normal: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the four figures and analysis.json for `backbone` into `out_dir`; returns the numbers. Runs on
     the device the backbone is on (the command puts it on its process's device). `normal`: the start's mean,
-    std and interpolation (`transfer.start.start_input`); default the paper's 0.5."""
+    std and interpolation (`runs.start.start_input`); default the paper's 0.5."""
     if samples < 1 or components < 1:
         raise VitxError(f"--samples and --components must be at least 1, got {samples} and {components}")
     backbone = backbone.eval().float()

@@ -51,9 +51,8 @@ def fewshot(
     from ..tasks import get_task, open_full_splits
     from ..runner.launch import is_main_process, process_device
     from ..evaluation.fewshot import evaluate_sources
-    from ..evaluation.representation import representation
     from ..transfer.config import TransferConfig
-    from ..transfer.start import load_start, start_input
+    from ..runs.start import load_start, representation, start_input
 
     if not is_main_process():  # under a launcher: one process does the (small) work, on its own device
         return

@@ -10,18 +10,6 @@ from rich.progress import Progress
 
 
 
-def _default_data(start: str) -> str:
-    """The checkpoint's own data when it is embedded (available offline), else the embedded shapes."""
-    path = Path(start)
-    if (path / "config.json").is_file():
-        from ..checkpoint import read_config
-
-        data = read_config(path).get("run", {}).get("data", "")
-        if isinstance(data, str) and data.startswith("embedded:"):
-            return data
-    return "embedded:shapes"
-
-
 def inspect(
     start: str = typer.Argument(..., metavar="CHECKPOINT", help="A vitx run or checkpoint directory, timm:<name>, or scratch (with --model)."),
     model: Optional[str] = typer.Option(None, help="Backbone for scratch (its initialisation)."),
@@ -34,7 +22,7 @@ def inspect(
     """Embedding filters, position-embedding similarity, mean attention distance, attention rollout."""
     from ..analysis import FIGURES, inspect_backbone
     from ..runner.launch import is_main_process, process_device
-    from ..transfer.start import load_start, start_input
+    from ..runs.start import load_start, start_data, start_input
 
     if not is_main_process():  # under a launcher: one process inspects, on its own device
         return
@@ -44,7 +32,7 @@ def inspect(
     name = start if start != "scratch" else f"scratch-{model}"
     out = Path(output_dir) if output_dir else (
         Path(start) / "inspect" if Path(start).is_dir() else Path("runs/inspect") / name.replace("/", "-").replace(":", "-"))
-    data = data or _default_data(start)
+    data = data or start_data(start)
     console = Console(stderr=True)
     with Progress(console=console, transient=True) as progress:
         result = inspect_backbone(backbone, out, data=data, samples=samples, image_paths=list(image) or None,

@@ -26,7 +26,7 @@ def predict(
         raise VitxError("--json and --csv each print everything; choose one")
     from ..predict import list_images, predict as run_predict, to_csv, to_json
     from ..runner.launch import is_main_process, process_device
-    from ..trained import resolve_run
+    from ..runs.trained import resolve_run
 
     if not is_main_process():  # under a launcher: one process predicts, on its own device
         return

@@ -10,12 +10,9 @@ a random network's while fine-tuning from the same weights gains (recipes/reprod
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 import torch.nn as nn
 
-from ..checkpoint import read_weights
 from ..errors import VitxError
 
 FEATURES = ("pre-logits", "backbone", "patch-mean")
@@ -62,17 +59,6 @@ def tanh_layer(weight: torch.Tensor, bias: torch.Tensor) -> nn.Sequential:
     return nn.Sequential(fc, nn.Tanh())
 
 
-def saved_layer(run_dir: str | Path) -> nn.Sequential | None:
-    """The representation layer saved with a vitx run or checkpoint (its heads.safetensors), or None."""
-    path = Path(run_dir) / "heads.safetensors"
-    if not path.exists():
-        return None
-    heads = read_weights(path)
-    if f"{LAYER_KEY}.weight" not in heads:
-        return None
-    return tanh_layer(heads[f"{LAYER_KEY}.weight"], heads[f"{LAYER_KEY}.bias"])
-
-
 def read_as(backbone: nn.Module, features: str, layer: nn.Module | None = None) -> Representation:
     """`backbone` read as `features` (one of FEATURES); `layer` is the representation layer that pre-logits
     pass through, when the start has one."""
@@ -81,12 +67,4 @@ def read_as(backbone: nn.Module, features: str, layer: nn.Module | None = None) 
     return Representation(backbone, layer if features == "pre-logits" else None, patch_mean=features == "patch-mean")
 
 
-def representation(backbone: nn.Module, start: str, features: str = "pre-logits") -> Representation:
-    """The features of `backbone` (already resized) that evaluation reads, given where it came from (`--from`)."""
-    layer = None
-    if features == "pre-logits" and not start.startswith("timm:") and start != "scratch":
-        layer = saved_layer(Path(start).expanduser())
-    return read_as(backbone, features, layer)
-
-
-__all__ = ["FEATURES", "Representation", "read_as", "representation", "saved_layer", "tanh_layer"]
+__all__ = ["FEATURES", "LAYER_KEY", "Representation", "read_as", "tanh_layer"]

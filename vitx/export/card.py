@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..checkpoint import read_json_object
-from ..trained import TrainedRun
+from ..runs.start import describe_start
+from ..runs.trained import TrainedRun
 from .command import command_line
 
 SHOWN_METRICS = ("loss", "top1", "val_loss", "val_top1", "colour_acc", "baseline_acc")
@@ -47,20 +47,10 @@ def _training(run: TrainedRun) -> list[tuple[str, str]]:
                           f"precision {cfg.get('precision')}, seed {cfg.get('seed')}")]
     transfer = run.config.get("transfer")
     if transfer:
-        rows.insert(0, ("pre-trained", _start(str(transfer.get("start")))))
+        rows.insert(0, ("pre-trained", describe_start(str(transfer.get("start")))))
         adapters = ", ".join(transfer.get("adapters") or []) or "the defaults (resize-posemb, zero-head, finetune)"
         rows.insert(1, ("adapters", adapters))
     return rows
-
-
-def _start(start: str) -> str:
-    """The transfer's starting point, with what its own config.json says of it when it is still on disk."""
-    config = read_json_object(Path(start) / "config.json")
-    if config is None:
-        return f"`{start}`"
-    run = config.get("run", {})
-    return (f"`{start}`: {run.get('objective', '?')} on `{run.get('data', '?')}`, {config.get('step', '?')} steps "
-            f"of batch {run.get('batch_size', '?')}")
 
 
 def _metrics(run: TrainedRun) -> list[str]:

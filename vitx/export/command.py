@@ -9,7 +9,7 @@ from typing import Any
 
 from ..settings import defaults as settings_defaults
 from ..settings import flags
-from ..trained import TrainedRun
+from ..runs.trained import TrainedRun
 
 
 def _flag(key: str, value: Any, flag: str) -> list[str]:

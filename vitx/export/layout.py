@@ -27,7 +27,7 @@ import torch
 from .. import __version__
 from ..checkpoint import atomic_write_text, fsync_path, read_weights, save_weights
 from ..errors import VitxError
-from ..trained import TrainedRun, classifier_heads, resolve_run
+from ..runs.trained import TrainedRun, classifier_heads, resolve_run
 from .card import model_card
 
 FIGURES = ("curves.png",)  # the run's training curves, shown in the card when the run drew them

@@ -19,7 +19,8 @@ from rich.console import Console
 from .. import __version__
 from ..analysis import inspect_backbone
 from ..backbones import create_backbone
-from ..checkpoint import atomic_write_text, load_backbone, read_json_object
+from ..checkpoint import atomic_write_text, read_json_object
+from ..runs.folder import load_backbone
 from ..plots.series import read_metrics
 from ..runner import pretrain
 from ..runner.launch import process_device

@@ -6,4 +6,4 @@ __all__ = ["TransferConfig", "extract_features", "fewshot_accuracy", "fit_least_
            "run_task", "sample_shots", "transfer"]
 __getattr__, __dir__ = lazy_exports(__name__, {
     "extract_features": "..evaluation.features", "fewshot_accuracy": "..evaluation.fewshot",
-    "fit_least_squares": "..evaluation.fewshot", "sample_shots": "..evaluation.fewshot", "run_task": ".protocol", "transfer": ".protocol", "load_start": ".start"})
+    "fit_least_squares": "..evaluation.fewshot", "sample_shots": "..evaluation.fewshot", "run_task": ".protocol", "transfer": ".protocol", "load_start": "..runs.start"})

@@ -27,7 +27,7 @@ from ..tasks.splits import task_class_names
 from .config import TransferConfig
 from ..evaluation.features import extract_features, source_features
 from ..evaluation.fewshot import fit_least_squares
-from .start import load_start, start_input
+from ..runs.start import load_start, representation, start_input
 
 
 @dataclass
@@ -160,7 +160,6 @@ def test_metrics(fitted: Fitted, prep: Prepared, limit: int) -> dict[str, float]
 def closed_form(prep: Prepared, limit: int, start: str) -> dict[str, Any]:
     """Few-shot linear evaluation on the task: least squares on trainN ∪ valN pre-logits (`start`'s tanh
     representation layer when it has one), accuracy on test."""
-    from ..evaluation.representation import representation
 
     device = process_device()
     features = representation(build_model(prep).backbone, start).to(device)

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .checkpoint import read_config, read_json_object
-from .errors import VitxError
+from ..checkpoint import read_config, read_json_object
+from ..errors import VitxError
 
 if TYPE_CHECKING:
     import torch
     import torch.nn as nn
 
-    from .data.transforms import Preprocess
+    from ..data.transforms import Preprocess
 
 RUN_HELP = ("a pre-training run or checkpoint directory, or a transfer: its --output-dir (one task), a task's "
             "directory (<output>/<suite>-<task>) or its final/ model")
@@ -55,7 +55,7 @@ class TrainedRun:
 
     def preprocess(self) -> "Preprocess":
         """The run's evaluation transform (`.eval()` then `.normalise()`), exactly as it evaluated."""
-        from .data.transforms import Preprocess
+        from ..data.transforms import Preprocess
 
         return Preprocess.from_dict(self.config["preprocess"], f"{self.path}/config.json preprocess")
 
@@ -65,7 +65,7 @@ class TrainedRun:
 
     def metrics(self) -> list[dict[str, Any]]:
         """metrics.jsonl, one dict per logged step (empty when absent, e.g. in a checkpoint directory)."""
-        from .plots.series import read_metrics  # pure Python: no matplotlib
+        from ..plots.series import read_metrics  # pure Python: no matplotlib
 
         path = self.path / "metrics.jsonl"
         return read_metrics(path) if path.is_file() else []
@@ -79,8 +79,8 @@ def check_config(path: Path, config: dict[str, Any]) -> None:
     was made: the file may have been edited or damaged, and predict and export trust nothing they read from
     disk. The architecture must agree with the weights' shapes, the preprocessing with the architecture, the
     class count with a supervised run's classifier (other objectives' heads predict other things)."""
-    from .backbones.spec import check_saved_backbone, weight_shapes
-    from .data.transforms import Preprocess
+    from ..backbones.spec import check_saved_backbone, weight_shapes
+    from ..data.transforms import Preprocess
 
     where = f"{path}/config.json"
     check_saved_backbone(config["backbone"], path / "model.safetensors", where)
@@ -162,7 +162,7 @@ def resolve_run(run: str | Path) -> TrainedRun:
 
 def classifier_heads(run: TrainedRun) -> dict[str, "torch.Tensor"]:
     """The classifier weights of a run that has one (heads.safetensors, `head.*`), else one clear error."""
-    from .checkpoint import read_weights
+    from ..checkpoint import read_weights
 
     if run.objective != "supervised":
         raise VitxError(f"{run.path} was pre-trained with the {run.objective} objective, which has no classifier; "
@@ -174,8 +174,8 @@ def classifier_heads(run: TrainedRun) -> dict[str, "torch.Tensor"]:
 
 def load_classifier(run: TrainedRun) -> "nn.Module":
     """The run's supervised objective (backbone and head, weights loaded strictly), for `classify`."""
-    from .checkpoint import load_backbone
-    from .objectives import create_objective
+    from .folder import load_backbone
+    from ..objectives import create_objective
 
     heads = classifier_heads(run)
     options = dict(run.config.get("objective", {}).get("options", {}))

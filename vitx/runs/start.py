@@ -16,8 +16,9 @@ import torch
 import torch.nn as nn
 
 from ..backbones import create_backbone
-from ..checkpoint import load_backbone
+from .folder import load_backbone, saved_layer
 from ..errors import VitxError
+from ..evaluation.representation import Representation, read_as
 from ..spec import parse_spec
 
 SCRATCH = "scratch"
@@ -93,3 +94,35 @@ def start_input(start: str, backbone: nn.Module) -> dict[str, Any]:
     return {"mean": [float(v) for v in config["mean"]], "std": [float(v) for v in config["std"]],
             "interpolation": interpolation if interpolation in ("bicubic", "bilinear", "nearest") else "bicubic",
             "crop_pct": float(config.get("crop_pct", 1.0)), "eval_resize": "timm", "source": "timm's pretrained_cfg"}
+
+
+def representation(backbone: nn.Module, start: str, features: str = "pre-logits") -> Representation:
+    """The features of `backbone` (already resized) that evaluation reads, given where it came from (`--from`):
+    a vitx run's pre-training head's tanh layer for pre-logits when it saved one."""
+    layer = None
+    if features == "pre-logits" and not start.startswith("timm:") and start != "scratch":
+        layer = saved_layer(Path(start).expanduser())
+    return read_as(backbone, features, layer)
+
+
+def describe_start(start: str) -> str:
+    """A start in one line for a model card: with what its own config.json says of it when it is a vitx run still
+    on disk."""
+    from ..checkpoint import read_json_object
+
+    config = read_json_object(Path(start).expanduser() / "config.json") if start != SCRATCH else None
+    if config is None or "run" not in config:
+        return f"`{start}`"
+    run = config["run"]
+    return (f"`{start}`: {run.get('objective', '?')} on `{run.get('data', '?')}`, {config.get('step', '?')} steps "
+            f"of batch {run.get('batch_size', '?')}")
+
+
+def start_data(start: str) -> str:
+    """Images to look at a start with: a vitx run's own data when it is embedded (available offline), else the
+    embedded shapes."""
+    from ..checkpoint import read_json_object
+
+    config = read_json_object(Path(start).expanduser() / "config.json") if start != SCRATCH else None
+    data = ((config or {}).get("run") or {}).get("data", "")
+    return data if isinstance(data, str) and data.startswith("embedded:") else "embedded:shapes"
