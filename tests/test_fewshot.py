@@ -108,7 +108,7 @@ def test_fewshot_reads_pre_logits_of_a_supervised_run(pretrained_run, mpp_run, t
     (["--reg", "-1"], "--reg must be positive (the paper's is 1024), got -1"),
     (["--reg", "nan"], "--reg must be a finite number, got nan"),
     (["--image-size", "0"], "--image-size must be positive, got 0"),
-    (["--test-samples", "-5"], "--test-samples and --seed must not be negative"),
+    (["--test-samples", "-5"], "--test-samples must not be negative, got -5"),
 ])
 def test_fewshot_options_are_checked_in_one_line(args, needle, tmp_path):
     """A negative or nan regulariser printed a table (12.5% for an all-nan head); a bad --shots crashed inside
@@ -183,4 +183,4 @@ def test_big_vision_geometry_resizes_the_short_side_then_crops_the_centre(tmp_pa
     assert res.returncode == 0, res.stderr[-2000:]
     assert json.loads((tmp_path / "bv.json").read_text())["input"]["eval_resize"] == "big_vision"
     bad = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4", "--preprocess", "tf")
-    assert bad.returncode == 2 and "--preprocess must be start or big_vision" in bad.stderr
+    assert bad.returncode == 2 and "--preprocess must be one of start, big_vision, got 'tf'" in bad.stderr

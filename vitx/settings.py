@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .errors import VitxError
 
@@ -25,18 +25,21 @@ PANELS = (MODEL, DATA, PROTOCOL, OPTIMISATION, SCHEDULE, EVALUATION, CHECKPOINTS
 def setting(default: Any, help: str, group: str, *, flag: str | None = None, choices: Iterable[Any] | None = None,
             min: float | None = None, above: float | None = None, max: float | None = None,
             below: float | None = None, limit: int | None = None, cli: bool = True, repeat: bool = False,
-            shown: str | None = None, says: str | None = None, example: str | None = None, result: bool = True) -> Any:
+            shown: str | None = None, says: str | None = None, example: str | None = None, result: bool = True,
+            length: int | None = None) -> Any:
     """A config field with everything its option needs. `default` may be a list (copied per instance);
     `shown` replaces the "[default: ...]" of --help (None: the default itself); `repeat`: a list option given
     once per item (`--adapter a --adapter b`) instead of comma-separated; `limit`: a size far above any real
     run (1000000 typed for 1000 is refused instead of allocating for minutes); `says`: the refusal's own words;
     `example`: a value shown when a list option cannot be read (default: the default); `result=False`: the
-    setting does not change what a run computes (where it writes, how it logs), so a resumed run may change it."""
+    setting does not change what a run computes (where it writes, how it logs), so a resumed run may change it;
+    `length`: a list setting's exact number of items (3 for a per-RGB-channel value)."""
     if group not in PANELS:
         raise ValueError(f"unknown panel {group!r}")
     meta = {"help": help, "group": group, "flag": flag, "choices": tuple(choices) if choices is not None else None,
             "min": min, "above": above, "max": max, "below": below, "limit": limit, "cli": cli, "repeat": repeat, "shown": shown,
-            "says": says, "example": example, "result": result}
+            "says": says, "example": example, "result": result,
+            "length": length}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -102,13 +105,19 @@ def _bounds(meta: dict[str, Any]) -> str:
 def _refuse(field: dataclasses.Field, value: Any, what: str, own_words: bool = True) -> VitxError:
     """One line naming the option; a bound refusal in the setting's own words (`says`) when it has them."""
     says = field.metadata["says"] if own_words else None
-    shown = f"'{value}'" if isinstance(value, str) else str(value)
-    return VitxError(f"{flag_of(field)} {says or what}, got {shown}")
+    shown = f"'{value}'" if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else str(value)
+    return VitxError(f"{_name_of(field)} {says or what}, got {shown}")
+
+
+_name_of = flag_of  # how a refusal names the setting: its option (`check(..., named=...)` for settings without one)
 
 
 def check_field(field: dataclasses.Field, value: Any) -> None:
     """One setting's value against its declaration: finite, within its bounds, one of its choices."""
     meta = field.metadata
+    if meta.get("length") is not None and isinstance(value, list) and len(value) != meta["length"]:
+        example = meta["example"] or ",".join(["1"] * meta["length"])
+        raise VitxError(f"{_name_of(field)} takes {meta['length']} values, e.g. {flag_of(field)} {example}; got {value}")
     for item in value if isinstance(value, list) else [value]:
         if item is None:
             continue
@@ -126,14 +135,20 @@ def check_field(field: dataclasses.Field, value: Any) -> None:
         if meta["max"] is not None and item > meta["max"]:
             raise _refuse(field, item, f"must {_bounds(meta)}")
         if meta["limit"] is not None and item > meta["limit"]:
-            raise VitxError(f"{flag_of(field)} {item} is too large: at most {meta['limit']:,}, far above any real "
-                            "run (a typo?)")
+            raise VitxError(f"{_name_of(field)} {item} is too large: at most {meta['limit']:,}, far above any "
+                            "real run (a typo?)")
 
 
-def check(config: Any) -> None:
-    """Every declared setting of `config` within its declaration (the first violation, in one line)."""
-    for field in declared(type(config)):
-        check_field(field, getattr(config, field.name))
+def check(config: Any, named: Callable[[dataclasses.Field], str] = flag_of) -> None:
+    """Every declared setting of `config` within its declaration (the first violation, in one line naming the
+    setting as `named` says: its option by default)."""
+    global _name_of
+    before, _name_of = _name_of, named
+    try:
+        for field in declared(type(config)):
+            check_field(field, getattr(config, field.name))
+    finally:
+        _name_of = before
 
 
 def help_text(field: dataclasses.Field) -> str:

@@ -62,9 +62,10 @@ def _parsed(field: Any, kind: Any, value: Any) -> Any:
 
 
 def command(cls: type, run: Callable[[dict[str, Any], bool, Optional[str], list[str]], None],
-            name: str, doc: str) -> Callable[..., None]:
-    """A typer command with one option per declared setting of `cls` (in its panel) and --recipe, --set and
-    --resume; it calls `run(options, resume, recipe, sets)` with the settings given on the command line."""
+            name: str, doc: str, training: bool = True) -> Callable[..., None]:
+    """A typer command with one option per declared setting of `cls` (in its panel), and for a `training`
+    command --recipe, --set and --resume; it calls `run(options, resume, recipe, sets)` with the settings given
+    on the command line."""
     kinds = field_types(cls)
     fields = [f for f in declared(cls) if f.metadata["cli"]]
     params = [_parameter(f, kinds[f.name]) for f in fields]
@@ -74,7 +75,7 @@ def command(cls: type, run: Callable[[dict[str, Any], bool, Optional[str], list[
             rich_help_panel=CHECKPOINTS)),
         inspect.Parameter("recipe", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str], default=RECIPE),
         inspect.Parameter("set_", inspect.Parameter.KEYWORD_ONLY, annotation=List[str], default=SET),
-    ]
+    ] if training else []
 
     def handler(**given: Any) -> None:
         options = {}

@@ -264,3 +264,10 @@ def require_labels(source: Any, what: str) -> None:
     detail = columns.no_labels() if isinstance(columns, Columns) else f"{getattr(source, 'origin', 'this dataset')} " \
         "has no labels"
     raise VitxError(f"{what} needs labelled images; {detail}")
+
+
+def require_classes(source: Any, what: str) -> None:
+    """Refuse a source a classifier cannot be trained or evaluated on: no labels, or a single class."""
+    require_labels(source, what)
+    if source.num_classes < 2:
+        raise VitxError(f"{what} has one class ({(source.class_names or ['?'])[0]}); a classifier needs two or more")

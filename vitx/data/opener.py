@@ -128,7 +128,7 @@ def open_source(spec: str, split: str = "train", image_size: int = 32, seed: int
 def open_labelled(spec: str, what: str, options: DataOptions | None = None) -> tuple[Any, Any]:
     """(train, test) of labelled, indexable data, for evaluations on frozen features (`eval fewshot`, the
     monitor); test is the test split, else the validation split. Refusals are one line that says why."""
-    from .columns import require_labels
+    from .columns import require_classes
 
     opened = open_data(spec, options)
     train = opened.split("train")
@@ -138,10 +138,7 @@ def open_labelled(spec: str, what: str, options: DataOptions | None = None) -> t
     if hasattr(train, "micro_batches"):
         raise VitxError(f"{what} {spec}: a stream cannot be drawn from by index; open it without --stream, or use a "
                         "save_to_disk copy or an image folder")
-    require_labels(train, f"{what} {spec}")
-    if train.num_classes < 2:
-        raise VitxError(f"{what} {spec} has one class ({', '.join(train.class_names or ['?'])}); a classifier needs "
-                        "two or more")
+    require_classes(train, f"{what} {spec}")
     return train, test
 
 

@@ -5,10 +5,11 @@ code."""
 from ..lazy import lazy_exports
 
 FEWSHOT_REG = 2.0 ** 10  # big_vision's L2 regularisation of the few-shot least-squares head (λ)
+FEATURES = ("pre-logits", "backbone", "patch-mean")  # what frozen-feature evaluation reads (representation.py)
 
-__all__ = ["FEATURES", "FEWSHOT_REG", "Monitors", "extract_features", "fewshot_accuracy", "fit_least_squares",
+__all__ = ["FEATURES", "FEWSHOT_REG", "Evaluator", "Monitors", "extract_features", "fewshot_accuracy", "fit_least_squares",
            "knn_accuracy", "read_as", "representation", "sample_shots"]
 __getattr__, __dir__ = lazy_exports(__name__, {
-    "FEATURES": ".representation", "read_as": ".representation", "representation": ".representation",
+    "read_as": ".representation", "representation": ".representation",
     "extract_features": ".features", "fewshot_accuracy": ".fewshot", "fit_least_squares": ".fewshot",
-    "sample_shots": ".fewshot", "knn_accuracy": ".knn", "Monitors": ".monitor"})
+    "sample_shots": ".fewshot", "knn_accuracy": ".knn", "Evaluator": ".monitor", "Monitors": ".monitor"})

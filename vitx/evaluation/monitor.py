@@ -17,7 +17,7 @@ collective and a sharded model still sees the same forwards on every process.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -32,6 +32,14 @@ from .knn import KNN_K, KNN_TEMPERATURE, knn_accuracy
 
 SHOTS = (1, 10)
 SEEDS = (0, 1, 2)
+
+
+class Evaluator(Protocol):
+    """What the runner calls during training (and what `vitx eval` runs from the command line): frozen features
+    in (a module mapping (B, 3, S, S) images to (B, D)), named figures out, the same on every process. `Monitor`
+    (one dataset: few-shot and kNN) and `Monitors` (several) are evaluators; a new probe is another."""
+
+    def __call__(self, features: torch.nn.Module, device: torch.device) -> dict[str, float]: ...
 
 
 class Monitor:

@@ -14,8 +14,8 @@ import torch
 import torch.nn as nn
 
 from ..errors import VitxError
+from . import FEATURES
 
-FEATURES = ("pre-logits", "backbone", "patch-mean")
 LAYER_KEY = "head.pre_logits.fc"  # the supervised objective's representation layer in heads.safetensors
 
 

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..errors import VitxError
-from ..runner.config import LIMITS, check_numbers
+from ..runner.config import CHOICES, LIMITS
+from ..settings import DATA, EVALUATION, MODEL, OPTIMISATION, PROTOCOL, SCHEDULE, SYSTEM, check, setting
 
 
 @dataclass(frozen=True)
@@ -42,33 +43,35 @@ SETTING_DIGITS = (
 
 @dataclass(frozen=True)
 class Plan:
-    name: str = "cpu"
-    model: str = "vit-nano/4"
-    image_size: int = 32  # pre-training resolution: an 8×8 patch grid (one token per digit pixel)
-    hires: int = 64  # the higher fine-tuning resolution: 16×16, position embeddings interpolated
-    data: str = "embedded:digits"  # pre-training images (labels used by supervised only)
-    batch_size: int = 128
-    pretrain_steps: int = 1500
-    precision: str = "no"
+    """Set with `vitx reproduce --set key=value` (no options of their own: `cli=False`); checked as declared."""
+
+    name: str = setting("cpu", "The plan's name.", MODEL, cli=False)
+    model: str = setting("vit-nano/4", "The backbone every start shares.", MODEL, cli=False)
+    image_size: int = setting(32, "Pre-training resolution: an 8×8 patch grid (one token per digit pixel).", MODEL, above=0, limit=LIMITS["image_size"], cli=False)
+    hires: int = setting(64, "The higher fine-tuning resolution: 16×16, position embeddings interpolated.", MODEL, above=0, limit=LIMITS["image_size"], cli=False)
+    data: str = setting("embedded:digits", "Pre-training images (labels used by supervised only).", DATA, cli=False)
+    batch_size: int = setting(128, "Pre-training batch.", OPTIMISATION, above=0, limit=LIMITS["batch_size"], cli=False)
+    pretrain_steps: int = setting(1500, "Pre-training steps (a pre-training may set its own).", SCHEDULE, above=0, cli=False)
+    precision: str = setting("no", "no, bf16 or fp16.", OPTIMISATION, choices=CHOICES["precision"], cli=False)
     pretrainings: dict[str, Pretraining] = field(default_factory=lambda: {
         "supervised": Pretraining("supervised", 2e-3, steps=1000),  # in-domain labels: the reference, not the question
         "mpp": Pretraining("mpp(corrupt_rate=0.5)", 3e-3),  # the paper's: 3-bit mean colour of 50% corrupted patches
         "mae": Pretraining("mae(decoder_dim=64,decoder_depth=1,decoder_heads=2)", 3e-3, plugin="vitx-mae"),
         "simclr": Pretraining("simclr(temperature=0.2)", 2e-3, plugin="vitx-simclr", steps=750),  # 2 views: 2× a step
     })
-    compute_points: list[float] = field(default_factory=lambda: [1 / 3])  # MPP checkpoints also transferred
-    monitor: str = "embedded:digits"  # the representation monitor during MPP pre-training
-    monitor_features: str = "patch-mean"  # what MPP trains (the patch tokens); its [class] token is never trained
-    task: str = "embedded/digits"  # low-data transfer: held-out test digits
-    shots: int = 50
-    transfer_batch: int = 64
-    transfer_lrs: list[float] = field(default_factory=lambda: [0.1])  # one lr and one step count: no sweep
-    transfer_steps: list[int] = field(default_factory=lambda: [200])
-    test_samples: int = 0  # 0: the task's whole test split
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])  # transfer seeds (pre-training uses seed 0)
-    hires_seeds: int = 3  # the first N seeds are also fine-tuned at the higher resolution
-    attention_images: int = 128
-    jobs: int = 1  # transfers run at once: >1 runs them as separate processes (one GPU holds several)
+    compute_points: list[float] = setting([1 / 3], "Fractions of MPP's steps whose checkpoints are also transferred.", SCHEDULE, above=0, below=1, says="are fractions of MPP's steps in (0, 1)", cli=False)
+    monitor: str = setting("embedded:digits", "The representation monitor during MPP pre-training.", EVALUATION, cli=False)
+    monitor_features: str = setting("patch-mean", "What MPP trains (the patch tokens); its [class] token is never trained.", EVALUATION, choices=CHOICES["monitor_features"], cli=False)
+    task: str = setting("embedded/digits", "Low-data transfer: held-out test digits.", PROTOCOL, cli=False)
+    shots: int = setting(50, "Labelled images of the transfer.", PROTOCOL, above=0, cli=False)
+    transfer_batch: int = setting(64, "Transfer batch.", PROTOCOL, above=0, limit=LIMITS["batch_size"], cli=False)
+    transfer_lrs: list[float] = setting([0.1], "Transfer learning rates (one lr and one step count: no sweep).", PROTOCOL, above=0, cli=False)
+    transfer_steps: list[int] = setting([200], "Transfer step counts.", PROTOCOL, above=0, cli=False)
+    test_samples: int = setting(0, "Test images; 0: the task's whole test split.", EVALUATION, min=0, limit=LIMITS["test_samples"], cli=False)
+    seeds: list[int] = setting([0, 1, 2, 3, 4], "Transfer seeds (pre-training uses seed 0).", PROTOCOL, min=0, limit=LIMITS["seed"], cli=False)
+    hires_seeds: int = setting(3, "The first N seeds are also fine-tuned at the higher resolution.", PROTOCOL, min=0, cli=False)
+    attention_images: int = setting(128, "Images averaged in the attention-distance analysis.", EVALUATION, above=0, cli=False)
+    jobs: int = setting(1, "Transfers run at once: >1 runs them as separate processes (one GPU holds several).", SYSTEM, above=0, limit=LIMITS["workers"], cli=False)
     setting: str = SETTING_DIGITS  # the report's paragraph on what is trained on what, and why
 
     @property
@@ -80,22 +83,10 @@ class Plan:
 
     def validate(self) -> "Plan":
         """One line for a setting that cannot run (a `--set` typo), before anything is trained."""
-        limits = {**LIMITS, "transfer_batch": LIMITS["batch_size"], "hires": LIMITS["image_size"],
-                  "jobs": LIMITS["workers"]}
-        check_numbers({k: v for k, v in self.to_dict().items() if k != "pretrainings"}, lambda n: f"plan: {n}",
-                      limits)
-        if any(s < 0 for s in self.seeds):
-            raise VitxError(f"plan: seeds must not be negative, got {self.seeds}")
-        for name in ("batch_size", "pretrain_steps", "shots", "transfer_batch", "image_size", "hires", "jobs"):
-            if getattr(self, name) <= 0:
-                raise VitxError(f"plan: {name} must be positive, got {getattr(self, name)}")
+        check(self, named=lambda f: f"plan: {f.name}")  # every bound and choice, as declared
         for name in ("seeds", "transfer_lrs", "transfer_steps"):
             if not getattr(self, name):
                 raise VitxError(f"plan: {name} must not be empty")
-        if any(v <= 0 for v in [*self.transfer_lrs, *self.transfer_steps]):
-            raise VitxError("plan: transfer_lrs and transfer_steps must be positive")
-        if not all(0 < f < 1 for f in self.compute_points):
-            raise VitxError(f"plan: compute_points are fractions of MPP's steps in (0, 1), got {self.compute_points}")
         if not 0 <= self.hires_seeds <= len(self.seeds):
             raise VitxError(f"plan: hires_seeds must be 0 to {len(self.seeds)} (the seeds), got {self.hires_seeds}")
         return self

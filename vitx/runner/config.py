@@ -1,12 +1,12 @@
 """Run configuration as data: one dataclass, saved in config.json, compared on --resume."""
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import VitxError
+from ..evaluation import FEATURES
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, SCHEDULE, SYSTEM, check, setting
 from ..settings import defaults, result_settings
 
@@ -14,7 +14,7 @@ CHOICES = {
     "optimizer": ("adamw", "adam", "sgd"),
     "schedule": ("cosine", "linear"),
     "precision": ("no", "bf16", "fp16"),
-    "monitor_features": ("pre-logits", "backbone", "patch-mean"),  # evaluation.representation.FEATURES (torch-free here)
+    "monitor_features": FEATURES,
     "log_format": ("auto", "bar", "lines", "json"),  # how progress is shown (runner/reporting.py)
 }
 
@@ -22,33 +22,6 @@ CHOICES = {
 # allocating for minutes. Seeds are what numpy's generators take.
 LIMITS = {"batch_size": 65_536, "grad_accum": 65_536, "image_size": 4_096, "eval_samples": 10_000_000,
           "test_samples": 10_000_000, "workers": 256, "shuffle_buffer": 1_000_000, "seed": 2 ** 32 - 1}
-# The least value of a setting, and what the refusal says: shared by every run's settings (pretrain, transfer).
-FLOORS = {"seed": (0, "must not be negative"),
-          "workers": (-1, "must be -1 (the default: as many as the cores allow) or more")}
-
-
-def flag(name: str) -> str:
-    """The command-line option of a config field."""
-    return "--" + name.replace("_", "-")
-
-
-def check_numbers(values: dict[str, Any], name_of: Callable[[str], str] = flag,
-                  limits: dict[str, int] = LIMITS) -> None:
-    """Every float finite (nan passes every `<= 0` check after it), every size within `limits` and above its
-    floor (`FLOORS`), else one line naming the setting. `values`: setting name → value (a list of floats is
-    checked item by item)."""
-    for name, value in values.items():
-        items = value if isinstance(value, list) else [value]
-        if any(isinstance(v, float) and not math.isfinite(v) for v in items):
-            what = "finite numbers" if isinstance(value, list) else "a finite number"
-            raise VitxError(f"{name_of(name)} must be {what}, got {value}")
-        floor, says = FLOORS.get(name, (None, ""))
-        if floor is not None and isinstance(value, int) and value < floor:
-            raise VitxError(f"{name_of(name)} {says}, got {value}")
-        limit = limits.get(name)
-        if limit is not None and isinstance(value, int) and value > limit:
-            raise VitxError(f"{name_of(name)} {value} is too large: at most {limit:,}, far above any real run "
-                            "(a typo?)")
 
 
 def default_workers() -> int:

@@ -22,6 +22,7 @@ from ..checkpoint import cannot_write, export_state, save_weights
 from ..data import TensorSplit, eval_loader, first_sample_batch, train_loader
 from ..data.loader import close, iterate
 from ..errors import DISK_STATE_ERRNOS, Preempted, VitxError
+from ..evaluation.monitor import Evaluator, Monitors
 from .config import default_workers
 from .agreement import Agreement
 from .preemption import StopRequests, parse_signals
@@ -68,7 +69,7 @@ class Trainer:
         self.skip_on_device = (bool(getattr(self.inner_optimizer, "defaults", {}).get("fused"))
                                and cfg.precision != "fp16" and acc.distributed_type != DistributedType.DEEPSPEED
                                and isinstance(self.inner_optimizer, (torch.optim.Adam, torch.optim.AdamW)))
-        self._monitor = None  # the --monitor probes, built at their first use
+        self._monitor: Evaluator | None = None  # the --monitor probes (evaluation/monitor.py), built at first use
         # --compile: the training forward runs through a compiled handle on the same module (same parameters;
         # Accelerate keeps preparing, accumulating and saving the module itself). Evaluation stays eager: its
         # batch sizes vary and it runs in eval mode, each of which would be another compilation.
@@ -219,8 +220,6 @@ class Trainer:
         """The --monitor probes on the current backbone (their data decoded at the first call; `fit` makes that
         call before the first step, so a bad --monitor fails at once)."""
         if self._monitor is None:
-            from ..evaluation.monitor import Monitors
-
             pre = self.s.preprocess
             self._monitor = Monitors(self.s.cfg.monitor, pre.image_size, mean=pre.mean, std=pre.std)
         from ..evaluation.representation import read_as

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..data.columns import require_labels
+from ..data.columns import require_classes
 from ..data.draws import Subset, balanced_draw, class_counts, stratified_split
 from ..data.opener import DataOptions, Opened, open_data
 from ..data.sources import source_labels
@@ -30,12 +30,9 @@ def data_task(spec: str, options: DataOptions) -> Task:
     """`spec` opened as a task: its classes come from the data's labels."""
     opened = open_data(spec, options)
     train = opened.split("train")
-    require_labels(train, f"--task {spec}")
+    require_classes(train, f"--task {spec}")
     if getattr(train, "multilabel", False):
         raise VitxError(f"--task {spec}: its labels are multi-label; a transfer trains a single-label classifier")
-    if train.num_classes < 2:
-        raise VitxError(f"--task {spec} has one class ({(train.class_names or ['?'])[0]}); a classifier needs two "
-                        "or more")
     return Task(name=spec, group="custom", num_classes=int(train.num_classes), label=opened.labels_described(),
                 data=spec, info={"opened": opened})
 

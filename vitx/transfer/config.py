@@ -30,8 +30,8 @@ class TransferConfig:
     label_key: str = setting("", "Your data's label column (or json.<field> of WebDataset shards).", DATA, shown="a ClassLabel column, else label, labels, cls, class, fine_label, target, category or txt")
     image_key: str = setting("", "Your data's image column.", DATA, shown="the first image column")
     stream: bool = setting(False, "Your data (hf:NAME, parquet, shards) read as a stream: the shots are drawn as it is read, nothing is downloaded or cached whole.", DATA)
-    mean: list[float] | None = setting(None, "Input normalisation mean, per RGB channel, e.g. 0.485,0.456,0.406.", DATA, shown="the start's: timm's pretrained_cfg, a vitx run's preprocessing, 0.5 for scratch", example="0.5,0.5,0.5")
-    std: list[float] | None = setting(None, "Input normalisation std, per RGB channel.", DATA, above=0, shown="the start's", example="0.5,0.5,0.5")
+    mean: list[float] | None = setting(None, "Input normalisation mean, per RGB channel, e.g. 0.485,0.456,0.406.", DATA, shown="the start's: timm's pretrained_cfg, a vitx run's preprocessing, 0.5 for scratch", example="0.5,0.5,0.5", length=3)
+    std: list[float] | None = setting(None, "Input normalisation std, per RGB channel.", DATA, above=0, shown="the start's", example="0.5,0.5,0.5", length=3)
     interpolation: str | None = setting(None, "Resize interpolation: bicubic, bilinear or nearest.", DATA, choices=INTERPOLATIONS, shown="the start's")
     workers: int = setting(-1, "Data worker processes; -1: cores - 1, at most 4.", DATA, min=-1, limit=LIMITS["workers"], says="must be -1 (the default: as many as the cores allow) or more", result=False)
     shots: int = setting(1000, "Training images: 4/5 train, 1/5 validation (VTAB-1k: 1000 = 800 + 200); from your data, a seeded, class-balanced draw.", PROTOCOL, above=0)
@@ -63,11 +63,6 @@ class TransferConfig:
 
     def validate(self) -> "TransferConfig":
         check(self)  # every bound and choice, as declared
-        for name in ("mean", "std"):
-            value = getattr(self, name)
-            if value is not None and len(value) != 3:
-                kind = "positive numbers" if name == "std" else "numbers"
-                raise VitxError(f"--{name} takes 3 {kind} (one per RGB channel), e.g. --{name} 0.5,0.5,0.5; got {value}")
         if not self.lrs:
             raise VitxError("--lrs is empty: give at least one learning rate to sweep, e.g. --lrs 0.01,0.03")
         if not self.sweep_steps:

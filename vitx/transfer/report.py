@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..tasks import GROUPS
@@ -100,3 +101,17 @@ def print_selection(choice: dict[str, Any], console: Console) -> None:
     table.caption = (f"* chosen: lr {choice['lr']:g} × {choice['steps']} steps, mean val top-1 "
                      f"{choice['mean_val_top1']:.2%} over {len(choice['tasks'])} tasks")
     console.print(table)
+
+
+def print_fewshot(result: dict[str, Any], start: str, reg: float) -> None:
+    """One dataset's few-shot accuracies: mean and per seed for each shot count."""
+    table = Table(title=f"few-shot linear evaluation: {result['data']} from {start}")
+    table.add_column("shots", justify="right")
+    table.add_column("mean top-1", justify="right")
+    table.add_column("per seed", justify="right")
+    for k, row in result["shots"].items():
+        table.add_row(k, f"{row['mean']:.2%}", "  ".join(f"{a:.1%}" for a in row["per_seed"]))
+    table.caption = (f"{result['num_classes']} classes, chance {1 / result['num_classes']:.1%}; "
+                     f"{result['test_samples']} test images; L2 {reg:g}; {result['feature_dim']}-d features: "
+                     f"{escape(result['features'])}")
+    Console().print(table)
