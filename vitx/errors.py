@@ -26,6 +26,11 @@ class VitxError(Exception):
         return text.strip().splitlines()[0] if text.strip() else type(self).__name__
 
 
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception from a library in one line for our own message: its first line (or its type's name)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:limit]
+
+
 class UnknownNameError(VitxError, KeyError):
     """A registry lookup for a name that is not registered."""
 

@@ -12,7 +12,7 @@ from ..registry import BACKBONES
 from . import vit, hybrid  # noqa: F401,I001  (registers the built-in names, paper ViTs first)
 from .spec import BackboneSpec, check_image_size
 from .timm_any import PREFIX as TIMM_PREFIX
-from .timm_any import create_timm_backbone, timm_folder_record
+from .timm_any import create_timm_backbone, timm_folder
 
 if TYPE_CHECKING:
     import torch.nn as nn
@@ -28,10 +28,11 @@ def create_backbone(name: str, **overrides: Any) -> "nn.Module":
     grad_ckpt = bool(overrides.pop("grad_checkpointing", False))
     if name.startswith(TIMM_PREFIX):
         arch = name[len(TIMM_PREFIX):]
+        folder = timm_folder(arch[len("local-dir:"):]) if arch.startswith("local-dir:") else None  # checked first
         model = create_timm_backbone(arch, **overrides)
         timm_args = {k: v for k, v in overrides.items() if k != "pretrained"}
-        if arch.startswith("local-dir:"):  # recorded as the architecture itself: rebuilt without the folder
-            arch, folder_args = timm_folder_record(arch[len("local-dir:"):])
+        if folder is not None:  # recorded as the architecture itself: rebuilt without the folder
+            arch, folder_args = folder
             timm_args = {**folder_args, **timm_args}
             name, overrides = TIMM_PREFIX + arch, {**folder_args, **overrides}
         timm_args.setdefault("num_classes", 0)

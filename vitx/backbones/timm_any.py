@@ -4,7 +4,7 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Any
 
-from ..errors import VitxError
+from ..errors import VitxError, first_line
 from .spec import check_image_size
 
 if TYPE_CHECKING:
@@ -17,9 +17,7 @@ def create_timm_backbone(arch: str, **overrides: Any) -> "nn.Module":
     """Build timm's `arch` with `num_classes=0`; `pretrained=True` downloads its weights (online users)."""
     import timm  # seconds to import: only when a network is built
 
-    if arch.startswith("local-dir:"):
-        check_timm_folder(arch[len("local-dir:"):])
-    elif not arch.startswith(SOURCES) and not timm.is_model(arch):
+    if not arch.startswith(SOURCES) and not timm.is_model(arch):
         close = difflib.get_close_matches(arch, timm.list_models("*vit*"), n=4, cutoff=0.6)
         hint = f"; did you mean {', '.join(PREFIX + c for c in close)}?" if close else ""
         raise VitxError(f"timm has no model '{arch}'{hint}")
@@ -32,7 +30,7 @@ def create_timm_backbone(arch: str, **overrides: Any) -> "nn.Module":
         raise VitxError(f"timm model '{arch}' does not accept these options ({exc})") from None
     except Exception as exc:  # hub failures come as many types (OSError, HTTPError, LocalEntryNotFoundError)
         if arch.startswith("local-dir:"):
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            first = first_line(exc)
             raise VitxError(f"timm cannot build {arch}: {first}") from None
         if pretrained:
             raise VitxError(f"could not fetch pretrained weights for timm:{arch} ({type(exc).__name__}); "
@@ -45,10 +43,11 @@ def create_timm_backbone(arch: str, **overrides: Any) -> "nn.Module":
     return model
 
 
-def check_timm_folder(folder: str) -> None:
-    """A folder in timm's hub layout (config.json with `architecture`, weights in model.safetensors), as timm's
-    `save_for_hf(..., safe_serialization=True)` and `vitx export` write it. Pickled weights are refused: vitx
-    never unpickles a file a user points at."""
+def timm_folder(folder: str) -> tuple[str, dict[str, Any]]:
+    """(architecture, model_args) of a folder in timm's hub layout (config.json with `architecture`, weights in
+    model.safetensors, as timm's `save_for_hf(..., safe_serialization=True)` and `vitx export` write it): enough to
+    build the model again without the folder. Pickled weights are refused: vitx never unpickles a file a user
+    points at."""
     import json
     from pathlib import Path
 
@@ -66,13 +65,5 @@ def check_timm_folder(folder: str) -> None:
         found = ", ".join(p.name for p in path.iterdir() if p.suffix in (".bin", ".pth", ".pt")) or "none"
         raise VitxError(f"{folder} has no model.safetensors (weights found: {found}); vitx reads safetensors only: "
                         "save with timm's save_for_hf(..., safe_serialization=True)")
-
-
-def timm_folder_record(folder: str) -> tuple[str, dict[str, Any]]:
-    """(architecture, model_args) of a timm hub-layout folder: enough to build the model again without it."""
-    import json
-    from pathlib import Path
-
-    data = json.loads((Path(folder).expanduser() / "config.json").read_text())
     args = data.get("model_args") if isinstance(data.get("model_args"), dict) else {}
     return data["architecture"], {k: v for k, v in args.items() if k != "pretrained"}

@@ -6,7 +6,7 @@ per-class counts as even as the data allows (`balanced_counts`).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -72,11 +72,15 @@ def class_counts(labels: np.ndarray, num_classes: int) -> list[int]:
 
 
 class Subset:
-    """`indices` of `base` as a source of its own (a drawn or held-out split)."""
+    """`indices` of `base` as a source of its own (a drawn, held-out or task split). A task may give its own
+    `num_classes` and a `label_map` from the labels stored to its own (dSprites' raw factors on the hub)."""
 
-    def __init__(self, base: Any, indices: Sequence[int]) -> None:
-        self.base, self.indices = base, np.asarray(indices, dtype=np.int64)
-        self.num_classes, self.class_names = base.num_classes, base.class_names
+    def __init__(self, base: Any, indices: Sequence[int], num_classes: int | None = None,
+                 label_map: Callable[[int], int] | None = None, class_names: list[str] | None = None) -> None:
+        self.base, self.indices, self.label_map = base, np.asarray(indices, dtype=np.int64), label_map
+        self.num_classes = base.num_classes if num_classes is None else num_classes
+        self.class_names = class_names or (base.class_names if num_classes is None else
+                                           [str(i) for i in range(num_classes)])
         self.origin = getattr(base, "origin", "data")
         self.columns = getattr(base, "columns", None)
 
@@ -84,10 +88,12 @@ class Subset:
         return len(self.indices)
 
     def labels(self) -> np.ndarray:
-        return source_labels(self.base)[self.indices]
+        raw = source_labels(self.base)[self.indices]
+        return raw if self.label_map is None else np.asarray([self.label_map(int(v)) for v in raw], dtype=np.int64)
 
     def load(self, index: int) -> tuple[Any, Any]:
-        return self.base.load(int(self.indices[index]))
+        img, label = self.base.load(int(self.indices[index]))
+        return img, label if self.label_map is None else int(self.label_map(int(label)))
 
 
 def validation_split(opened: Any, count: int, seed: int, held: int | None = None,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..errors import VitxError
+from ..errors import VitxError, first_line
 from ..spec import parse_spec
 from .columns import SPLITS, Columns, split_name
 from .procedural import EMBEDDED
@@ -201,7 +201,7 @@ def _open_saved(path: Path, spec: str, opts: DataOptions) -> Opened:
     try:
         loaded = datasets.load_from_disk(str(path))
     except Exception as exc:
-        raise VitxError(f"cannot read dataset folder {path}: {str(exc).splitlines()[0][:200]}") from None
+        raise VitxError(f"cannot read dataset folder {path}: {first_line(exc)}") from None
     if not isinstance(loaded, datasets.DatasetDict):
         loaded = datasets.DatasetDict({"train": loaded})  # a lone Dataset is the train split
     return _tables(loaded, spec, "save_to_disk", opts, _read_classnames(path))
@@ -215,7 +215,7 @@ def _open_image_folder(path: Path, spec: str, opts: DataOptions) -> Opened:
     try:
         dd = datasets.load_dataset("imagefolder", data_dir=str(path))
     except Exception as exc:
-        raise VitxError(f"cannot read image folder {path}: {_first_line(exc)}") from None
+        raise VitxError(f"cannot read image folder {path}: {first_line(exc)}") from None
     for split, ds in list(dd.items()):  # datasets drops a lone class's labels: keep them, so that a
         lone = _lone_class(path, split)  # classifier is told "one class" rather than "no labels"
         if lone is not None and "label" not in ds.features and not _has_metadata(path):
@@ -236,10 +236,6 @@ def _lone_class(path: Path, split: str) -> str | None:
 
 
 # -- through datasets ---------------------------------------------------------------------------------------
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-
-
 def _load(spec: str, layout: str, opts: DataOptions, path: str, **kwargs: Any) -> Opened:
     """`datasets.load_dataset(path, **kwargs)`, map-style or streamed, as an `Opened`."""
     import datasets
@@ -247,7 +243,7 @@ def _load(spec: str, layout: str, opts: DataOptions, path: str, **kwargs: Any) -
     try:
         dd = datasets.load_dataset(path, streaming=opts.stream, **kwargs)
     except Exception as exc:
-        raise VitxError(f"cannot read {spec} ({layout}): {_first_line(exc)}") from None
+        raise VitxError(f"cannot read {spec} ({layout}): {first_line(exc)}") from None
     local = Path(spec).expanduser()
     names = _read_classnames(local if local.is_dir() else local.parent) if _looks_like_path(spec) else None
     if opts.stream:
@@ -261,7 +257,7 @@ def _open_hub(repo: str, opts: DataOptions) -> Opened:
     try:
         dd = datasets.load_dataset(repo, streaming=opts.stream)
     except Exception as exc:
-        raise VitxError(f"cannot load '{repo}' from the Hugging Face hub ({_first_line(exc)}); offline, download a "
+        raise VitxError(f"cannot load '{repo}' from the Hugging Face hub ({first_line(exc)}); offline, download a "
                         f"copy where you have internet (hf download {repo} --repo-type dataset --local-dir DIR) "
                         "and pass that folder") from None
     if opts.stream:
@@ -352,7 +348,7 @@ def open_shards(files: dict[str, list[str]], spec: str, opts: DataOptions,
         remote = any("://" in f for shards in files.values() for f in shards)
         hint = ("; offline, download them where you have internet (hf download NAME --repo-type dataset "
                 "--local-dir DIR) and pass DIR") if remote else ""
-        raise VitxError(f"cannot read the shards {spec}: {_first_line(exc)}{hint}") from None
+        raise VitxError(f"cannot read the shards {spec}: {first_line(exc)}{hint}") from None
     what = f"{sum(len(v) for v in files.values())} shards at {spec}"
     if not opts.stream:
         return _tables(dd, spec, "WebDataset shards", opts, names)

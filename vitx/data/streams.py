@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import VitxError
+from ..errors import VitxError, first_line
 from .columns import SPLITS, Columns
 
 BRACES = re.compile(r"\{([^{}]*)\}")
@@ -135,7 +135,7 @@ class StreamSource:
             except StopIteration:
                 return
             except Exception as exc:  # a damaged shard (truncated tar, bad parquet): name where it happened
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                first = first_line(exc)
                 raise VitxError(f"cannot read {self.origin} after {name} ({where}): {first}") from None
             name = f"{row.get('__url__', self.origin)}:{row.get('__key__', count)}"
             count += 1

@@ -11,11 +11,11 @@ from ..errors import VitxError
 from ..registry import TASKS
 from . import vtab  # noqa: F401  (registers the VTAB-1k tasks)
 from . import embedded  # noqa: F401,E402  (then the embedded ones)
-from .base import SubsetSource, Task
+from .base import Task
 from .splits import TaskSplits, open_full_splits, open_task
 from .vtab import GROUPS
 
-__all__ = ["GROUPS", "SubsetSource", "Task", "TaskSplits", "get_task", "open_full_splits", "open_task", "select_tasks"]
+__all__ = ["GROUPS", "Task", "TaskSplits", "get_task", "open_full_splits", "open_task", "select_tasks"]
 
 
 def get_task(name: str) -> Task:

@@ -31,14 +31,14 @@ def digits_split(split: str):
     on `embedded:digits` sees. Rendered at 64px (8 pixels per digit pixel); other resolutions are resized from
     that."""
     from ..data.procedural import Digits
-    from .base import SubsetSource
+    from ..data.draws import Subset
 
     if split == "test":
         return Digits(size=64, split="test")
     train = Digits(size=64, split="train")
     cut = len(train) - DIGITS_VAL
     part = range(cut) if split == "train" else range(cut, len(train))
-    return SubsetSource(train, part, 10, class_names=train.class_names)
+    return Subset(train, part, 10, class_names=train.class_names)
 
 
 register_task("embedded/digits", Task(

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..data.sources import HFImageSource
 from ..errors import VitxError
-from .base import SubsetSource, Task
+from ..data.draws import Subset
+from .base import Task
 from ..data.release import is_release, open_release
 from .hub import missing_data_message, open_hub_splits
 from .ta_splits import RULES, TFDS_SIZES, Slice, definition, few_shot, holds_tfds_splits
@@ -66,10 +67,10 @@ class TaskSplits:
         return Concat(self.train, self.val, self.task.num_classes)
 
 
-class Concat(SubsetSource):
+class Concat:
     """Two sources one after the other (trainN then valN)."""
 
-    def __init__(self, a: SubsetSource, b: SubsetSource, num_classes: int) -> None:
+    def __init__(self, a: Subset, b: Subset, num_classes: int) -> None:
         self.a, self.b, self.num_classes = a, b, num_classes
         self.class_names = a.class_names
 
@@ -145,6 +146,11 @@ def _label_map(task: Task, source: Any):
     return None
 
 
+def _take(task: Task, base: Any, indices: Any) -> Subset:
+    """`indices` of `base` as one of `task`'s splits, with the task's classes and labels."""
+    return Subset(base, indices, task.num_classes, _label_map(task, base))
+
+
 def task_class_names(splits: TaskSplits) -> list[str] | None:
     """The names of the task's classes when its data names them (a `ClassLabel` feature, the embedded
     generator's names), else None. Recorded in a transfer's config.json, so that `vitx predict` and `vitx export`
@@ -160,7 +166,7 @@ def _offline() -> bool:
     return any(os.environ.get(k, "") in ("1", "true", "True") for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
-def open_full_splits(task: Task, data_dir: str | None = None) -> tuple[SubsetSource, SubsetSource, str]:
+def open_full_splits(task: Task, data_dir: str | None = None) -> tuple[Subset, Subset, str]:
     """The task's whole train and test splits, with the task's labels (few-shot evaluation draws from these)."""
     pools, origin = _pools(task, data_dir, _offline())
     named = {"train": pools["train"], "validation": pools.get("val"), "test": pools.get("test")}
@@ -173,8 +179,7 @@ def open_full_splits(task: Task, data_dir: str | None = None) -> tuple[SubsetSou
             parts = {name: part for name, part in ta_splits(short, sizes).items() if name != "val"}
     if parts["test"] is None:
         raise VitxError(f"{origin} has no test split for {task.name}")
-    k = task.num_classes
-    train, test = (SubsetSource(named[p.split], np.arange(p.start, p.stop), k, _label_map(task, named[p.split]))
+    train, test = (_take(task, named[p.split], np.arange(p.start, p.stop))
                    for p in (parts["train"], parts["test"]))
     return train, test, origin
 
@@ -201,9 +206,9 @@ def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool
             raise VitxError(f"--shots {shots} needs {n_train} train and {n_val} validation images; the release's "
                             f"{task.name} lists hold {len(train)} and {len(val)}")
         whole = n_train == len(train) and n_val == len(val)
-        return TaskSplits(task=task, train=SubsetSource(train, np.arange(n_train), task.num_classes),
-                          val=SubsetSource(val, np.arange(n_val), task.num_classes),
-                          test=SubsetSource(test, np.arange(len(test)), task.num_classes), origin=origin,
+        return TaskSplits(task=task, train=_take(task, train, np.arange(n_train)),
+                          val=_take(task, val, np.arange(n_val)),
+                          test=_take(task, test, np.arange(len(test))), origin=origin,
                           release_train_val=pools["train_val"] if whole else None,
                           record={"definition": "the VTAB-1k folder release's own lists (task_adaptation's splits)",
                                   "exact": True})
@@ -221,12 +226,11 @@ def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool
             raise VitxError(f"--shots {shots} is more than {task.name}'s train split holds ({len(train)} images)")
         val_idx = carved_val(len(train), n_train, n_val)
         val_base = train
-    k = task.num_classes
     return TaskSplits(
         task=task,
-        train=SubsetSource(train, np.arange(n_train), k, _label_map(task, train)),
-        val=SubsetSource(val_base, val_idx, k, _label_map(task, val_base)),
-        test=SubsetSource(test, np.arange(len(test)), k, _label_map(task, test)),
+        train=_take(task, train, np.arange(n_train)),
+        val=_take(task, val_base, val_idx),
+        test=_take(task, test, np.arange(len(test))),
         origin=origin,
     )
 
@@ -243,7 +247,6 @@ def vtab_splits(task: Task, pools: dict[str, Any], origin: str, n_train: int, n_
     short = task.name.split("/")[1]
     named = {"train": pools["train"], "validation": pools.get("val"), "test": pools.get("test")}
     sizes = {k: len(v) for k, v in named.items() if v is not None}
-    k = task.num_classes
     official = definition(short)
     if holds_tfds_splits(short, sizes):  # the TFDS dataset's own splits: cut by the task's rule
         cut = few_shot(short, sizes, n_train, n_val)
@@ -253,7 +256,7 @@ def vtab_splits(task: Task, pools: dict[str, Any], origin: str, n_train: int, n_
                 raise VitxError(f"--shots {n_train + n_val} needs {name} {part}, beyond {task.name}'s "
                                 f"{part.split} split ({sizes[part.split]} images)")
             base = named[part.split]
-            parts[name] = SubsetSource(base, np.arange(part.start, part.stop), k, _label_map(task, base))
+            parts[name] = _take(task, base, np.arange(part.start, part.stop))
         record = {"definition": f"task_adaptation's: {official}", "copy": "the TFDS splits",
                   "train": str(cut["train"]), "val": str(cut["val"]), "test": str(cut["test"]), "exact": True}
         return TaskSplits(task=task, origin=origin, record=record, **parts)
@@ -277,6 +280,6 @@ def vtab_splits(task: Task, pools: dict[str, Any], origin: str, n_train: int, n_
                                  f"train[{n_train}:]. The VTAB-1k folder release (--data-dir) has the official lists",
                       val=f"{n_val} drawn from train[{n_train}:]", exact=False)
     return TaskSplits(task=task, origin=origin, record=record,
-                      train=SubsetSource(train, np.arange(n_train), k, _label_map(task, train)),
-                      val=SubsetSource(val_base, val_idx, k, _label_map(task, val_base)),
-                      test=SubsetSource(test, np.arange(len(test)), k, _label_map(task, test)))
+                      train=_take(task, train, np.arange(n_train)),
+                      val=_take(task, val_base, val_idx),
+                      test=_take(task, test, np.arange(len(test))))
