@@ -40,7 +40,7 @@ class TaskSplits:
     origin: str
     release_train_val: Any = None  # the folder release's own train800val200 list, when it is used whole
     record: dict[str, Any] | None = None  # how the splits were made: a data task's draw (custom.py), a VTAB
-    # task's definition (`vtab_splits`): recorded with every result
+    # task's definition (`copy_splits`): recorded with every result
 
     @property
     def source(self) -> str:
@@ -212,27 +212,7 @@ def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool
                           release_train_val=pools["train_val"] if whole else None,
                           record={"definition": "the VTAB-1k folder release's own lists (task_adaptation's splits)",
                                   "exact": True})
-    if origin != "embedded" and task.name.startswith("vtab/") and task.name.split("/")[1] in RULES:
-        return vtab_splits(task, pools, origin, n_train, n_val)
-    train, val, test = pools["train"], pools.get("val"), pools["test"]
-    if val is not None:
-        if n_train > len(train) or n_val > len(val):
-            raise VitxError(f"--shots {shots} needs {n_train} train and {n_val} validation images; {task.name} has "
-                            f"{len(train)} and {len(val)}")
-        val_idx = np.arange(n_val)
-        val_base = val
-    else:
-        if shots > len(train):
-            raise VitxError(f"--shots {shots} is more than {task.name}'s train split holds ({len(train)} images)")
-        val_idx = carved_val(len(train), n_train, n_val)
-        val_base = train
-    return TaskSplits(
-        task=task,
-        train=_take(task, train, np.arange(n_train)),
-        val=_take(task, val_base, val_idx),
-        test=_take(task, test, np.arange(len(test))),
-        origin=origin,
-    )
+    return copy_splits(task, pools, origin, n_train, n_val)
 
 
 def carved_val(size: int, n_train: int, n_val: int) -> np.ndarray:
@@ -241,30 +221,33 @@ def carved_val(size: int, n_train: int, n_val: int) -> np.ndarray:
     return np.sort(np.random.default_rng([SPLIT_SEED, n_train]).choice(rest, n_val, replace=False))
 
 
-def vtab_splits(task: Task, pools: dict[str, Any], origin: str, n_train: int, n_val: int) -> TaskSplits:
-    """A VTAB task's trainN / valN / test from a copy, by task_adaptation's definition of the task
-    (`ta_splits.py`); the record says which definition was applied and whether val200 is task_adaptation's."""
-    short = task.name.split("/")[1]
+def copy_splits(task: Task, pools: dict[str, Any], origin: str, n_train: int, n_val: int) -> TaskSplits:
+    """trainN / valN / test from a copy of a task's data. A VTAB task's follow task_adaptation's definition of
+    the task (`ta_splits.py`): a copy of the TFDS splits is cut by the task's rule; a copy of task_adaptation's
+    own train / val / test (clip-benchmark's hub copies, vitx's regeneration) gives the first N of each. The
+    record says which definition was applied and whether valN is task_adaptation's."""
+    short = task.name.split("/")[-1]
+    vtab = task.name.startswith("vtab/") and short in RULES
     named = {"train": pools["train"], "validation": pools.get("val"), "test": pools.get("test")}
     sizes = {k: len(v) for k, v in named.items() if v is not None}
-    official = definition(short)
-    if holds_tfds_splits(short, sizes):  # the TFDS dataset's own splits: cut by the task's rule
+    official = definition(short) if vtab else ""
+    if vtab and origin != "embedded" and holds_tfds_splits(short, sizes):  # the TFDS splits: cut by the task's rule
         cut = few_shot(short, sizes, n_train, n_val)
         parts = {}
         for name, part in cut.items():
             if part.stop > sizes[part.split]:
                 raise VitxError(f"--shots {n_train + n_val} needs {name} {part}, beyond {task.name}'s "
                                 f"{part.split} split ({sizes[part.split]} images)")
-            base = named[part.split]
-            parts[name] = _take(task, base, np.arange(part.start, part.stop))
+            parts[name] = _take(task, named[part.split], np.arange(part.start, part.stop))
         record = {"definition": f"task_adaptation's: {official}", "copy": "the TFDS splits",
                   "train": str(cut["train"]), "val": str(cut["val"]), "test": str(cut["test"]), "exact": True}
         return TaskSplits(task=task, origin=origin, record=record, **parts)
-    # task_adaptation's own train / val / test (the clip-benchmark hub copies): the first N of each
+    # the task's own train / val / test (for VTAB, task_adaptation's, as the hub copies hold them): the first N
     train, val, test = named["train"], named["validation"], named["test"]
     if test is None:
-        raise VitxError(f"{origin} has no test split for {task.name}: a copy holds either the TFDS splits (sizes "
-                        f"{TFDS_SIZES[short]}) or task_adaptation's train and test (as the hub copies do)")
+        held = (f": a copy holds either the TFDS splits (sizes {TFDS_SIZES[short]}) or task_adaptation's train and "
+                "test (as the hub copies do)") if vtab else ""
+        raise VitxError(f"{origin} has no test split for {task.name}{held}")
     if n_train > len(train) or (val is not None and n_val > len(val)) or (val is None and n_train + n_val > len(train)):
         raise VitxError(f"--shots {n_train + n_val} needs {n_train} train and {n_val} validation images; {task.name} "
                         f"has {len(train)} train" + (f" and {len(val)} validation" if val is not None else ""))
@@ -279,7 +262,7 @@ def vtab_splits(task: Task, pools: dict[str, Any], origin: str, n_train: int, n_
                                  f"has no validation split, so {n_val} images were drawn (seed {SPLIT_SEED}) from "
                                  f"train[{n_train}:]. The VTAB-1k folder release (--data-dir) has the official lists",
                       val=f"{n_val} drawn from train[{n_train}:]", exact=False)
-    return TaskSplits(task=task, origin=origin, record=record,
+    return TaskSplits(task=task, origin=origin, record=record if vtab and origin != "embedded" else None,
                       train=_take(task, train, np.arange(n_train)),
                       val=_take(task, val_base, val_idx),
                       test=_take(task, test, np.arange(len(test))))
