@@ -36,6 +36,7 @@ def test_protocol_from_a_checkpoint(transfer_run, pretrained_run):
     # the record is true: the run's model is the start's architecture, its data where the images came from;
     # the start itself and the task are the transfer's
     assert (config["run"]["model"], config["run"]["data"]) == ("vit-nano/4", "embedded")
+    assert config["run"]["init"] == str(pretrained_run)
     assert (config["transfer"]["start"], config["transfer"]["task"]) == (str(pretrained_run), "vtab/dsprites_loc")
     summary = json.loads((out_dir / "summary.json").read_text())
     assert result["source"] == "embedded (synthetic regeneration)" and result["synthetic"]

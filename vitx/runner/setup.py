@@ -53,6 +53,8 @@ def resolve_config(explicit: dict[str, Any], resume: bool) -> tuple[PretrainConf
 
     --lr may change on resume (lowering it is how a diverged run is rescued): the schedule goes on with the new
     peak, and config.json lists the change (`lr_changes`). Other settings that change the result must match."""
+    if explicit.get("init") and "model" in explicit:
+        raise VitxError("give --model (a new backbone) or --init (weights to start from), not both")
     cfg = PretrainConfig(**explicit).validate()
     run = RunDir(cfg.output_dir)
     latest = run.latest()
@@ -130,22 +132,47 @@ def set_lr(scheduler: Any, lr: float) -> None:
             group["lr"] = lr * factor
 
 
+def _initial(cfg: PretrainConfig) -> tuple[Any, dict[str, tuple[float, ...]]]:
+    """--init: the start's backbone (at --image-size, position embeddings interpolated) and the normalisation it
+    expects; `cfg.model` becomes the start's architecture, so the run's record says what it trained."""
+    from ..adapters import resize_backbone
+    from ..runs.start import load_start, start_input
+
+    backbone = load_start(cfg.init, None, cfg.seed)
+    given = start_input(cfg.init, backbone)
+    if cfg.image_size is not None:
+        backbone = resize_backbone(backbone, cfg.image_size)
+    if cfg.grad_checkpointing:
+        backbone.set_grad_checkpointing(True)
+    cfg.model = str(backbone.vitx_record["name"])
+    return backbone, {"mean": tuple(given["mean"]), "std": tuple(given["std"])}
+
+
 def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     """Create the accelerator, data sources, backbone, objective, optimiser and schedule; load a checkpoint."""
     accelerator = make_accelerator(cfg)
-    model_name, model_opts = parse_spec(cfg.model)
-    if cfg.image_size is not None:
-        model_opts["img_size"] = cfg.image_size
-    if cfg.grad_checkpointing:
-        model_opts["grad_checkpointing"] = True
-    backbone = create_backbone(model_name, **model_opts)
-    image_size = int(backbone.patch_embed.img_size[0])
-    normal = {}
-    if model_name.startswith("timm:") and model_opts.get("pretrained"):  # pre-trained weights: their own input
-        from timm.data import resolve_data_config
+    if cfg.init and resume_from is None:  # another run's or timm's weights, continued here
+        backbone, normal = _initial(cfg)
+    elif cfg.init:  # a resumed --init run: built as its checkpoint records it, normalised as it was
+        saved = read_config(resume_from)
+        backbone = create_backbone(saved["backbone"]["name"], **saved["backbone"]["overrides"])
+        if cfg.grad_checkpointing:
+            backbone.set_grad_checkpointing(True)
+        normal = {k: tuple(saved["preprocess"][k]) for k in ("mean", "std")}
+    else:
+        model_name, model_opts = parse_spec(cfg.model)
+        if cfg.image_size is not None:
+            model_opts["img_size"] = cfg.image_size
+        if cfg.grad_checkpointing:
+            model_opts["grad_checkpointing"] = True
+        backbone = create_backbone(model_name, **model_opts)
+        normal = {}
+        if model_name.startswith("timm:") and model_opts.get("pretrained"):  # pre-trained weights: their own input
+            from timm.data import resolve_data_config
 
-        given = resolve_data_config({}, model=backbone)
-        normal = {"mean": tuple(float(v) for v in given["mean"]), "std": tuple(float(v) for v in given["std"])}
+            given = resolve_data_config({}, model=backbone)
+            normal = {"mean": tuple(float(v) for v in given["mean"]), "std": tuple(float(v) for v in given["std"])}
+    image_size = int(backbone.patch_embed.img_size[0])
     preprocess = Preprocess(image_size=image_size, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
                             randaugment=cfg.randaugment, random_erasing=cfg.random_erasing, **normal)
 

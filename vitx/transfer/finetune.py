@@ -95,14 +95,14 @@ def build_model(prep: Prepared) -> Supervised:
 
 def run_config(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_dir: Path, eval_samples: int,
                curves: bool = False) -> PretrainConfig:
-    """The runner's config for one transfer run: the paper's fine-tuning recipe. Its `model` is the start's
-    architecture and its `data` where the task's images came from; the start itself (`--from`) and the task are
-    in config.json's `transfer` record. `curves`: draw the run's curves.png (the final run; sweep points are
+    """The runner's config for one transfer run: the paper's fine-tuning recipe. Its `init` is the start
+    (`--from`), its `model` the start's architecture and its `data` where the task's images came from; the task
+    is in config.json's `transfer` record. `curves`: draw the run's curves.png (the final run; sweep points are
     summed up in sweep.png, and `vitx plot` overlays them)."""
     record = getattr(prep.start, "vitx_record", None) or {}
     return PretrainConfig(
         objective="supervised(head='linear')", model=str(record.get("name") or cfg.model or cfg.start),
-        data=prep.splits.origin, image_size=cfg.image_size, batch_size=cfg.batch_size, steps=steps, lr=lr,
+        init="" if cfg.start == "scratch" else cfg.start, data=prep.splits.origin, image_size=cfg.image_size, batch_size=cfg.batch_size, steps=steps, lr=lr,
         warmup_steps=int(round(cfg.warmup * steps)), schedule="cosine", optimizer="sgd", weight_decay=0.0,
         grad_clip=cfg.grad_clip, precision=cfg.precision, grad_accum=cfg.grad_accum, output_dir=str(out_dir),
         seed=cfg.seed, save_every=min(cfg.save_every, steps), keep_checkpoints=1, log_every=min(cfg.log_every, steps),
