@@ -43,15 +43,15 @@ def field_types(cls: type) -> dict[str, Any]:
 
 
 def _type_name(kind: Any) -> str:
-    if _optional_of(kind) is not None:
-        return f"{_type_name(_optional_of(kind))} or none"
+    if optional_of(kind) is not None:
+        return f"{_type_name(optional_of(kind))} or none"
     if typing.get_origin(kind) is list:
         item = typing.get_args(kind)[0]
         return "a list of " + {int: "integers", float: "numbers", str: "strings"}.get(item, str(item))
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(kind, str(kind))
 
 
-def _optional_of(kind: Any) -> Any:
+def optional_of(kind: Any) -> Any:
     """X for `X | None`, else None."""
     if typing.get_origin(kind) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(kind) if a is not type(None)]
@@ -70,7 +70,7 @@ def _parse_text(text: str) -> Any:
 
 def check_value(kind: Any, value: Any, from_text: bool) -> Any:
     """`value` as the field type `kind` wants it; raises ValueError when it cannot be one."""
-    inner = _optional_of(kind)
+    inner = optional_of(kind)
     if inner is not None:
         if from_text and isinstance(value, str) and value.lower() in ("none", "null"):
             return None
@@ -118,7 +118,7 @@ def typed(cls: type, key: str, value: Any, where: str, from_text: bool = False) 
     raw = value
     if from_text and isinstance(value, str):
         parsed = _parse_text(value)
-        text_field = str in (types_[name], _optional_of(types_[name]))
+        text_field = str in (types_[name], optional_of(types_[name]))
         raw = value if text_field and not isinstance(parsed, str) else parsed  # task=1e3 stays the text "1e3"
     try:
         return name, check_value(types_[name], raw, from_text)
@@ -178,4 +178,4 @@ def resolve(cls: type, command: str, recipe: str | None, sets: list[str], option
     return chosen
 
 
-__all__ = ["check_value", "field_types", "load_recipe", "parse_sets", "resolve", "typed"]
+__all__ = ["check_value", "field_types", "load_recipe", "optional_of", "parse_sets", "resolve", "typed"]

@@ -10,16 +10,11 @@ from typing import Any, Callable, List, Optional
 import typer
 
 from ..errors import VitxError
-from ..recipe import check_value, field_types
+from ..recipe import field_types, optional_of
 from ..settings import CHECKPOINTS, declared, flag_of, help_text
 
 RECIPE = typer.Option(None, "--recipe", help="A recipe file (TOML, see recipes/); options and --set override it.")
 SET = typer.Option([], "--set", help="key=value, repeatable: any setting by its name, type-checked.")
-
-
-def _inner(kind: Any) -> Any:
-    args = [a for a in typing.get_args(kind) if a is not type(None)]
-    return args[0] if typing.get_origin(kind) in (typing.Union, getattr(__import__("types"), "UnionType")) else kind
 
 
 def number_list(text: str, kind: type, flag: str, example: str) -> list:
@@ -40,7 +35,7 @@ def _parameter(field: Any, kind: Any) -> inspect.Parameter:
     if meta["repeat"]:
         option = typer.Option([], flag, help=help_text(field), rich_help_panel=panel, show_default=False)
         return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=List[str])
-    inner = _inner(kind)
+    inner = optional_of(kind) or kind
     names = [f"{flag}/--no-{flag[2:]}"] if inner is bool else [flag]
     annotation = Optional[str] if typing.get_origin(inner) is list else Optional[inner]
     option = typer.Option(None, *names, help=help_text(field), rich_help_panel=panel, show_default=False)
@@ -49,7 +44,7 @@ def _parameter(field: Any, kind: Any) -> inspect.Parameter:
 
 def _parsed(field: Any, kind: Any, value: Any) -> Any:
     """A list setting's comma-separated text as its list (numbers as numbers)."""
-    inner = _inner(kind)
+    inner = optional_of(kind) or kind
     if typing.get_origin(inner) is not list or field.metadata["repeat"]:
         return value
     item = typing.get_args(inner)[0]
@@ -93,4 +88,4 @@ def command(cls: type, run: Callable[[dict[str, Any], bool, Optional[str], list[
     return handler
 
 
-__all__ = ["RECIPE", "SET", "check_value", "command", "number_list"]
+__all__ = ["RECIPE", "SET", "command", "number_list"]
