@@ -148,6 +148,7 @@ def test_fewshot_evaluates_several_datasets_in_one_call(tmp_path):
 
     assert split_specs("embedded:digits(length=300, eval_length=20),hf:a/b, x") == [
         "embedded:digits(length=300, eval_length=20)", "hf:a/b", "x"]
+    assert split_specs("shards/train-{a,b}.tar,x") == ["shards/train-{a,b}.tar", "x"]  # a shard pattern stays whole
     result = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4", "--shots", "1", "--seeds", "1",
                       "--data", "embedded:digits,embedded:shapes(length=200)", "--test-samples", "50",
                       "--output", str(tmp_path / "both.json"))

@@ -137,6 +137,11 @@ def test_pretraining_continues_from_another_run_with_init(pretrained_run, tmp_pa
     assert (run["init"], run["model"]) == (str(pretrained_run), "vit-nano/4")
     start, continued = load_backbone(pretrained_run).state_dict(), load_backbone(out).state_dict()
     assert max(float((start[k] - continued[k]).abs().max()) for k in start) < 1e-6
+    from vitx.export.command import rebuild
+    from vitx.runner.config import PretrainConfig
+
+    command = rebuild("pretrain", json.loads((out / "config.json").read_text())["run"], PretrainConfig)
+    assert f"--init {pretrained_run}" in command and "--model" not in command  # a command that runs again
     both = vitx_cli("pretrain", "--init", str(pretrained_run), "--model", "vit-nano/4", "--output-dir",
                     str(tmp_path / "x"))
     assert both.returncode == 2 and "give --model (a new backbone) or --init" in both.stderr

@@ -168,6 +168,8 @@ def test_ta_splits_are_task_adaptation_s_definitions_for_all_19_tasks():
         cut = few_shot(task, TFDS_SIZES[task])
         assert (str(cut["train"]), str(cut["val"]), str(cut["test"])) == (train800, val200, test), task
         assert tuple(len(s) for s in splits(task, TFDS_SIZES[task]).values()) == counts, task
+    with pytest.raises(VitxError, match=r"6000 images are asked of train\[16200:21600\], which holds 5400"):
+        few_shot("eurosat", TFDS_SIZES["eurosat"], 16000, 6000)  # never into another split's images
 
 
 def _write_copy(root, sizes: dict[str, int], classes: int):

@@ -66,6 +66,8 @@ def test_a_suite_finds_each_task_under_the_release_root(tmp_path):
     with pytest.raises(VitxError, match=r"does not hold vtab/dtd \(it holds neither tar shards"):
         open_task(get_task("vtab/dtd"), shots=20, data_dir=str(root))  # the root is not dtd's data
     assert open_task(get_task("vtab/dsprites_loc"), shots=20, data_dir=str(root)).origin == "embedded"  # still runs
+    with pytest.raises(VitxError, match="is not a folder"):  # a --data-dir that is not there is said, not ignored
+        open_task(get_task("vtab/dsprites_loc"), shots=20, data_dir=str(tmp_path / "typo"))
 
 
 def test_a_suite_chooses_one_point_on_the_mean_val_and_task_per_task(tmp_path):

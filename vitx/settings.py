@@ -102,53 +102,47 @@ def _bounds(meta: dict[str, Any]) -> str:
     return f"be {'at most' if meta['max'] is not None else 'below'} {hi[:-1]}"
 
 
-def _refuse(field: dataclasses.Field, value: Any, what: str, own_words: bool = True) -> VitxError:
-    """One line naming the option; a bound refusal in the setting's own words (`says`) when it has them."""
+def _refuse(field: dataclasses.Field, value: Any, what: str, named: Callable[[dataclasses.Field], str],
+            own_words: bool = True) -> VitxError:
+    """One line naming the setting (`named`: its option by default); a bound refusal in the setting's own words
+    (`says`) when it has them."""
     says = field.metadata["says"] if own_words else None
     shown = f"'{value}'" if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else str(value)
-    return VitxError(f"{_name_of(field)} {says or what}, got {shown}")
+    return VitxError(f"{named(field)} {says or what}, got {shown}")
 
 
-_name_of = flag_of  # how a refusal names the setting: its option (`check(..., named=...)` for settings without one)
-
-
-def check_field(field: dataclasses.Field, value: Any) -> None:
+def check_field(field: dataclasses.Field, value: Any, named: Callable[[dataclasses.Field], str] = flag_of) -> None:
     """One setting's value against its declaration: finite, within its bounds, one of its choices."""
     meta = field.metadata
     if meta.get("length") is not None and isinstance(value, list) and len(value) != meta["length"]:
         example = meta["example"] or ",".join(["1"] * meta["length"])
-        raise VitxError(f"{_name_of(field)} takes {meta['length']} values, e.g. {flag_of(field)} {example}; got {value}")
+        raise VitxError(f"{named(field)} takes {meta['length']} values, e.g. {example}; got {value}")
     for item in value if isinstance(value, list) else [value]:
         if item is None:
             continue
         if meta["choices"] is not None and item not in meta["choices"]:
-            raise _refuse(field, item, f"must be one of {', '.join(map(str, meta['choices']))}", own_words=False)
+            raise _refuse(field, item, f"must be one of {', '.join(map(str, meta['choices']))}", named, own_words=False)
         if isinstance(item, bool) or not isinstance(item, (int, float)):
             continue
         if isinstance(item, float) and not math.isfinite(item):
             raise _refuse(field, value, "must be a finite number" if not isinstance(value, list) else
-                          "must be finite numbers", own_words=False)
+                          "must be finite numbers", named, own_words=False)
         bad = ((meta["min"] is not None and item < meta["min"]) or (meta["above"] is not None and item <= meta["above"])
                or (meta["below"] is not None and item >= meta["below"]))
         if bad:
-            raise _refuse(field, item, f"must {_bounds(meta)}")
+            raise _refuse(field, item, f"must {_bounds(meta)}", named)
         if meta["max"] is not None and item > meta["max"]:
-            raise _refuse(field, item, f"must {_bounds(meta)}")
+            raise _refuse(field, item, f"must {_bounds(meta)}", named)
         if meta["limit"] is not None and item > meta["limit"]:
-            raise VitxError(f"{_name_of(field)} {item} is too large: at most {meta['limit']:,}, far above any "
+            raise VitxError(f"{named(field)} {item} is too large: at most {meta['limit']:,}, far above any "
                             "real run (a typo?)")
 
 
 def check(config: Any, named: Callable[[dataclasses.Field], str] = flag_of) -> None:
     """Every declared setting of `config` within its declaration (the first violation, in one line naming the
     setting as `named` says: its option by default)."""
-    global _name_of
-    before, _name_of = _name_of, named
-    try:
-        for field in declared(type(config)):
-            check_field(field, getattr(config, field.name))
-    finally:
-        _name_of = before
+    for field in declared(type(config)):
+        check_field(field, getattr(config, field.name), named)
 
 
 def help_text(field: dataclasses.Field) -> str:

@@ -34,11 +34,11 @@ def parse_spec(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def split_specs(text: str, flag: str = "--task") -> list[str]:
-    """`a,b,c` → the data specs or tasks, split at commas outside parentheses (`embedded:digits(length=300)`
-    keeps its options)."""
+    """`a,b,c` → the data specs or tasks, split at commas outside parentheses and braces
+    (`embedded:digits(length=300)` keeps its options, `shards/train-{a,b}.tar` its pattern)."""
     items, depth, current = [], 0, ""
     for char in text:
-        depth += {"(": 1, ")": -1}.get(char, 0)
+        depth += {"(": 1, ")": -1, "{": 1, "}": -1}.get(char, 0)  # options, and shard patterns {a,b}
         if char == "," and depth == 0:
             items.append(current.strip())
             current = ""

@@ -24,9 +24,7 @@ def _run(options: dict[str, Any], resume: bool, recipe: Optional[str], sets: lis
     from ..transfer.frozen import evaluate_fewshot
     from ..transfer.report import print_fewshot
 
-    results = evaluate_fewshot(cfg)
-    for result in results:
-        print_fewshot(result, cfg.start, cfg.reg)
+    results = evaluate_fewshot(cfg, each=lambda result: print_fewshot(result, cfg.start, cfg.reg))
     if cfg.output:
         Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
         body = results[0] if len(results) == 1 else {"from": cfg.start, "datasets": results}

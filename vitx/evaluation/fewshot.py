@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 import torch.nn as nn
 
 from ..errors import VitxError

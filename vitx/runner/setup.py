@@ -138,7 +138,7 @@ def _initial(cfg: PretrainConfig) -> tuple[Any, dict[str, tuple[float, ...]]]:
     from ..adapters import resize_backbone
     from ..runs.start import load_start, start_input
 
-    backbone = load_start(cfg.init, None, cfg.seed)
+    backbone = load_start(cfg.init, None, cfg.seed, "--init")
     given = start_input(cfg.init, backbone)
     if cfg.image_size is not None:
         backbone = resize_backbone(backbone, cfg.image_size)

@@ -24,16 +24,17 @@ from ..spec import parse_spec
 SCRATCH = "scratch"
 
 
-def load_start(start: str, model: str | None = None, seed: int = 0) -> nn.Module:
+def load_start(start: str, model: str | None = None, seed: int = 0, flag: str = "--from") -> nn.Module:
     """The backbone a transfer starts from, at its own resolution (interpolation comes later, as an adapter).
 
     `scratch` is initialised from `seed` alone (the caller's generators are left as they were), so a
-    from-scratch baseline is the same network every time it is asked for."""
+    from-scratch baseline is the same network every time it is asked for. `flag`: the option that named the
+    start, for the errors (`--init` for a pre-training)."""
     if model and start != SCRATCH:
         raise VitxError(f"--model is for --from scratch; --from {start} brings its own backbone (drop --model)")
     if start == SCRATCH:
         if not model:
-            raise VitxError("--from scratch needs --model (e.g. --model vit-nano/4)")
+            raise VitxError(f"{flag} scratch needs --model (e.g. --model vit-nano/4)")
         name, options = parse_spec(model)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -48,17 +49,17 @@ def load_start(start: str, model: str | None = None, seed: int = 0) -> nn.Module
         path = Path(start).expanduser()
         if not path.exists():
             first = " (run `vitx pretrain` first)" if start == "runs/pretrain" else ""
-            raise VitxError(f"--from {start}: no such checkpoint directory{first}; give a vitx run or checkpoint "
+            raise VitxError(f"{flag} {start}: no such checkpoint directory{first}; give a vitx run or checkpoint "
                             "directory, timm:<name>, or scratch")
         if path.is_file():
-            raise VitxError(f"--from {start} is a file; give the vitx run or checkpoint directory that holds "
+            raise VitxError(f"{flag} {start} is a file; give the vitx run or checkpoint directory that holds "
                             "config.json and model.safetensors")
         if is_timm_folder(path):
-            return load_start(f"timm:local-dir:{path}", None, seed)
+            return load_start(f"timm:local-dir:{path}", None, seed, flag)
         backbone = load_backbone(path)
     if not hasattr(backbone, "pos_embed") or not hasattr(backbone, "patch_embed") or \
             not hasattr(backbone, "embed_dim"):
-        raise VitxError(f"--from {start} is not a Vision Transformer (no patch_embed / pos_embed)")
+        raise VitxError(f"{flag} {start} is not a Vision Transformer (no patch_embed / pos_embed)")
     return backbone
 
 

@@ -94,6 +94,14 @@ def task_folder(task: Task, data_dir: str) -> Path:
     return base
 
 
+def _suite_root(folder: Path, root: Path) -> bool:
+    """`root` is a folder of other tasks' copies (a suite's --data-dir) and holds no copy of this task itself."""
+    from ..data.streams import is_shards
+
+    return folder == root and root.is_dir() and not is_release(root) and not is_shards(str(root)) \
+        and not (root / "dataset_dict.json").exists()
+
+
 def source_kind(task: Task, origin: str, release: bool) -> str:
     """'VTAB-1k folder release', 'hub copy (<repo or folder>)', 'embedded (synthetic regeneration)', ...."""
     if task.data is not None:
@@ -116,12 +124,9 @@ def _pools(task: Task, data_dir: str | None, offline: bool) -> tuple[dict[str, A
         folder = task_folder(task, data_dir)
         if is_release(folder):
             return open_release(folder, task.num_classes), str(folder)
-        try:
+        if task.embedded is None or not _suite_root(folder, Path(data_dir).expanduser()):
             return open_hub_splits(task.hub or task.name, task.name, str(folder)), str(folder)
-        except VitxError:
-            own = folder != Path(data_dir).expanduser()
-            if own or task.embedded is None:  # a suite's root without this task: an embedded one still runs
-                raise
+        # a suite's root that holds other tasks and not this one: an embedded task still runs (synthetic)
     embedded = ({split: task.embedded(split) for split in ("train", "val", "test")}, "embedded") \
         if task.embedded is not None else None
     if embedded is not None and (offline or task.hub is None):  # offline: the regeneration (left out of means)

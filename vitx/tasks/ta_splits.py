@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import VitxError
+
 # vitx task → (task_adaptation module, rule, its percentages, the TFDS split test comes from)
 RULES: dict[str, tuple[str, str, tuple[int, ...], str]] = {
     "caltech101": ("caltech.py", "carve-val", (90,), "test"),
@@ -79,7 +81,9 @@ class Slice:
         return f"{self.split}[{self.start or ''}:{self.stop}]"
 
     def head(self, n: int) -> "Slice":
-        """The first n examples of this slice (`train[:800]`); `take` checks that it holds them."""
+        """The first n examples of this slice (`train[:800]`); never beyond it (into another split's images)."""
+        if n > len(self):
+            raise VitxError(f"{n} images are asked of {self}, which holds {len(self)}; use fewer --shots")
         return Slice(self.split, self.start, self.start + n)
 
     def __len__(self) -> int:
@@ -115,13 +119,15 @@ def few_shot(task: str, sizes: dict[str, int], n_train: int = 800, n_val: int = 
 
 def holds_tfds_splits(task: str, sizes: dict[str, int]) -> bool:
     """Whether a copy with these split sizes holds the TFDS dataset's own splits (not task_adaptation's)."""
-    return sizes == TFDS_SIZES[task]
+    return all(sizes.get(split) == size for split, size in TFDS_SIZES[task].items())
 
 
 def definition(task: str) -> str:
     """task_adaptation's few-shot splits of `task` in its own words: `train800 = train[:800], val200 =
     train[2754:2954], test = test[:6084] of the TFDS splits (task_adaptation/data/caltech.py)`."""
-    cut = few_shot(task, TFDS_SIZES[task])
+    whole = splits(task, TFDS_SIZES[task])
+    cut = {"train": whole["train"].head(min(800, len(whole["train"]))),
+           "val": whole["val"].head(min(200, len(whole["val"]))), "test": whole["test"]}
     return (f"train800 = {cut['train']}, val200 = {cut['val']}, test = {cut['test']} of the TFDS splits "
             f"(task_adaptation/data/{RULES[task][0]})")
 

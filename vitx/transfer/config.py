@@ -46,7 +46,7 @@ class TransferConfig:
     skip_missing: bool = setting(False, "In a suite, skip tasks whose data is unavailable.", PROTOCOL, result=False)
     allow_synthetic: bool = setting(False, "Count VTAB tasks read from vitx's synthetic regeneration (the embedded dSprites) in group and suite means; by default they are listed but left out.", PROTOCOL, result=False)
     batch_size: int = setting(512, "Global batch per step.", OPTIMISATION, above=0, limit=LIMITS["batch_size"])
-    grad_accum: int = setting(1, "Split each batch into this many accumulated micro-batches (memory).", OPTIMISATION, above=0, limit=LIMITS["grad_accum"])
+    grad_accum: int = setting(1, "Split each batch into this many accumulated micro-batches (memory).", OPTIMISATION, above=0, limit=LIMITS["grad_accum"], result=False)
     warmup: float = setting(0.1, "Warm-up, as a fraction of each run's steps.", SCHEDULE, min=0, below=1, says="is a fraction of the steps in [0, 1)")
     grad_clip: float = setting(1.0, "Global gradient-norm clip; 0 disables.", OPTIMISATION, min=0, says="must not be negative (0 disables)")
     precision: str = setting("no", "no, bf16 or fp16 (GPU).", OPTIMISATION, choices=CHOICES["precision"])

@@ -3,14 +3,15 @@ dataset or task opened, its images prepared as the start expects them, and the f
 `vitx.evaluation` run on its features: one result per dataset."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..evaluation.config import FewshotConfig
 from ..spec import split_specs
 
 
-def evaluate_fewshot(cfg: FewshotConfig) -> list[dict[str, Any]]:
-    """Few-shot accuracies of `cfg.start`'s features on every dataset (or task) `cfg` names."""
+def evaluate_fewshot(cfg: FewshotConfig, each: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Few-shot accuracies of `cfg.start`'s features on every dataset (or task) `cfg` names; `each` is called
+    with each dataset's result as soon as it is done (a table printed before the next dataset is opened)."""
     from ..adapters import resize_backbone
     from ..data import Preprocess
     from ..data.opener import DataOptions, looks_like_data, open_labelled
@@ -46,6 +47,8 @@ def evaluate_fewshot(cfg: FewshotConfig) -> list[dict[str, Any]]:
         results.append({"from": cfg.start, "data": item, "image_size": size, "features": model.kind,
                         "input": {**normal, "crop_pct": preprocess.eval_crop_pct, "eval_resize": preprocess.eval_resize,
                                   "squash": preprocess.squash, "from": given["source"]}, **result})
+        if each is not None:
+            each(results[-1])
     return results
 
 

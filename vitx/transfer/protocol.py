@@ -66,7 +66,7 @@ def _claim(cfg: TransferConfig, task: Task, resume: bool) -> Path:
         if not resume:
             raise VitxError(f"{root} already holds a transfer of {task.name}; pass --resume to continue it, or "
                             "choose another --output-dir")
-        changed = [k for k, v in settings.items() if saved.get(k) != v]
+        changed = [k for k, v in settings.items() if saved.get(k, v) != v]  # a setting newer than the run: as is
         if changed:
             raise VitxError(f"cannot resume {root} with different settings ({', '.join(changed)}); choose another "
                             "--output-dir")
@@ -153,6 +153,9 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
     console = console or make_console(cfg.quiet)
     root = _claim(cfg, task, resume)
     done = read_json_object(root / "result.json")
+    if done is not None and chosen is not None and done.get("chosen") != {"lr": chosen["lr"], "steps": chosen["steps"]}:
+        raise VitxError(f"{root} was retrained with {done.get('chosen')}, not the suite's choice lr {chosen['lr']:g} × "
+                        f"{chosen['steps']}; choose another --output-dir")
     if done is not None:
         console.print(f"{task.name}: already done ({done['test_top1']:.2%} test top-1); nothing to do", soft_wrap=True)
         return done
@@ -272,6 +275,12 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
         # chosen on the tasks the means count (a synthetic task is left out of both unless --allow-synthetic)
         counted = [t.name for t in runnable if cfg.allow_synthetic or not opened[t.name].synthetic] or list(sweeps)
         chosen = choose_for_suite({name: sweeps[name] for name in counted})
+        before = read_json_object(Path(cfg.output_dir) / "selection.json")
+        if before is not None and (before["lr"], before["steps"], before["tasks"]) != \
+                (chosen["lr"], chosen["steps"], chosen["tasks"]):
+            raise VitxError(f"{cfg.output_dir} chose lr {before['lr']:g} × {before['steps']} on "
+                            f"{', '.join(before['tasks'])}; these tasks would choose lr {chosen['lr']:g} × "
+                            f"{chosen['steps']}: resume with the same tasks, or choose another --output-dir")
         _write(Path(cfg.output_dir) / "selection.json", chosen)
         print_selection(chosen, console)
     # after a suite's sweep, each task's folder is this transfer's own claim: its final run continues it
