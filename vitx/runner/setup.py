@@ -136,16 +136,25 @@ def _initial(cfg: PretrainConfig) -> tuple[Any, dict[str, tuple[float, ...]]]:
     """--init: the start's backbone (at --image-size, position embeddings interpolated) and the normalisation it
     expects; `cfg.model` becomes the start's architecture, so the run's record says what it trained."""
     from ..adapters import resize_backbone
-    from ..runs.start import load_start, start_input
+    from ..runs.start import load_start
 
     backbone = load_start(cfg.init, None, cfg.seed, "--init")
-    given = start_input(cfg.init, backbone)
+    normal = _normalisation(cfg.init, backbone)
     if cfg.image_size is not None:
         backbone = resize_backbone(backbone, cfg.image_size)
     if cfg.grad_checkpointing:
         backbone.set_grad_checkpointing(True)
     cfg.model = str(backbone.vitx_record["name"])
-    return backbone, {"mean": tuple(given["mean"]), "std": tuple(given["std"])}
+    return backbone, normal
+
+
+def _normalisation(start: str, backbone: Any) -> dict[str, tuple[float, ...]]:
+    """The mean and std a start's weights expect (runs/start.py reads them: timm's pretrained_cfg, a vitx run's
+    recorded preprocessing)."""
+    from ..runs.start import start_input
+
+    given = start_input(start, backbone)
+    return {"mean": tuple(given["mean"]), "std": tuple(given["std"])}
 
 
 def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
@@ -166,12 +175,8 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
         if cfg.grad_checkpointing:
             model_opts["grad_checkpointing"] = True
         backbone = create_backbone(model_name, **model_opts)
-        normal = {}
-        if model_name.startswith("timm:") and model_opts.get("pretrained"):  # pre-trained weights: their own input
-            from timm.data import resolve_data_config
-
-            given = resolve_data_config({}, model=backbone)
-            normal = {"mean": tuple(float(v) for v in given["mean"]), "std": tuple(float(v) for v in given["std"])}
+        pretrained = model_name.startswith("timm:") and model_opts.get("pretrained")  # weights with their own input
+        normal = _normalisation(model_name, backbone) if pretrained else {}
     image_size = int(backbone.patch_embed.img_size[0])
     preprocess = Preprocess(image_size=image_size, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
                             randaugment=cfg.randaugment, random_erasing=cfg.random_erasing, **normal)

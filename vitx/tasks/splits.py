@@ -175,13 +175,11 @@ def open_full_splits(task: Task, data_dir: str | None = None) -> tuple[Subset, S
     """The task's whole train and test splits, with the task's labels (few-shot evaluation draws from these)."""
     pools, origin = _pools(task, data_dir, _offline())
     named = {"train": pools["train"], "validation": pools.get("val"), "test": pools.get("test")}
-    short = task.name.split("/")[-1]
     parts = {"train": Slice("train", 0, len(named["train"])),
              "test": Slice("test", 0, len(named["test"])) if named["test"] is not None else None}
-    if task.name.startswith("vtab/") and short in RULES and origin != "embedded" and "train_val" not in pools:
-        sizes = {k: len(v) for k, v in named.items() if v is not None}
-        if holds_tfds_splits(short, sizes):  # task_adaptation's train and test, cut from the TFDS splits
-            parts = {name: part for name, part in ta_splits(short, sizes).items() if name != "val"}
+    sizes = _tfds_sizes(task, named, origin) if "train_val" not in pools else None
+    if sizes is not None:  # task_adaptation's train and test, cut from the TFDS splits
+        parts = {name: part for name, part in ta_splits(task.name.split("/")[-1], sizes).items() if name != "val"}
     if parts["test"] is None:
         raise VitxError(f"{origin} has no test split for {task.name}")
     train, test = (_take(task, named[p.split], np.arange(p.start, p.stop))
@@ -220,6 +218,16 @@ def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool
     return copy_splits(task, pools, origin, n_train, n_val)
 
 
+def _tfds_sizes(task: Task, named: dict[str, Any], origin: str) -> dict[str, int] | None:
+    """The split sizes of a copy of a VTAB task that holds the TFDS splits (known by their sizes), which
+    task_adaptation's rule then cuts; None for any other copy."""
+    short = task.name.split("/")[-1]
+    if not task.name.startswith("vtab/") or short not in RULES or origin == "embedded":
+        return None
+    sizes = {k: len(v) for k, v in named.items() if v is not None}
+    return sizes if holds_tfds_splits(short, sizes) else None
+
+
 def carved_val(size: int, n_train: int, n_val: int) -> np.ndarray:
     """valN for a copy with no validation split: n_val of train[n_train:], drawn with a fixed seed."""
     rest = np.arange(n_train, size)
@@ -234,16 +242,11 @@ def copy_splits(task: Task, pools: dict[str, Any], origin: str, n_train: int, n_
     short = task.name.split("/")[-1]
     vtab = task.name.startswith("vtab/") and short in RULES
     named = {"train": pools["train"], "validation": pools.get("val"), "test": pools.get("test")}
-    sizes = {k: len(v) for k, v in named.items() if v is not None}
     official = definition(short) if vtab else ""
-    if vtab and origin != "embedded" and holds_tfds_splits(short, sizes):  # the TFDS splits: cut by the task's rule
+    sizes = _tfds_sizes(task, named, origin)
+    if sizes is not None:  # the TFDS splits: cut by the task's rule (never beyond a slice: Slice.head)
         cut = few_shot(short, sizes, n_train, n_val)
-        parts = {}
-        for name, part in cut.items():
-            if part.stop > sizes[part.split]:
-                raise VitxError(f"--shots {n_train + n_val} needs {name} {part}, beyond {task.name}'s "
-                                f"{part.split} split ({sizes[part.split]} images)")
-            parts[name] = _take(task, named[part.split], np.arange(part.start, part.stop))
+        parts = {name: _take(task, named[part.split], np.arange(part.start, part.stop)) for name, part in cut.items()}
         record = {"definition": f"task_adaptation's: {official}", "copy": "the TFDS splits",
                   "train": str(cut["train"]), "val": str(cut["val"]), "test": str(cut["test"]), "exact": True}
         return TaskSplits(task=task, origin=origin, record=record, **parts)
