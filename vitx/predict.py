@@ -94,8 +94,7 @@ def predict(run: TrainedRun, images: Sequence[Path], top_k: int = 5, batch_size:
         logits = classify(model, preprocess.normalise(batch.to(device)))  # (b, K)
         probs = logits.sigmoid() if multilabel else logits.softmax(-1)  # (b, K)
         top = probs.topk(k, dim=-1)  # values, indices: (b, k) each
-        for name, idx, p in zip(names, top.indices.tolist(), top.values.tolist()):
-            out.append(Prediction(name, idx, p))
+        out.extend(map(Prediction, names, top.indices.tolist(), top.values.tolist()))
     if not out:
         raise VitxError("no readable images: every one was skipped as corrupt")
     return out

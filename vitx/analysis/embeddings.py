@@ -54,16 +54,14 @@ def row_column_structure(sim: torch.Tensor, grid: tuple[int, int]) -> dict[str, 
     of patches that share neither. Near 0 for unstructured (random) embeddings."""
     rows = torch.arange(grid[0]).repeat_interleave(grid[1])
     cols = torch.arange(grid[1]).repeat(grid[0])
-    same_row = rows[:, None] == rows[None, :]
-    same_col = cols[:, None] == cols[None, :]
+    shared = (rows[:, None] == rows[None, :]) | (cols[:, None] == cols[None, :])  # same row or same column
     other = ~torch.eye(len(rows), dtype=torch.bool)
-    line = (same_row | same_col) & other
-    neither = ~(same_row | same_col)
+    line, neither = shared & other, ~shared
     line_mean, neither_mean = float(sim[line].mean()), float(sim[neither].mean())
     dist = patch_distances(grid, 1)[other]  # in patches; the same row-major order as rows / cols
     corr = torch.corrcoef(torch.stack([sim[other].float(), dist]))[0, 1]  # < 0: nearer patches are more alike
     nearest = sim.masked_fill(~other, float("-inf")).argmax(dim=1)  # each patch's most similar other patch
-    in_line = float((same_row | same_col)[torch.arange(len(rows)), nearest].float().mean())
+    in_line = float(shared[torch.arange(len(rows)), nearest].float().mean())
     return {"same_row_or_column": line_mean, "neither": neither_mean, "row_column_gap": line_mean - neither_mean,
             "distance_correlation": float(corr), "nearest_in_row_or_column": in_line,
             "nearest_in_row_or_column_chance": (grid[0] + grid[1] - 2) / max(len(rows) - 1, 1)}

@@ -46,8 +46,7 @@ def position_figure(sim: torch.Tensor, grid: tuple[int, int], path: Path) -> Pat
         for c in range(gw):
             ax = axes[r, c]
             image = ax.imshow(maps[r, c], vmin=-1, vmax=1, cmap="viridis", interpolation="nearest")
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.set(xticks=[], yticks=[])
             if c == 0:
                 ax.set_ylabel(str(r + 1), fontsize=6)
             if r == gh - 1:
@@ -70,10 +69,8 @@ def distance_figure(distances: list[list[float]], image_size: int, path: Path) -
         ax.scatter(xs, ys, s=14, color=colours[h], label=f"head {h + 1}")
     ax.plot(range(1, len(distances) + 1), [float(np.mean(d)) for d in distances], color="black", lw=1,
             label="mean")
-    ax.set_xlabel("network depth (layer)")
-    ax.set_ylabel("mean attention distance (pixels)")
-    ax.set_ylim(0, image_size)
-    ax.set_xticks(range(1, len(distances) + 1))
+    ax.set(xlabel="network depth (layer)", ylabel="mean attention distance (pixels)", ylim=(0, image_size),
+           xticks=range(1, len(distances) + 1))
     if heads <= 12:
         ax.legend(fontsize=6, loc="lower right", ncol=2)
     ax.set_title(f"Mean attention distance ({image_size}px input)", fontsize=9)

@@ -17,18 +17,13 @@ from .. import __version__
 from ..errors import DISK_STATE_ERRNOS, VitxError
 from ..invocation import recording
 from ..plugins import load_env_plugins, load_plugin
-from .catalog import adapters, tasks
-from .evaluate import app as eval_app
+from .catalog import adapters, models, objectives, plugins, tasks
+from .configured import eval_app, pretrain, transfer
 from .export import export
 from .inspect import inspect
-from .models import models
-from .objectives import objectives
 from .plot import plot
-from .plugins import plugins
 from .predict import predict
-from .pretrain import pretrain
 from .reproduce import reproduce
-from .transfer import transfer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Pre-train Vision Transformers and transfer them to new tasks.")
@@ -50,18 +45,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     # for --help. VITX_PLUGINS is read there too.
 
 
-app.command("pretrain")(pretrain)
-app.command("models")(models)
-app.command("objectives")(objectives)
-app.command("transfer")(transfer)
-app.command("adapters")(adapters)
-app.command("tasks")(tasks)
-app.command("plugins")(plugins)
-app.command("inspect")(inspect)
-app.command("reproduce")(reproduce)
-app.command("export")(export)
-app.command("predict")(predict)
-app.command("plot")(plot)
+for command in (pretrain, models, objectives, transfer, adapters, tasks, plugins, inspect, reproduce, export, predict,
+                plot):  # in the order --help lists them
+    app.command(command.__name__)(command)
 app.add_typer(eval_app, name="eval")
 
 

@@ -1,12 +1,17 @@
-"""`vitx adapters` and `vitx tasks`: what transfer can use, as tables."""
+"""The listings, as tables: `vitx models`, `vitx objectives` (what pre-training can use), `vitx adapters`,
+`vitx tasks` (what transfer can use) and `vitx plugins`."""
 from __future__ import annotations
+
+from typing import Sequence
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..registry import ADAPTERS, TASKS
+from .. import plugins as plugin_state
+from ..backbones import BackboneSpec
+from ..registry import ADAPTERS, BACKBONES, KINDS, OBJECTIVES, TASKS
 
 
 def _wide() -> Console:
@@ -15,13 +20,50 @@ def _wide() -> Console:
     return console if console.is_terminal else Console(width=max(console.width, 150))
 
 
+def _table(title: str, columns: Sequence[str], right: Sequence[str] = ()) -> Table:
+    """A titled table with these columns, left-justified but for those in `right`."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="right" if col in right else "left")
+    return table
+
+
+def models(pattern: str = typer.Argument("*", help="fnmatch filter, e.g. 'vit-b*'.")) -> None:
+    """List the registered backbones (and how to name any timm ViT)."""
+    sizes = ("layers", "width", "MLP", "heads", "patch", "image", "params")
+    table = _table("vitx backbones", ("name", *sizes), right=sizes)
+    for name in BACKBONES.names(pattern):
+        spec = BACKBONES.get(name).obj
+        if isinstance(spec, BackboneSpec):
+            patch = f"{spec.patch}" if spec.stride is None else f"1 (s{spec.stride})"
+            cells = [spec.depth, spec.width, spec.mlp, spec.heads, patch, spec.img_size]
+            params = spec.num_parameters()  # from the table row: no network is built
+        else:  # a user factory: built on the meta device
+            from ..backbones import count_parameters
+
+            cells, params = ["-"] * 6, count_parameters(name)
+        table.add_row(name, *map(str, cells), f"{params / 1e6:.1f}M")
+    table.caption = "also: timm:<any timm ViT name>, e.g. timm:vit_small_patch16_224 (params: backbone, no head)"
+    Console().print(table)
+
+
+def objectives(pattern: str = typer.Argument("*", help="fnmatch filter.")) -> None:
+    """List the pre-training objectives (use with `vitx pretrain --objective NAME(options)`)."""
+    import vitx.objectives  # noqa: F401  (registers the built-in objectives)
+
+    table = _table("vitx objectives", ("name", "labels", "description", "from"))
+    for name in OBJECTIVES.names(pattern):
+        entry = OBJECTIVES.get(name)
+        table.add_row(name, "yes" if getattr(entry.obj, "needs_labels", False) else "no", escape(entry.description),
+                      entry.source)
+    Console().print(table)
+
+
 def adapters(pattern: str = typer.Argument("*", help="fnmatch filter.")) -> None:
     """List the transfer adapters (use with `vitx transfer --adapter NAME(options)`)."""
     from ..adapters import DEFAULTS, ROLES
 
-    table = Table(title="vitx adapters")
-    for col in ("name", "role", "default", "description", "from"):
-        table.add_column(col)
+    table = _table("vitx adapters", ("name", "role", "default", "description", "from"))
     def order(name: str) -> int:
         role = getattr(ADAPTERS.get(name).obj, "role", None)
         return ROLES.index(role) if role in ROLES else len(ROLES)
@@ -39,13 +81,29 @@ def tasks(pattern: str = typer.Argument("*", help="fnmatch filter, e.g. 'vtab/*'
     """List the transfer tasks with their group, classes, label definition and data."""
     from ..tasks import get_task
 
-    table = Table(title="vitx tasks")
-    for col in ("name", "group", "classes", "label", "data"):
-        table.add_column(col, justify="right" if col == "classes" else "left")
+    table = _table("vitx tasks", ("name", "group", "classes", "label", "data"), right=("classes",))
     for name in TASKS.names(pattern):
         task = get_task(name)
         where = ["embedded"] if task.embedded else []
         where += [f"hf:{task.hub}"] if task.hub else ["--data-dir"]
         table.add_row(name, task.group, str(task.num_classes), escape(task.label), escape(", ".join(where)))
     table.caption = "--data-dir DIR reads a local copy (hub WebDataset layout: train/*.tar, test/*.tar; or save_to_disk)"
+    _wide().print(table)
+
+
+def plugins() -> None:
+    """List the plugins (built-in, entry points, --plugin files and modules) and their components."""
+    plugin_state.load_plugins()
+    by_source: dict[str, list[str]] = {}
+    for kind, reg in KINDS.items():
+        for entry in reg:
+            by_source.setdefault(entry.source, []).append(f"{kind[:-1]} {entry.name}")
+    table = _table("vitx plugins", ("plugin", "from", "status", "registered"))
+    builtin = by_source.get("built-in", [])
+    counts = {kind: sum(1 for c in builtin if c.startswith(kind[:-1] + " ")) for kind in KINDS}
+    table.add_row("vitx", "built-in", "loaded", ", ".join(f"{n} {k}" for k, n in counts.items()))
+    for name, origin in plugin_state.loaded.items():
+        table.add_row(escape(name), escape(origin), "loaded", escape(", ".join(by_source.get(origin, [])) or "-"))
+    for name, error in plugin_state.failed.items():
+        table.add_row(escape(name), escape(plugin_state.origins.get(name, "")), f"[red]failed[/red]: {escape(error)}", "-")
     _wide().print(table)

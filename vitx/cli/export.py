@@ -19,7 +19,6 @@ def export(
 
     if not is_main_process():  # under a launcher: one process writes (and pushes) the folder
         return
-
     if push:
         check_repo_id(push)
     done = export_run(run, to, repo_id=push, force=force)

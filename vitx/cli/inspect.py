@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.progress import Progress
 
 
-
 def inspect(
     start: str = typer.Argument(..., metavar="CHECKPOINT", help="A vitx run or checkpoint directory, timm:<name>, or scratch (with --model)."),
     model: Optional[str] = typer.Option(None, help="Backbone for scratch (its initialisation)."),

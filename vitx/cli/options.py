@@ -30,15 +30,14 @@ def number_list(text: str, kind: type, flag: str, example: str) -> list:
 
 
 def _parameter(field: Any, kind: Any) -> inspect.Parameter:
-    meta, flag = field.metadata, flag_of(field)
-    panel = meta["group"]
-    if meta["repeat"]:
-        option = typer.Option([], flag, help=help_text(field), rich_help_panel=panel, show_default=False)
-        return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=List[str])
-    inner = optional_of(kind) or kind
-    names = [f"{flag}/--no-{flag[2:]}"] if inner is bool else [flag]
-    annotation = Optional[str] if typing.get_origin(inner) is list else Optional[inner]
-    option = typer.Option(None, *names, help=help_text(field), rich_help_panel=panel, show_default=False)
+    flag, inner = flag_of(field), optional_of(kind) or kind
+    if field.metadata["repeat"]:  # given once per item
+        default, names, annotation = [], [flag], List[str]
+    else:  # None: not given (the config's default holds)
+        default, names = None, [f"{flag}/--no-{flag[2:]}"] if inner is bool else [flag]
+        annotation = Optional[str] if typing.get_origin(inner) is list else Optional[inner]
+    option = typer.Option(default, *names, help=help_text(field), rich_help_panel=field.metadata["group"],
+                          show_default=False)
     return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
 
 

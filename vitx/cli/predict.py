@@ -31,13 +31,9 @@ def predict(
     if not is_main_process():  # under a launcher: one process predicts, on its own device
         return
     trained = resolve_run(run)
-    files = list_images(images)
-
-    def skipped(line: str) -> None:
-        print(f"skipped: {line}", file=sys.stderr)
-
-    predictions = run_predict(trained, files, top_k=top_k, batch_size=batch_size, skip_corrupt=skip_corrupt,
-                              device=process_device(), on_skip=skipped)
+    predictions = run_predict(trained, list_images(images), top_k=top_k, batch_size=batch_size,
+                              skip_corrupt=skip_corrupt, device=process_device(),
+                              on_skip=lambda line: print(f"skipped: {line}", file=sys.stderr))
     names, recorded = trained.class_names()
     if not recorded:
         print(f"note: {trained.path} records no class names; labels are the class indices", file=sys.stderr)

@@ -17,17 +17,14 @@ def reproduce(
 ) -> None:
     """Pre-train (supervised, MPP; MAE and SimCLR when their plugins are installed), transfer (scratch, each
     pre-training, MPP part-way; higher resolution), inspect, and report which of the paper's findings reproduce."""
-    from ..reproduce import PLANS
-    from ..reproduce import reproduce as run_reproduce
+    from ..recipe import parse_sets
+    from ..reproduce import PLANS, Plan, reproduce as run_reproduce
 
     if quick and plan not in (None, "quick"):
         raise VitxError(f"--quick is --plan quick, which contradicts --plan {plan}; give one of them")
     name = "quick" if quick else plan or "cpu"
     if name not in PLANS:
         raise VitxError(f"--plan must be one of {', '.join(PLANS)}, got '{plan}'")
-    from ..recipe import parse_sets
-    from ..reproduce.plan import Plan
-
     chosen = PLANS[name].with_settings(parse_sets(set_, Plan))  # e.g. --set seeds=[0,1,2] --set jobs=4
     results = run_reproduce(output_dir, chosen)
     for c in results["claims"]:

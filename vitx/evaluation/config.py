@@ -2,8 +2,7 @@
 JSON it writes come from here. Torch-free: `--help` reads it."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from ..data import INTERPOLATIONS
 from ..errors import VitxError
@@ -42,9 +41,6 @@ class FewshotConfig:
         if self.task and self.data:
             raise VitxError("give --data or --task, not both")
         return self
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 __all__ = ["FewshotConfig", "GEOMETRIES"]

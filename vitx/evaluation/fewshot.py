@@ -19,7 +19,6 @@ from ..errors import VitxError
 from . import FEWSHOT_REG
 from .features import extract_features, source_features
 
-DEFAULT_REG = FEWSHOT_REG
 DEFAULT_SHOTS = (1, 5, 10, 25)
 DEFAULT_SEEDS = (0, 1, 2)
 BIAS = 100.0
@@ -46,7 +45,7 @@ def _design(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
 
 
 def fit_least_squares(features: np.ndarray, labels: np.ndarray, num_classes: int,
-                      reg: float = DEFAULT_REG) -> LeastSquaresHead:
+                      reg: float = FEWSHOT_REG) -> LeastSquaresHead:
     """Solve the regularised least-squares head for (N, D) features and (N,) integer labels."""
     x = np.asarray(features, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.int64)
@@ -76,22 +75,18 @@ def sample_shots(labels: np.ndarray, shots: int, seed: int, num_classes: int) ->
 
 def fewshot_accuracy(train_features: np.ndarray, train_labels: np.ndarray, test_features: np.ndarray,
                      test_labels: np.ndarray, num_classes: int, shots: Sequence[int] = DEFAULT_SHOTS,
-                     seeds: Sequence[int] = DEFAULT_SEEDS, reg: float = DEFAULT_REG) -> dict[int, list[float]]:
+                     seeds: Sequence[int] = DEFAULT_SEEDS, reg: float = FEWSHOT_REG) -> dict[int, list[float]]:
     """Test accuracy for each shot count and seed: {shots: [accuracy per seed]}."""
-    results: dict[int, list[float]] = {}
-    for k in shots:
-        accs = []
-        for seed in seeds:
-            idx = sample_shots(train_labels, k, seed, num_classes)
-            head = fit_least_squares(train_features[idx], train_labels[idx], num_classes, reg)
-            accs.append(float((head.predict(test_features) == test_labels).mean()))
-        results[int(k)] = accs
-    return results
+    def accuracy(idx: np.ndarray) -> float:  # of the head fitted on the train images `idx`
+        head = fit_least_squares(train_features[idx], train_labels[idx], num_classes, reg)
+        return float((head.predict(test_features) == test_labels).mean())
+
+    return {int(k): [accuracy(sample_shots(train_labels, k, seed, num_classes)) for seed in seeds] for k in shots}
 
 
 def evaluate_sources(backbone: nn.Module, train_source: Any, test_source: Any, preprocess: Any,
                      shots: Sequence[int] = DEFAULT_SHOTS, seeds: Sequence[int] = DEFAULT_SEEDS,
-                     reg: float = DEFAULT_REG, test_limit: int = 0, workers: int = 0,
+                     reg: float = FEWSHOT_REG, test_limit: int = 0, workers: int = 0,
                      device: torch.device | str = "cpu", chunk: int = 4096) -> dict[str, Any]:
     """Few-shot accuracies of `backbone` on labelled sources: features are extracted only for the images some
     (shots, seed) draw uses, `chunk` images decoded at a time, and for the first `test_limit` test images

@@ -17,7 +17,8 @@ collective and a sharded model still sees the same forwards on every process.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+import re
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -26,9 +27,10 @@ from ..data import Preprocess, decode_split
 from ..data.draws import balanced_draw
 from ..data.opener import DataOptions, open_labelled
 from ..data.sources import source_labels
+from ..spec import split_specs
 from .features import extract_features
 from .fewshot import fewshot_accuracy
-from .knn import KNN_K, KNN_TEMPERATURE, knn_accuracy
+from .knn import knn_accuracy
 
 SHOTS = (1, 10)
 SEEDS = (0, 1, 2)
@@ -65,11 +67,9 @@ class Monitor:
         test = extract_features(backbone, self.test.images, device=device, normalise=self.preprocess.normalise)
         backbone.train(was_training)
         y_train, y_test = self.train.labels.numpy(), self.test.labels.numpy()
-        out: dict[str, Any] = {}
-        for k, accs in fewshot_accuracy(train, y_train, test, y_test, self.num_classes, self.shots, SEEDS).items():
-            out[f"monitor_fewshot_{k}shot"] = float(np.mean(accs))
-        out["monitor_knn"] = knn_accuracy(train, y_train, test, y_test, self.num_classes)
-        return out
+        fewshot = fewshot_accuracy(train, y_train, test, y_test, self.num_classes, self.shots, SEEDS)
+        return {**{f"monitor_fewshot_{k}shot": float(np.mean(accs)) for k, accs in fewshot.items()},
+                "monitor_knn": knn_accuracy(train, y_train, test, y_test, self.num_classes)}
 
 
 class Monitors:
@@ -78,8 +78,6 @@ class Monitors:
 
     def __init__(self, specs: str, image_size: int, mean: tuple[float, ...] = (0.5, 0.5, 0.5),
                  std: tuple[float, ...] = (0.5, 0.5, 0.5)) -> None:
-        from ..spec import split_specs
-
         self.monitors: list[tuple[str, Monitor]] = []
         for i, spec in enumerate(split_specs(specs, "--monitor")):
             tag = "" if i == 0 else dataset_tag(spec, {t for t, _ in self.monitors})
@@ -96,8 +94,6 @@ class Monitors:
 def dataset_tag(spec: str, taken: set[str]) -> str:
     """A short name for a dataset's metric keys: `embedded:shapes(length=200)` → shapes, `hf:owner/cifar10` →
     cifar10, `~/data/photos/` → photos; made unique among `taken`."""
-    import re
-
     base = spec.split("(")[0].rstrip("/").split(":")[-1].split("/")[-1]
     tag = re.sub(r"[^a-z0-9]+", "_", base.lower()).strip("_") or "data"
     unique, n = tag, 2

@@ -24,9 +24,7 @@ class Representation(nn.Module):
 
     def __init__(self, backbone: nn.Module, layer: nn.Module | None = None, patch_mean: bool = False) -> None:
         super().__init__()
-        self.backbone = backbone
-        self.layer = layer
-        self.patch_mean = patch_mean
+        self.backbone, self.layer, self.patch_mean = backbone, layer, patch_mean
         self.train(backbone.training)  # a wrapper made mid-training must not change the backbone's mode
 
     @property

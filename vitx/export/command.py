@@ -32,9 +32,8 @@ def rebuild(command: str, settings: dict[str, Any], config: type) -> str:
     parts = ["vitx", command]
     for key, value in settings.items():
         shown = key in ALWAYS.get(command, ()) or (key in defaults and value != defaults[key])
-        if key == "model" and settings.get("init"):  # the start's architecture, recorded: --init brings it
-            continue
-        if not shown or value is None:  # None: the default's "not set"
+        brought = key == "model" and settings.get("init")  # the start's architecture, recorded: --init brings it
+        if not shown or value is None or brought:  # None: the default's "not set"
             continue
         parts += _flag(key, value, options[key]) if key in options else ["--set", f"{key}={json.dumps(value)}"]
     return shlex.join(parts)

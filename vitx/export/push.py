@@ -58,10 +58,9 @@ def push_folder(folder: Path, repo_id: str, files: tuple[str, ...] = ()) -> str:
         api.upload_folder(repo_id=repo.repo_id, folder_path=str(folder), repo_type="model",
                           allow_patterns=list(files) or None, commit_message="Upload a ViT exported by vitx")
     except Exception as exc:  # noqa: BLE001 — whatever the hub client raises becomes one line, never a traceback
-        first = first_line(exc)
         why = "cannot reach the Hugging Face hub" if _is_connection_error(exc) else "the Hugging Face hub refused it"
         hint = "" if _is_connection_error(exc) else " (log in with `hf auth login` or set HF_TOKEN)"
-        raise VitxError(f"cannot push to {repo_id}: {why} ({type(exc).__name__}: {first}){hint}; "
+        raise VitxError(f"cannot push to {repo_id}: {why} ({type(exc).__name__}: {first_line(exc)}){hint}; "
                         + _later(folder, repo_id)) from None
     return str(repo)
 

@@ -56,10 +56,6 @@ def _draw_panel(ax: "Axes", panel: Panel, runs: dict[str, Records], colours: dic
         ax.legend(loc="best" if sum(len(r) for r in runs.values()) < 2000 else "upper right", frameon=False)
 
 
-def _colours(names: Sequence[str]) -> dict[str, str]:
-    return {name: f"C{i % 10}" for i, name in enumerate(names)}
-
-
 def draw(runs: dict[str, Records], path: str | Path, title: str = "") -> list[Panel]:
     """Draw the runs' curves (name → metrics records) into one figure at `path`; returns the panels drawn,
     each with the metrics.jsonl keys on it."""
@@ -70,10 +66,8 @@ def draw(runs: dict[str, Records], path: str | Path, title: str = "") -> list[Pa
 
     def render() -> None:
         fig, axes = new_figure(len(panels), extra_height=0.4 if len(runs) == 1 else 0.7)
-        if len(runs) == 1:
-            colours = _colours(list(dict.fromkeys(base_name(k) for p in panels for k in p.keys)))
-        else:
-            colours = _colours(list(runs))
+        coloured = dict.fromkeys(base_name(k) for p in panels for k in p.keys) if len(runs) == 1 else runs
+        colours = {name: f"C{i % 10}" for i, name in enumerate(coloured)}  # a colour per metric, or per run
         for ax, panel in zip(axes, panels):
             _draw_panel(ax, panel, runs, colours)
         if len(runs) > 1:

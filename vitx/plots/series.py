@@ -51,33 +51,25 @@ def read_metrics(path: str | Path) -> Records:
     return records
 
 
+def _finite(value: Any) -> bool:
+    """A finite number (not a bool): what a curve can draw."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def series(records: Records, key: str) -> tuple[list[float], list[float]]:
     """(steps, values) of one key over the records that hold a finite number for it."""
-    steps, values = [], []
-    for r in records:
-        v = r.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            steps.append(float(r["step"]))
-            values.append(float(v))
-    return steps, values
+    points = [(float(r["step"]), float(r[key])) for r in records if _finite(r.get(key))]
+    return [step for step, _ in points], [value for _, value in points]
 
 
 def base_name(key: str) -> str:
     """`val_top1` → `top1`: a metric and its evaluated versions share a colour and a panel."""
-    for prefix in SPLITS:
-        if key.startswith(prefix):
-            return key[len(prefix):]
-    return key
+    return next((key[len(prefix):] for prefix in SPLITS if key.startswith(prefix)), key)
 
 
 def drawable_keys(records: Iterable[dict[str, Any]]) -> list[str]:
     """Every key with at least one finite number, in the order they first appear."""
-    seen: dict[str, None] = {}
-    for r in records:
-        for k, v in r.items():
-            if k not in NOT_DRAWN and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-                seen.setdefault(k, None)
-    return list(seen)
+    return list(dict.fromkeys(k for r in records for k, v in r.items() if k not in NOT_DRAWN and _finite(v)))
 
 
 def plan_panels(records: Records) -> list[Panel]:

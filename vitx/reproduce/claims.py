@@ -6,7 +6,8 @@ import math
 from typing import Any
 
 
-def _mean_top1(runs: list[dict[str, Any]]) -> float:
+def mean_top1(runs: list[dict[str, Any]]) -> float:
+    """A start's mean test accuracy over its transfer seeds."""
     return sum(r["test_top1"] for r in runs) / len(runs)
 
 
@@ -32,7 +33,7 @@ def test_count(results: dict[str, Any]) -> int:
 
 def transfer_claim(results: dict[str, Any]) -> dict[str, Any]:
     t, n = results["transfer"], test_count(results)
-    acc = {k: _mean_top1(v) for k, v in t.items()}
+    acc = {k: mean_top1(v) for k, v in t.items()}
     se = {k: start_stderr(v, n) for k, v in t.items()}
     gap, gap_se = acc["mpp"] - acc["scratch"], math.sqrt(se["mpp"] ** 2 + se["scratch"] ** 2)
     holds = gap > 2 * gap_se and acc["supervised"] > acc["mpp"]
@@ -87,9 +88,9 @@ def distance_claim(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def hires_claim(results: dict[str, Any]) -> dict[str, Any]:
-    low = _mean_top1([r for s, r in zip(results["plan"].get("seeds", [0]), results["transfer"]["supervised"])
+    low = mean_top1([r for s, r in zip(results["plan"].get("seeds", [0]), results["transfer"]["supervised"])
                       if str(s) in results["hires"]])  # the same seeds at both resolutions
-    high = _mean_top1(list(results["hires"].values()))
+    high = mean_top1(list(results["hires"].values()))
     n, seeds = test_count(results), len(results["hires"])
     se = max(_stderr(low, n, seeds), _stderr(high, n, seeds))
     plan = results["plan"]

@@ -47,9 +47,8 @@ def _pretrain(plan: Plan, name: str, run: Path, console: Console) -> dict[str, A
     tick = time.perf_counter()
     spec = plan.pretrainings[name]
     steps = spec.steps_in(plan)
-    every = steps
-    if name == "mpp":  # checkpoints at the compute points too: the MPP-vs-scratch gap as pre-training grows
-        every = max(1, round(steps * min(plan.compute_points, default=1.0)))
+    # MPP checkpoints at the compute points too: the MPP-vs-scratch gap as pre-training grows
+    every = max(1, round(steps * min(plan.compute_points, default=1.0))) if name == "mpp" else steps
     monitor = {"monitor": plan.monitor, "monitor_every": every, "monitor_features": plan.monitor_features} \
         if name == "mpp" and plan.monitor else {}
     pretrain({"objective": spec.objective, "model": plan.model, "data": plan.data, "image_size": plan.image_size,
@@ -88,12 +87,9 @@ def _transfer_settings(plan: Plan, start: str, out: Path, seed: int, **changes: 
 def _transfers(jobs: dict[str, dict[str, Any]], parallel: int, console: Console) -> dict[str, dict[str, Any]]:
     """Run transfer jobs (name → TransferConfig settings): in this process one after the other, or `parallel` at
     a time as `vitx transfer` processes (small models leave most of a GPU idle; each gets its share of cores)."""
-    results: dict[str, dict[str, Any]] = {}
     if parallel <= 1:
-        for name, settings in jobs.items():
-            out = Path(settings["output_dir"])
-            results[name] = transfer(TransferConfig(**settings), resume=out.exists(), console=console)["tasks"][0]
-        return results
+        return {name: transfer(TransferConfig(**settings), resume=Path(settings["output_dir"]).exists(),
+                               console=console)["tasks"][0] for name, settings in jobs.items()}
     from concurrent.futures import ThreadPoolExecutor
 
     workers = max(1, (len(os.sched_getaffinity(0)) - 1) // parallel)
@@ -117,9 +113,7 @@ def _transfers(jobs: dict[str, dict[str, Any]], parallel: int, console: Console)
         return json.loads(summary.read_text())["tasks"][0]
 
     with ThreadPoolExecutor(parallel) as pool:
-        for name, result in zip(jobs, pool.map(run, jobs)):
-            results[name] = result
-    return results
+        return dict(zip(jobs, pool.map(run, jobs)))
 
 
 def _same_plan(out: Path, plan: Plan) -> None:

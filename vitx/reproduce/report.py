@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint import atomic_write_text
-from .claims import start_stderr, test_count
+from .claims import mean_top1, start_stderr, test_count
 
 
 def _pct(x: float) -> str:
@@ -37,7 +37,7 @@ def _transfer_table(results: dict[str, Any]) -> list[str]:
         accs = [r["test_top1"] for r in runs]
         chosen = ", ".join(f"{r['chosen']['lr']:g} × {r['chosen']['steps']}" for r in runs)
         lines.append(f"| {name} | " + " | ".join(_pct(a) for a in accs) +
-                     f" | {_pct(sum(accs) / len(accs))} ± {_pct(start_stderr(runs, n))} | {chosen} |")
+                     f" | {_pct(mean_top1(runs))} ± {_pct(start_stderr(runs, n))} | {chosen} |")
     return lines
 
 
@@ -45,12 +45,12 @@ def _compute_table(results: dict[str, Any]) -> list[str]:
     """MPP's transfer accuracy against its pre-training steps, with the gap to scratch (0 steps)."""
     plan, n = results["plan"], test_count(results)
     scratch = results["transfer"]["scratch"]
-    base, base_se = sum(r["test_top1"] for r in scratch) / len(scratch), start_stderr(scratch, n)
+    base, base_se = mean_top1(scratch), start_stderr(scratch, n)
     points = [(0, scratch)] + sorted((int(k.split("@")[1]), v) for k, v in results["compute"].items()) + \
         [(results["pretrain"]["mpp"].get("steps", plan["pretrain_steps"]), results["transfer"]["mpp"])]
     lines = ["| MPP pre-training steps | images seen | test top-1 | MPP − scratch (points) |", "|---|---|---|---|"]
     for steps, runs in points:
-        mean, se = sum(r["test_top1"] for r in runs) / len(runs), start_stderr(runs, n)
+        mean, se = mean_top1(runs), start_stderr(runs, n)
         gap = "—" if steps == 0 else f"{100 * (mean - base):+.2f} ± {100 * (se ** 2 + base_se ** 2) ** 0.5:.2f}"
         lines.append(f"| {steps} | {steps * plan['batch_size']:,} | {_pct(mean)} ± {_pct(se)} | {gap} |")
     return lines
@@ -232,11 +232,8 @@ def write_report(results: dict[str, Any], path: Path) -> Path:
         "## What did not reproduce",
         "",
     ]
-    failed = [c for c in claims if not c["holds"]]
-    if not failed:
-        lines.append("Every claim held at this scale.")
-    for c in failed:
-        lines.append(f"- **{c['claim']}**: {_measured(c)}. Criterion: {c['criterion']}.")
+    failed = [f"- **{c['claim']}**: {_measured(c)}. Criterion: {c['criterion']}." for c in claims if not c["holds"]]
+    lines += failed or ["Every claim held at this scale."]
     if failed:
         lines += ["", f"This is a {plan['model']} model trained for minutes on small data; the paper's findings "
                       "are for 86M-632M-parameter models trained for days on millions of images. A claim that does "

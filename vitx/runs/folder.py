@@ -34,9 +34,7 @@ def load_backbone(run_dir: str | Path) -> nn.Module:
 def saved_layer(run_dir: str | Path) -> nn.Sequential | None:
     """The representation layer saved with a vitx run or checkpoint (its heads.safetensors), or None."""
     path = Path(run_dir) / "heads.safetensors"
-    if not path.exists():
-        return None
-    heads = read_weights(path)
+    heads = read_weights(path) if path.exists() else {}
     if f"{LAYER_KEY}.weight" not in heads:
         return None
     return tanh_layer(heads[f"{LAYER_KEY}.weight"], heads[f"{LAYER_KEY}.bias"])

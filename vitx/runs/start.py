@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from ..backbones import create_backbone
+from ..checkpoint import read_config, read_json_object
 from .folder import load_backbone, saved_layer
 from ..errors import VitxError
 from ..evaluation.representation import Representation, read_as
@@ -57,17 +58,14 @@ def load_start(start: str, model: str | None = None, seed: int = 0, flag: str = 
         if is_timm_folder(path):
             return load_start(f"timm:local-dir:{path}", None, seed, flag)
         backbone = load_backbone(path)
-    if not hasattr(backbone, "pos_embed") or not hasattr(backbone, "patch_embed") or \
-            not hasattr(backbone, "embed_dim"):
+    if not all(hasattr(backbone, name) for name in ("pos_embed", "patch_embed", "embed_dim")):
         raise VitxError(f"{flag} {start} is not a Vision Transformer (no patch_embed / pos_embed)")
     return backbone
 
 
 def is_timm_folder(path: Path) -> bool:
     """A folder in timm's hub layout rather than a vitx run (its config.json names an `architecture`)."""
-    from ..checkpoint import read_json_object
-
-    config = read_json_object(path / "config.json") if (path / "config.json").is_file() else None
+    config = read_json_object(path / "config.json")
     return config is not None and "architecture" in config and "backbone" not in config
 
 
@@ -81,8 +79,6 @@ def start_input(start: str, backbone: nn.Module) -> dict[str, Any]:
         return {**defaults, "source": "scratch: the paper's 0.5 / 0.5"}
     path = Path(start).expanduser()
     if not start.startswith("timm:") and not is_timm_folder(path):
-        from ..checkpoint import read_config
-
         recorded = (read_config(path) or {}).get("preprocess") or {}
         found = {k: recorded[k] for k in ("mean", "std", "interpolation") if k in recorded}
         return {**defaults, **{k: list(v) if isinstance(v, (list, tuple)) else v for k, v in found.items()},
@@ -100,17 +96,13 @@ def start_input(start: str, backbone: nn.Module) -> dict[str, Any]:
 def representation(backbone: nn.Module, start: str, features: str = "pre-logits") -> Representation:
     """The features of `backbone` (already resized) that evaluation reads, given where it came from (`--from`):
     a vitx run's pre-training head's tanh layer for pre-logits when it saved one."""
-    layer = None
-    if features == "pre-logits" and not start.startswith("timm:") and start != "scratch":
-        layer = saved_layer(Path(start).expanduser())
-    return read_as(backbone, features, layer)
+    own = features == "pre-logits" and not start.startswith("timm:") and start != SCRATCH
+    return read_as(backbone, features, saved_layer(Path(start).expanduser()) if own else None)
 
 
 def describe_start(start: str) -> str:
     """A start in one line for a model card: with what its own config.json says of it when it is a vitx run still
     on disk."""
-    from ..checkpoint import read_json_object
-
     config = read_json_object(Path(start).expanduser() / "config.json") if start != SCRATCH else None
     if config is None or "run" not in config:
         return f"`{start}`"
@@ -122,8 +114,6 @@ def describe_start(start: str) -> str:
 def start_data(start: str) -> str:
     """Images to look at a start with: a vitx run's own data when it is embedded (available offline), else the
     embedded shapes."""
-    from ..checkpoint import read_json_object
-
     config = read_json_object(Path(start).expanduser() / "config.json") if start != SCRATCH else None
     data = ((config or {}).get("run") or {}).get("data", "")
     return data if isinstance(data, str) and data.startswith("embedded:") else "embedded:shapes"

@@ -119,11 +119,9 @@ def _model_dir(path: Path) -> TrainedRun:
     if not (path / "model.safetensors").is_file():
         raise VitxError(f"{path} has no model.safetensors (a run that has not saved a checkpoint yet?)")
     check_config(path, config)
-    task_dir = None
-    if phase is not None:  # <task>/final, or a checkpoint inside it: <task>/final/checkpoints/step_N
-        task_dir = next((p for p in (path.parent, path.parent.parent.parent) if (p / "transfer.json").is_file()),
-                        None)
-    return TrainedRun(path, config, task_dir)
+    # a transfer's <task>/final, or a checkpoint inside it: <task>/final/checkpoints/step_N
+    homes = (path.parent, path.parent.parent.parent) if phase is not None else ()
+    return TrainedRun(path, config, next((p for p in homes if (p / "transfer.json").is_file()), None))
 
 
 def _task_dir(path: Path) -> TrainedRun:

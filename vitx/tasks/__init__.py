@@ -6,12 +6,16 @@ the embedded generator or the hub.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..data.opener import DataOptions, looks_like_data
 from ..errors import VitxError
 from ..registry import TASKS
+from ..spec import split_specs
 from . import vtab  # noqa: F401  (registers the VTAB-1k tasks)
 from . import embedded  # noqa: F401,E402  (then the embedded ones)
 from .base import Task
+from .custom import data_task
 from .splits import TaskSplits, open_full_splits, open_task
 from .vtab import GROUPS
 
@@ -31,10 +35,6 @@ def select_tasks(spec: str, data: DataOptions | None = None) -> list[Task]:
     """A task name, `<suite>/all`, `<suite>/<group>` (natural, specialized, structured), an fnmatch pattern, or
     labelled data (a path, hf:NAME, shards: `custom.py`), read with `data`'s keys; or several of these,
     comma-separated (`vtab/dtd,vtab/pets`: a suite of two), each task once, in the order given."""
-    from pathlib import Path
-
-    from ..spec import split_specs
-
     items = split_specs(spec) if "," in spec and not Path(spec).expanduser().exists() else [spec]
     if len(items) > 1:
         chosen: dict[str, Task] = {}
@@ -45,8 +45,6 @@ def select_tasks(spec: str, data: DataOptions | None = None) -> list[Task]:
     suite, _, rest = spec.partition("/")
     names = TASKS.names()
     if spec not in names and looks_like_data(spec):
-        from .custom import data_task
-
         return [data_task(spec, data or DataOptions())]
     if rest == "all":
         chosen = [n for n in names if n.startswith(f"{suite}/")]

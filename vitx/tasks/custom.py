@@ -41,11 +41,8 @@ def max_shots(train: int, val: int | None) -> int:
     """The largest --shots the pools allow (4N/5 from train; N/5 from val, or all N from train)."""
     if val is None:
         return train
-    best = 0
-    for n in range(2, 5 * (train + val) // 4 + 6):
-        if n * 4 // 5 <= train and n - n * 4 // 5 <= val:
-            best = n
-    return best
+    return max((n for n in range(2, 5 * (train + val) // 4 + 6) if n * 4 // 5 <= train and n - n * 4 // 5 <= val),
+               default=0)
 
 
 def custom_splits(task: Task, shots: int, seed: int, test_samples: int = 0) -> tuple[Any, Any, Any, dict[str, Any]]:
@@ -99,8 +96,7 @@ def _stream_splits(task: Task, shots: int, seed: int, pool: Any, val_pool: Any, 
     n_train, n_val = shots * 4 // 5, shots - shots * 4 // 5
     record: dict[str, Any] = {"seed": seed, "draw": "class-balanced, seeded, read from a stream"}
     if val_pool is not None:
-        drawn, val = pool.draw_balanced(n_train, seed), val_pool.draw_balanced(n_val, seed + 1)
-        train = drawn
+        train, val = pool.draw_balanced(n_train, seed), val_pool.draw_balanced(n_val, seed + 1)
         record["val_from"] = "its validation split"
     else:
         drawn = pool.draw_balanced(shots, seed)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -27,21 +28,13 @@ _ORDER_SEED = 20170301  # fixed: every vitx install sees the same splits
 
 def factors_of(index: int) -> dict[str, int]:
     """Factor values (as indices) of archive record `index`."""
-    out = {}
-    for name in reversed(list(FACTORS)):
-        index, out[name] = divmod(index, FACTORS[name])
-    return {k: out[k] for k in FACTORS}
+    return {k: int(v) for k, v in zip(FACTORS, np.unravel_index(index, tuple(FACTORS.values())))}
 
 
-_ORDER: np.ndarray | None = None
-
-
+@lru_cache(maxsize=None)
 def record_order() -> np.ndarray:
     """The fixed shuffle of the 737,280 records that the splits cut (made once, on first use)."""
-    global _ORDER
-    if _ORDER is None:
-        _ORDER = np.random.default_rng(_ORDER_SEED).permutation(TOTAL)
-    return _ORDER
+    return np.random.default_rng(_ORDER_SEED).permutation(TOTAL)
 
 
 def bin_factor(value: Any, factor: str, classes: int = 16) -> Any:
@@ -109,7 +102,7 @@ class DSprites:
 
     def labels(self) -> np.ndarray:
         lo, hi = SPLITS[self.split]
-        value = (record_order()[lo:hi] // _stride(self.factor)) % FACTORS[self.factor]
+        value = np.unravel_index(record_order()[lo:hi], tuple(FACTORS.values()))[list(FACTORS).index(self.factor)]
         return bin_factor(value, self.factor, self.classes)
 
     def load(self, index: int) -> tuple[Image.Image, int]:
@@ -118,7 +111,3 @@ class DSprites:
         label = bin_factor(factors[self.factor], self.factor, self.classes)
         return Image.fromarray(np.repeat(gray[:, :, None], 3, axis=2), "RGB"), label
 
-
-def _stride(factor: str) -> int:
-    names = list(FACTORS)
-    return int(np.prod([FACTORS[n] for n in names[names.index(factor) + 1:]], dtype=np.int64))

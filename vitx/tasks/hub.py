@@ -14,9 +14,9 @@ from ..data.opener import DataOptions, open_data, open_shards
 from ..errors import VitxError
 
 
-def _download_hint(repo: str, task: str) -> str:
+def _download_hint(repo: str) -> str:
     return (f"download it where you have internet (`hf download {repo} --repo-type dataset --local-dir DIR`) "
-            f"and pass --data-dir DIR")
+            "and pass --data-dir DIR")
 
 
 def open_hub_splits(repo: str, task: str, data_dir: str | None) -> dict[str, Any]:
@@ -42,17 +42,12 @@ def open_hub_splits(repo: str, task: str, data_dir: str | None) -> dict[str, Any
             opened = open_shards(files, repo, DataOptions())
         except VitxError as exc:
             raise VitxError(f"cannot load {task} from the Hugging Face hub ({repo}): {str(exc).split('; offline')[0]}; "
-                            "offline, "
-                            + _download_hint(repo, task)) from None
+                            "offline, " + _download_hint(repo)) from None
     return {"train": opened.split("train"), "val": opened.split("validation"), "test": opened.split("test")}
 
 
-def hub_repo(suffix: str) -> str:
-    return f"clip-benchmark/wds_vtab-{suffix}"
-
-
 def missing_data_message(task: str, repo: str) -> str:
-    return f"{task} has no data offline: " + _download_hint(repo, task)
+    return f"{task} has no data offline: " + _download_hint(repo)
 
 
-__all__ = ["hub_repo", "missing_data_message", "open_hub_splits"]
+__all__ = ["missing_data_message", "open_hub_splits"]

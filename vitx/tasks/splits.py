@@ -21,10 +21,10 @@ from ..data.sources import HFImageSource
 from ..errors import VitxError
 from ..data.draws import Subset
 from .base import Task
-from ..data.release import is_release, open_release
+from .custom import custom_splits
+from ..data.release import ListSource, is_release, open_release
 from .hub import missing_data_message, open_hub_splits
-from .ta_splits import RULES, TFDS_SIZES, Slice, definition, few_shot, holds_tfds_splits
-from .ta_splits import splits as ta_splits
+from .ta_splits import RULES, TFDS_SIZES, Slice, definition, few_shot, holds_tfds_splits, splits as ta_splits
 
 SPLIT_SEED = 1000  # carving val from train: fixed, so every run of a task sees the same split
 
@@ -55,8 +55,6 @@ class TaskSplits:
 
     @property
     def _release(self) -> bool:
-        from ..data.release import ListSource
-
         return isinstance(getattr(self.train, "base", None), ListSource)
 
     @property
@@ -116,10 +114,9 @@ def source_kind(task: Task, origin: str, release: bool) -> str:
 def _pools(task: Task, data_dir: str | None, offline: bool) -> tuple[dict[str, Any], str]:
     if task.data is not None:  # a data task: its own splits (custom.py)
         opened = task.info["opened"]
-        pools = {"train": opened.split("train"), "val": opened.split("validation"), "test": opened.split("test")}
-        if opened.split("train_val") is not None:
-            pools["train_val"] = opened.split("train_val")
-        return pools, task.data
+        pools = {"train": opened.split("train"), "val": opened.split("validation"), "test": opened.split("test"),
+                 "train_val": opened.split("train_val")}
+        return {k: v for k, v in pools.items() if k != "train_val" or v is not None}, task.data
     if data_dir is not None:
         folder = task_folder(task, data_dir)
         if is_release(folder):
@@ -127,12 +124,11 @@ def _pools(task: Task, data_dir: str | None, offline: bool) -> tuple[dict[str, A
         if task.embedded is None or not _suite_root(folder, Path(data_dir).expanduser()):
             return open_hub_splits(task.hub or task.name, task.name, str(folder)), str(folder)
         # a suite's root that holds other tasks and not this one: an embedded task still runs (synthetic)
-    embedded = ({split: task.embedded(split) for split in ("train", "val", "test")}, "embedded") \
-        if task.embedded is not None else None
-    if embedded is not None and (offline or task.hub is None):  # offline: the regeneration (left out of means)
-        return embedded
-    if embedded is not None:  # online: the dataset itself; without a network after all, the regeneration
-        try:
+    if task.embedded is not None:
+        embedded = {split: task.embedded(split) for split in ("train", "val", "test")}, "embedded"
+        if offline or task.hub is None:  # offline: the regeneration (left out of means)
+            return embedded
+        try:  # online: the dataset itself; without a network after all, the regeneration
             return open_hub_splits(task.hub, task.name, None), task.hub
         except VitxError:
             return embedded
@@ -146,9 +142,7 @@ def _pools(task: Task, data_dir: str | None, offline: bool) -> tuple[dict[str, A
 
 def _label_map(task: Task, source: Any):
     """Hub copies store some labels raw (dSprites factors); embedded sources already give the task's labels."""
-    if isinstance(source, HFImageSource) and source.label_key == "cls":
-        return task.hub_label
-    return None
+    return task.hub_label if isinstance(source, HFImageSource) and source.label_key == "cls" else None
 
 
 def _take(task: Task, base: Any, indices: Any) -> Subset:
@@ -175,15 +169,14 @@ def open_full_splits(task: Task, data_dir: str | None = None) -> tuple[Subset, S
     """The task's whole train and test splits, with the task's labels (few-shot evaluation draws from these)."""
     pools, origin = _pools(task, data_dir, _offline())
     named = {"train": pools["train"], "validation": pools.get("val"), "test": pools.get("test")}
-    parts = {"train": Slice("train", 0, len(named["train"])),
-             "test": Slice("test", 0, len(named["test"])) if named["test"] is not None else None}
     sizes = _tfds_sizes(task, named, origin) if "train_val" not in pools else None
     if sizes is not None:  # task_adaptation's train and test, cut from the TFDS splits
-        parts = {name: part for name, part in ta_splits(task.name.split("/")[-1], sizes).items() if name != "val"}
-    if parts["test"] is None:
+        parts = ta_splits(task.name.split("/")[-1], sizes)
+    elif named["test"] is None:
         raise VitxError(f"{origin} has no test split for {task.name}")
-    train, test = (_take(task, named[p.split], np.arange(p.start, p.stop))
-                   for p in (parts["train"], parts["test"]))
+    else:
+        parts = {name: Slice(name, 0, len(named[name])) for name in ("train", "test")}
+    train, test = (_take(task, named[p.split], np.arange(p.start, p.stop)) for p in (parts["train"], parts["test"]))
     return train, test, origin
 
 
@@ -197,12 +190,9 @@ def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool
         raise VitxError(f"--shots must be at least 2 (train and validation images), got {shots}")
     pools, origin = _pools(task, data_dir, offline)
     if task.data is not None and "train_val" not in pools:
-        from .custom import custom_splits
-
         train, val, test, record = custom_splits(task, shots, seed, test_samples)
         return TaskSplits(task=task, train=train, val=val, test=test, origin=origin, record=record)
-    n_train = shots * 4 // 5
-    n_val = shots - n_train
+    n_train, n_val = shots * 4 // 5, shots - shots * 4 // 5
     if "train_val" in pools:  # the folder release: its own lists, the first N of each for other shot counts
         train, val, test = pools["train"], pools["val"], pools["test"]
         if n_train > len(train) or n_val > len(val):
@@ -210,9 +200,8 @@ def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool
                             f"{task.name} lists hold {len(train)} and {len(val)}")
         whole = n_train == len(train) and n_val == len(val)
         return TaskSplits(task=task, train=_take(task, train, np.arange(n_train)),
-                          val=_take(task, val, np.arange(n_val)),
-                          test=_take(task, test, np.arange(len(test))), origin=origin,
-                          release_train_val=pools["train_val"] if whole else None,
+                          val=_take(task, val, np.arange(n_val)), test=_take(task, test, np.arange(len(test))),
+                          origin=origin, release_train_val=pools["train_val"] if whole else None,
                           record={"definition": "the VTAB-1k folder release's own lists (task_adaptation's splits)",
                                   "exact": True})
     return copy_splits(task, pools, origin, n_train, n_val)
@@ -271,6 +260,5 @@ def copy_splits(task: Task, pools: dict[str, Any], origin: str, n_train: int, n_
                                  f"train[{n_train}:]. The VTAB-1k folder release (--data-dir) has the official lists",
                       val=f"{n_val} drawn from train[{n_train}:]", exact=False)
     return TaskSplits(task=task, origin=origin, record=record if vtab and origin != "embedded" else None,
-                      train=_take(task, train, np.arange(n_train)),
-                      val=_take(task, val_base, val_idx),
+                      train=_take(task, train, np.arange(n_train)), val=_take(task, val_base, val_idx),
                       test=_take(task, test, np.arange(len(test))))

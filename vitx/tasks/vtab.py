@@ -7,10 +7,11 @@ from the regeneration, which is synthetic and left out of VTAB means; online the
 """
 from __future__ import annotations
 
+from functools import partial
+
 from ..registry import register_task
 from .base import Task
 from .dsprites import DSprites, bin_factor
-from .hub import hub_repo
 
 NATURAL, SPECIALIZED, STRUCTURED = "natural", "specialized", "structured"
 
@@ -47,18 +48,15 @@ RELEASE = {  # vitx name → folder name in the VTAB-1k folder release (NOAH's g
     "retinopathy": "diabetic_retinopathy", "kitti_dist": "kitti",
 }
 
-EMBEDDED = {
-    "dsprites_loc": lambda split: DSprites(split=split, factor="x_position"),
-    "dsprites_ori": lambda split: DSprites(split=split, factor="orientation"),
-}
-HUB_LABELS = {"dsprites_loc": lambda raw: bin_factor(raw, "x_position"),
-              "dsprites_ori": lambda raw: bin_factor(raw, "orientation")}
+DSPRITES = {"dsprites_loc": "x_position", "dsprites_ori": "orientation"}  # the factor each task bins
+EMBEDDED = {name: partial(DSprites, factor=factor) for name, factor in DSPRITES.items()}  # split → source
+HUB_LABELS = {name: partial(bin_factor, factor=factor) for name, factor in DSPRITES.items()}  # raw → label
 
 for _name, _group, _classes, _label, _tfds, _suffix in TABLE:
     register_task(f"vtab/{_name}", Task(
         name=f"vtab/{_name}", group=_group, num_classes=_classes, label=_label, tfds=_tfds,
-        hub=hub_repo(_suffix) if _suffix else None, hub_label=HUB_LABELS.get(_name), embedded=EMBEDDED.get(_name),
-        release=RELEASE.get(_name, _name),
+        hub=f"clip-benchmark/wds_vtab-{_suffix}" if _suffix else None, hub_label=HUB_LABELS.get(_name),
+        embedded=EMBEDDED.get(_name), release=RELEASE.get(_name, _name),
     ), description=_label, group=_group, suite="vtab")
 
 GROUPS = (NATURAL, SPECIALIZED, STRUCTURED)

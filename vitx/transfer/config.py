@@ -1,15 +1,14 @@
 """Transfer configuration as data: the paper's VTAB-1k protocol by default."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..data import INTERPOLATIONS
 from ..errors import VitxError
 from ..runner.config import CHOICES, LIMITS
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, PROTOCOL, SCHEDULE, SYSTEM
-from ..settings import check, setting
-from ..settings import result_settings as declared_result_settings
+from ..settings import check, result_settings as declared_result_settings, setting
 
 SELECT = ("auto", "suite", "task")  # auto: suite for more than one task (protocol.py)
 
@@ -91,8 +90,3 @@ RESULT_KEYS = tuple(declared_result_settings(TransferConfig))
 
 def result_settings(cfg: TransferConfig) -> dict[str, Any]:
     return {k: getattr(cfg, k) for k in RESULT_KEYS}
-
-
-def from_dict(data: dict[str, Any]) -> TransferConfig:
-    known = {f.name for f in fields(TransferConfig)}
-    return TransferConfig(**{k: v for k, v in data.items() if k in known})

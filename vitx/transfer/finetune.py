@@ -16,6 +16,7 @@ from rich.console import Console
 
 from ..adapters import AdaptContext, Adapter, resolve_adapters, trainable_parameters
 from ..data import Preprocess, TensorSplit, decode_split
+from ..errors import VitxError
 from ..objectives.supervised import Supervised
 from ..runner.config import PretrainConfig, default_workers
 from ..runner.launch import make_accelerator, process_device
@@ -75,8 +76,7 @@ def prepare(cfg: TransferConfig, task: Task, splits: TaskSplits | None = None) -
                             augment=False)
     input_from = "--mean/--std/--interpolation" if (cfg.mean or cfg.std or cfg.interpolation) else given["source"]
     workers = default_workers() if cfg.workers < 0 else cfg.workers
-    train = decode_split(splits.train, preprocess, workers=workers)
-    val = decode_split(splits.val, preprocess, workers=workers)
+    train, val = (decode_split(split, preprocess, workers=workers) for split in (splits.train, splits.val))
     return Prepared(task, splits, start, adapters, preprocess, train, val, splits.test, input_from)
 
 
@@ -87,8 +87,6 @@ def build_model(prep: Prepared) -> Supervised:
     for adapter in prep.adapters:
         adapter.apply(model, ctx)
     if not prep.method.closed_form and trainable_parameters(model) == 0:
-        from ..errors import VitxError
-
         raise VitxError(f"after the adapters {', '.join(a.name for a in prep.adapters)} nothing is left to train")
     return model
 
@@ -135,8 +133,7 @@ def train_run(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_di
     accelerator = make_accelerator(rcfg)
     model = build_model(prep)
     data_info = {"spec": prep.task.name, "num_classes": prep.task.num_classes,
-                 "class_names": task_class_names(prep.splits),
-                 "train_size": len(train), "origin": prep.splits.origin,
+                 "class_names": task_class_names(prep.splits), "train_size": len(train), "origin": prep.splits.origin,
                  **({"splits": prep.splits.record} if prep.splits.record is not None else {})}
     latest = RunDir(out_dir).latest()
     setup = assemble(rcfg, accelerator, model, prep.preprocess, train, val, data_info, resume_from=latest,
@@ -151,16 +148,9 @@ def train_run(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_di
 
 
 @torch.no_grad()
-def test_metrics(fitted: Fitted, prep: Prepared, limit: int) -> dict[str, float]:
-    """Top-1 and loss on the test split (streamed)."""
-    return fitted.trainer.evaluate(prep.test, limit=limit or len(prep.test), prefix="test_")
-
-
-@torch.no_grad()
 def closed_form(prep: Prepared, limit: int, start: str) -> dict[str, Any]:
     """Few-shot linear evaluation on the task: least squares on trainN ∪ valN pre-logits (`start`'s tanh
     representation layer when it has one), accuracy on test."""
-
     device = process_device()
     features = representation(build_model(prep).backbone, start).to(device)
     data = prep.train_val
@@ -172,4 +162,4 @@ def closed_form(prep: Prepared, limit: int, start: str) -> dict[str, Any]:
             "test_samples": float(len(labels)), "features": features.kind}
 
 
-__all__ = ["Fitted", "Prepared", "build_model", "closed_form", "prepare", "run_config", "test_metrics", "train_run"]
+__all__ = ["Fitted", "Prepared", "build_model", "closed_form", "prepare", "run_config", "train_run"]

@@ -38,8 +38,9 @@ from ..runner.reporting import make_console
 from ..data.opener import DataOptions
 from ..tasks import GROUPS, Task, TaskSplits, open_task, select_tasks
 from ..tasks.custom import describe_record
+from ..tasks.published import matching, published
 from .config import TransferConfig, result_settings
-from .finetune import Prepared, closed_form, prepare, test_metrics, train_run
+from .finetune import Prepared, closed_form, prepare, train_run
 from .report import print_selection, print_summary, summarise
 
 
@@ -57,8 +58,9 @@ def _write(path: Path, data: dict[str, Any]) -> None:
         raise VitxError(f"{cannot_write(path.parent, exc)}; choose another --output-dir") from None
 
 
-def _claim(cfg: TransferConfig, task: Task, resume: bool) -> Path:
-    """The task's directory; refuses to mix two different transfers in one directory."""
+def _claim(cfg: TransferConfig, task: Task, resume: bool) -> tuple[Path, dict[str, Any] | None]:
+    """The task's directory and its finished result (None until there is one); refuses to mix two different
+    transfers in one directory."""
     root = task_dir(cfg, task)
     saved = read_json_object(root / "transfer.json")
     settings = result_settings(cfg)
@@ -71,20 +73,7 @@ def _claim(cfg: TransferConfig, task: Task, resume: bool) -> Path:
             raise VitxError(f"cannot resume {root} with different settings ({', '.join(changed)}); choose another "
                             "--output-dir")
     _write(root / "transfer.json", settings)
-    return root
-
-
-def _label(task: Task, i: int, n: int, lr: float, steps: int, best: dict[str, Any] | None) -> str:
-    shown = f" | best val {best['val_top1']:.1%} (lr {best['lr']:g}, {best['steps']})" if best else ""
-    return f"{task.name} sweep {i}/{n} lr {lr:g} × {steps}{shown}"
-
-
-def _draw_sweep(task: Task, sweep: list[dict[str, Any]], best: dict[str, Any], root: Path, console: Console) -> None:
-    """sweep.png: validation top-1 per lr × steps, the chosen point ringed (a failure is a warning line)."""
-    from ..plots import SWEEP, draw_sweep, try_draw
-
-    try_draw(SWEEP, draw_sweep, sweep, best, root / SWEEP, f"{task.name}: sweep on train → val",
-             warn=lambda line: console.print(line, markup=False, soft_wrap=True))
+    return root, read_json_object(root / "result.json")
 
 
 def _open(cfg: TransferConfig, task: Task, splits: TaskSplits | None, console: Console) -> tuple[Prepared, dict[str, Any]]:
@@ -119,9 +108,11 @@ def _sweep(cfg: TransferConfig, prep: Prepared, root: Path, settings: dict[str, 
         point = read_json_object(point_dir / "point.json")
         if point is None:
             best = max(sweep, key=lambda p: p["val_top1"]) if sweep else None
+            shown = f" | best val {best['val_top1']:.1%} (lr {best['lr']:g}, {best['steps']})" if best else ""
             tick = time.perf_counter()
             fitted = train_run(cfg, prep, lr, steps, point_dir, prep.train, prep.val, console,
-                               _label(task, i, len(points), lr, steps, best), {**settings, "phase": "sweep"})
+                               f"{task.name} sweep {i}/{len(points)} lr {lr:g} × {steps}{shown}",
+                               {**settings, "phase": "sweep"})
             last = fitted.validated()
             point = {"lr": lr, "steps": steps, "val_top1": last["val_top1"], "val_loss": last["val_loss"],
                      "train_loss": last.get("loss"), "seconds": time.perf_counter() - tick}
@@ -138,8 +129,7 @@ def sweep_task(cfg: TransferConfig, task: Task, resume: bool = False, console: C
                splits: TaskSplits | None = None) -> list[dict[str, Any]]:
     """The first half of `--select suite`: the task's sweep alone (its finished result's, when it has one)."""
     console = console or make_console(cfg.quiet)
-    root = _claim(cfg, task, resume)
-    done = read_json_object(root / "result.json")
+    root, done = _claim(cfg, task, resume)
     if done is not None:
         return done["sweep"]
     prep, settings = _open(cfg, task, splits, console)
@@ -151,8 +141,7 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
     """The whole protocol on one task; returns (and writes) its result. `chosen`: the suite's choice of (lr, steps)
     (`--select suite`), which replaces the task's own best point."""
     console = console or make_console(cfg.quiet)
-    root = _claim(cfg, task, resume)
-    done = read_json_object(root / "result.json")
+    root, done = _claim(cfg, task, resume)
     if done is not None and chosen is not None and done.get("chosen") != {"lr": chosen["lr"], "steps": chosen["steps"]}:
         raise VitxError(f"{root} was retrained with {done.get('chosen')}, not the suite's choice lr {chosen['lr']:g} × "
                         f"{chosen['steps']}; choose another --output-dir")
@@ -176,8 +165,11 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
         best, selection = chosen, "suite"
     else:
         best, selection = max(sweep, key=lambda p: p["val_top1"]), "task"
-    if sweep and cfg.curves and is_main_process():
-        _draw_sweep(task, sweep, best, root, console)
+    if sweep and cfg.curves and is_main_process():  # sweep.png: val top-1 per lr × steps, the choice ringed
+        from ..plots import SWEEP, draw_sweep, try_draw  # (a failure is a warning line)
+
+        try_draw(SWEEP, draw_sweep, sweep, best, root / SWEEP, f"{task.name}: sweep on train → val",
+                 warn=lambda line: console.print(line, markup=False, soft_wrap=True))
 
     tick = time.perf_counter()
     seeds = cfg.seeds or [cfg.seed]
@@ -191,7 +183,7 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
                                             "chosen": {"lr": best["lr"], "steps": best["steps"]}},
                            curves=cfg.curves and i == 0)
         console.print(f"{task.name}: evaluating on {cfg.test_samples or len(prep.test)} test images", soft_wrap=True)
-        per_seed.append(test_metrics(fitted, prep, cfg.test_samples))
+        per_seed.append(fitted.trainer.evaluate(prep.test, limit=cfg.test_samples or len(prep.test), prefix="test_"))
     top1 = [t["test_top1"] for t in per_seed]
     result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": sweep,
               "chosen": {"lr": best["lr"], "steps": best["steps"]}, "selection": selection,
@@ -211,8 +203,6 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
 def compare_with(cfg: TransferConfig, results: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
     """Published rows to show beside the results: `--compare` names, else those of the same timm start and
     method. Each with its numbers on the tasks run and its mean over the tasks counted here."""
-    from ..tasks.published import matching, published
-
     rows = [published(n) for n in cfg.compare] or matching(cfg.start, resolve_adapters(cfg.adapters)[-1].name)
     counted = [r["task"] for r in results if r["task"] not in summary["left_out"]]
     shown = {}
@@ -232,11 +222,9 @@ def compare_with(cfg: TransferConfig, results: list[dict[str, Any]], summary: di
 def choose_for_suite(sweeps: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """The paper's selection: the (lr, steps) with the best mean val top-1 over the tasks (ties: the first in
     sweep order). Returns the choice and the table it was made from."""
-    table = []
-    for points in zip(*sweeps.values()):
-        lr, steps = points[0]["lr"], points[0]["steps"]
-        table.append({"lr": lr, "steps": steps, "mean_val_top1": statistics.fmean(p["val_top1"] for p in points),
-                      "val_top1": {task: p["val_top1"] for task, p in zip(sweeps, points)}})
+    table = [{"lr": points[0]["lr"], "steps": points[0]["steps"],
+              "mean_val_top1": statistics.fmean(p["val_top1"] for p in points),
+              "val_top1": {task: p["val_top1"] for task, p in zip(sweeps, points)}} for points in zip(*sweeps.values())]
     best = max(table, key=lambda row: row["mean_val_top1"])
     return {"select": "suite", "lr": best["lr"], "steps": best["steps"], "mean_val_top1": best["mean_val_top1"],
             "tasks": list(sweeps), "table": table}

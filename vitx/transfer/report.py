@@ -106,9 +106,8 @@ def print_selection(choice: dict[str, Any], console: Console) -> None:
 def print_fewshot(result: dict[str, Any], start: str, reg: float) -> None:
     """One dataset's few-shot accuracies: mean and per seed for each shot count."""
     table = Table(title=f"few-shot linear evaluation: {result['data']} from {start}")
-    table.add_column("shots", justify="right")
-    table.add_column("mean top-1", justify="right")
-    table.add_column("per seed", justify="right")
+    for col in ("shots", "mean top-1", "per seed"):
+        table.add_column(col, justify="right")
     for k, row in result["shots"].items():
         table.add_row(k, f"{row['mean']:.2%}", "  ".join(f"{a:.1%}" for a in row["per_seed"]))
     table.caption = (f"{result['num_classes']} classes, chance {1 / result['num_classes']:.1%}; "
