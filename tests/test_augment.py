@@ -66,7 +66,7 @@ def test_mixup_cutmix_train_on_soft_targets_and_evaluate_on_hard_labels():
 
 
 def test_bad_augmentation_settings_are_one_line_errors():
-    with pytest.raises(VitxError, match="not a timm RandAugment policy"):
+    with pytest.raises(VitxError, match="not a timm augmentation policy"):
         PretrainConfig(randaugment="rand-zz").validate()
     with pytest.raises(VitxError, match="random-erasing"):
         PretrainConfig(random_erasing=1.5).validate()
@@ -80,9 +80,9 @@ def test_randaugment_inc1_never_posterizes_to_zero_bits():
     import numpy as np
     from PIL import Image
 
-    from vitx.data.transforms import rand_augment_policy
+    from vitx.data.transforms import augment_policy
 
-    policy = rand_augment_policy("rand-m9-mstd0.5-inc1", 16, (0.5, 0.5, 0.5))
+    policy = augment_policy("rand-m9-mstd0.5-inc1", 16, (0.5, 0.5, 0.5))
     assert {op.magnitude_max for op in policy.ops} == {9.99}
     posterize = next(op for op in policy.ops if op.name == "PosterizeIncreasing")
     posterize.prob, posterize.magnitude_std = 1.0, 0.0

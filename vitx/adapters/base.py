@@ -12,6 +12,7 @@ change it in place, one per role, applied in role order:
 """
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -45,6 +46,14 @@ class Adapter:
     def describe(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
         return f"{self.name}({opts})" if opts else self.name
+
+
+def freeze(module: nn.Module) -> None:
+    """No gradients, and eval mode for good: a frozen backbone's drop-path and dropout stay off while the rest of
+    the model trains (a linear probe reads the features evaluation reads)."""
+    module.requires_grad_(False)
+    module.eval()
+    module.train = types.MethodType(lambda self, mode=True: self, module)  # model.train() leaves it in eval
 
 
 def trainable_parameters(model: nn.Module) -> int:

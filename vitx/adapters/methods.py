@@ -6,7 +6,7 @@ import torch.nn as nn
 
 from ..evaluation import FEWSHOT_REG
 from ..registry import register_adapter
-from .base import AdaptContext, Adapter
+from .base import AdaptContext, Adapter, freeze
 
 
 @register_adapter("finetune",
@@ -19,12 +19,12 @@ class FineTune(Adapter):
 
 
 @register_adapter("linear-probe",
-                  description="frozen backbone, only the linear head trains")
+                  description="frozen backbone (in eval mode), only the linear head trains")
 class LinearProbe(Adapter):
     role = "method"
 
     def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
-        model.backbone.requires_grad_(False)
+        freeze(model.backbone)  # in eval mode too: drop-path and dropout off, as evaluation reads it
         model.head.requires_grad_(True)
 
 

@@ -193,44 +193,57 @@ class Preprocess:
         return (h - side) // 2, (w - side) // 2, side, side
 
 
+POLICY_EXAMPLE = "rand-m9-mstd0.5-inc1, original, v0, augmix-m5-w4-d2 or trivialaugment"
+
+
 @lru_cache(maxsize=8)
-def rand_augment_policy(policy: str, size: int, mean: tuple[float, ...]):  # one per policy in each worker
-    from timm.data import rand_augment_transform
-
-    from ..errors import VitxError
-
+def augment_policy(policy: str, size: int, mean: tuple[float, ...]):  # one per policy in each worker
+    """The PIL transform of a timm policy string, as timm's `create_transform(auto_augment=...)` picks it:
+    rand-* RandAugment, augmix-* AugMix, original/v0/3a[-mstdX] AutoAugment; trivialaugment is torchvision's
+    TrivialAugmentWide."""
     import re
 
+    from timm.data.auto_augment import augment_and_mix_transform, auto_augment_transform, rand_augment_transform
+
+    bad = VitxError(f"randaugment '{policy}' is not a timm augmentation policy (e.g. {POLICY_EXAMPLE})")
+    if policy == "trivialaugment":
+        from torchvision.transforms import TrivialAugmentWide
+
+        return TrivialAugmentWide()
     parts = policy.split("-")
-    if parts[0] != "rand" or any(not p.startswith("t") and not re.fullmatch(r"[a-z]+\d[\d.]*", p) for p in parts[1:]):
-        raise VitxError(f"randaugment '{policy}' is not a timm RandAugment policy (e.g. rand-m9-mstd0.5-inc1)")
+    if parts[0] == "rand" and any(not p.startswith("t") and not re.fullmatch(r"[a-z]+\d[\d.]*", p) for p in parts[1:]):
+        raise bad
     # magnitude_max just under timm's 10: at 10, an "inc1" policy posterizes to 0 bits, which Pillow ≥ 12 refuses
     # (a worker crash a few hundred steps in); a policy's own "mmax" still wins
     hparams = {"translate_const": int(size * 0.45), "img_mean": tuple(round(255 * m) for m in mean),
                "magnitude_max": 9.99}
+    build = {"rand": rand_augment_transform, "augmix": augment_and_mix_transform}.get(parts[0])
+    if build is None and parts[0] not in ("original", "originalr", "v0", "v0r", "3a"):
+        raise bad
     try:
-        return rand_augment_transform(policy, hparams)
+        return (build or auto_augment_transform)(policy, hparams)
     except (AssertionError, KeyError, ValueError, IndexError):
-        raise VitxError(f"randaugment '{policy}' is not a timm RandAugment policy (e.g. rand-m9-mstd0.5-inc1)") \
-            from None
+        raise bad from None
 
 
 def _rand_augment(image: torch.Tensor, policy: str, size: int, mean: tuple[float, ...],
                   rng: np.random.Generator) -> torch.Tensor:
-    """timm's RandAugment (a PIL transform) on a (3, S, S) uint8 tensor. timm draws from Python's and NumPy's
-    global generators: they are seeded from this sample's own generator and restored after, so the sample's
-    augmentation depends on (seed, position) alone, as the crop does."""
+    """A timm policy (a PIL transform) on a (3, S, S) uint8 tensor. timm draws from Python's and NumPy's global
+    generators, torchvision's TrivialAugment from torch's: all are seeded from this sample's own generator and
+    restored after, so the sample's augmentation depends on (seed, position) alone, as the crop does."""
     import random
 
     from PIL import Image
 
-    op = rand_augment_policy(policy, size, mean)
+    op = augment_policy(policy, size, mean)
     state, np_state = random.getstate(), np.random.get_state()
     seed = int(rng.integers(2**63))
     random.seed(seed)
     np.random.seed(seed % 2**32)
     try:
-        out = op(Image.fromarray(image.permute(1, 2, 0).numpy()))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            out = op(Image.fromarray(image.permute(1, 2, 0).numpy()))
     finally:
         random.setstate(state)
         np.random.set_state(np_state)

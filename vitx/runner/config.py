@@ -10,8 +10,10 @@ from ..evaluation import FEATURES
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, SCHEDULE, SYSTEM, check, setting
 from ..settings import defaults, result_settings
 
+# adamw, adam and sgd are built by vitx (runner/optim.py); the others by timm's optimizer factory
+OPTIMIZERS = ("adamw", "adam", "sgd", "lamb", "lars", "lion", "nadamw", "adopt", "adan", "rmsprop", "adafactor")
 CHOICES = {
-    "optimizer": ("adamw", "adam", "sgd"),
+    "optimizer": OPTIMIZERS,
     "schedule": ("cosine", "linear"),
     "precision": ("no", "bf16", "fp16"),
     "monitor_features": FEATURES,
@@ -22,6 +24,33 @@ CHOICES = {
 # allocating for minutes. Seeds are what numpy's generators take.
 LIMITS = {"batch_size": 65_536, "grad_accum": 65_536, "image_size": 4_096, "eval_samples": 10_000_000,
           "test_samples": 10_000_000, "workers": 256, "shuffle_buffer": 1_000_000, "seed": 2 ** 32 - 1}
+
+
+# Settings that pre-training and transfer both take, declared once: each config calls `shared(name, default)`
+# with its own default (the paper's pre-training and fine-tuning recipes differ).
+SHARED = {
+    "optimizer": dict(help="adamw, adam, sgd (momentum 0.9), or timm's lamb, lars, lion, nadamw, adopt, adan, rmsprop, adafactor.", group=OPTIMISATION, choices=OPTIMIZERS),
+    "weight_decay": dict(help="Weight decay (not on biases, norms, position embeddings or the \\[class] token).", group=OPTIMISATION, min=0),
+    "layer_decay": dict(help="Layer-wise lr decay: block i of L learns at lr · d^(L+1−i), the embeddings least, the head at lr (BEiT/MAE fine-tuning: 0.65–0.75); 1: off.", group=OPTIMISATION, above=0, max=1),
+    "drop_path": dict(help="Stochastic depth: the last block drops its residual branches with this probability, block i at i/(L−1) of it.", group=OPTIMISATION, min=0, below=1),
+    "crop_scale": dict(help="Smallest random-crop area fraction.", group=DATA, above=0, max=1),
+    "hflip": dict(help="Random horizontal flips of training images; off where a mirror image is another class (digits, text).", group=DATA),
+    "randaugment": dict(help="timm augmentation policy for training images: rand-m9-mstd0.5-inc1 (RandAugment), original or v0 (AutoAugment), augmix-m5-w4-d2, or trivialaugment (TrivialAugment Wide).", group=DATA),
+    "random_erasing": dict(help="Probability of timm's RandomErasing per training image.", group=DATA, min=0, max=1),
+}
+
+
+def shared(name: str, default: Any) -> Any:
+    """The declaration of a setting both `vitx pretrain` and `vitx transfer` take, with this config's default."""
+    return setting(default, **SHARED[name])
+
+
+def check_policy(policy: str) -> None:
+    """A bad --randaugment policy fails at once, in one line, not in a loader worker minutes later."""
+    if policy:
+        from ..data.transforms import augment_policy
+
+        augment_policy(policy, 32, (0.5, 0.5, 0.5))
 
 
 def default_workers() -> int:
@@ -56,17 +85,19 @@ class PretrainConfig:
     image_key: str = setting("", "The column that holds the images.", DATA, shown="the first image column")
     stream: bool = setting(False, "Stream a hub dataset (or a local copy of one) instead of downloading it whole; tar shards always stream.", DATA)
     shuffle_buffer: int = setting(5000, "Streams: shuffle through a seeded buffer of this many encoded images per process; 0: read in order.", DATA, min=0, limit=LIMITS["shuffle_buffer"])
-    crop_scale: float = setting(0.8, "Smallest random-crop area fraction.", DATA, above=0, max=1)
-    hflip: bool = setting(True, "Random horizontal flips of training images; off where a mirror image is another class (digits, text).", DATA)
-    randaugment: str = setting("", "timm RandAugment policy for training images, e.g. rand-m9-mstd0.5-inc1.", DATA)
-    random_erasing: float = setting(0.0, "Probability of timm's RandomErasing per training image.", DATA, min=0, max=1)
+    crop_scale: float = shared("crop_scale", 0.8)
+    hflip: bool = shared("hflip", True)
+    randaugment: str = shared("randaugment", "")
+    random_erasing: float = shared("random_erasing", 0.0)
     skip_corrupt: bool = setting(False, "Skip (and count) undecodable images instead of stopping.", DATA)
     workers: int = setting(-1, "Loader worker processes per process.", DATA, min=-1, limit=LIMITS["workers"], says="must be -1 (the default: as many as the cores allow) or more", shown="the cores available / local processes - 1; at most 4 when training on the CPU", result=False)
     batch_size: int = setting(128, "Global batch per optimiser step, over all processes and accumulation steps.", OPTIMISATION, above=0, limit=LIMITS["batch_size"])
     grad_accum: int = setting(1, "Gradient accumulation steps (memory).", OPTIMISATION, above=0, limit=LIMITS["grad_accum"])
-    optimizer: str = setting("adamw", "adamw, adam or sgd (momentum 0.9).", OPTIMISATION, choices=CHOICES["optimizer"])
+    optimizer: str = shared("optimizer", "adamw")
     lr: float = setting(2e-3, "Peak learning rate.", OPTIMISATION, above=0)
-    weight_decay: float = setting(0.1, "Weight decay.", OPTIMISATION, min=0)
+    weight_decay: float = shared("weight_decay", 0.1)
+    layer_decay: float = shared("layer_decay", 1.0)
+    drop_path: float = shared("drop_path", 0.0)
     grad_clip: float = setting(1.0, "Global gradient-norm clip; 0 disables.", OPTIMISATION, min=0)
     precision: str = setting("no", "Mixed precision: no, bf16 or fp16 (GPU).", OPTIMISATION, choices=CHOICES["precision"])
     max_nonfinite_steps: int = setting(10, "Steps with a non-finite loss or gradient are skipped; stop after this many in a row.", OPTIMISATION, above=0, result=False)
@@ -96,10 +127,7 @@ class PretrainConfig:
         from .preemption import parse_signals
 
         parse_signals(self.stop_signals)
-        if self.randaugment:
-            from ..data.transforms import rand_augment_policy
-
-            rand_augment_policy(self.randaugment, 32, (0.5, 0.5, 0.5))  # a bad policy fails here, in one line
+        check_policy(self.randaugment)
         return self
 
     def to_dict(self) -> dict[str, Any]:

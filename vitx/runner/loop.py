@@ -131,7 +131,7 @@ class Trainer:
                 if acc.sync_gradients:
                     s.objective.on_after_backward()
                     out["grad_norm"] = self._clip_gradients()
-                    step_lr = s.optimizer.param_groups[0]["lr"]  # the rate this update uses
+                    step_lr = self._peak_lr()  # the rate this update uses
                     bad = bad + (~torch.isfinite(out["grad_norm"])).float()
                     ok = self._decide_and_step(bad)
                     s.scheduler.step()
@@ -165,6 +165,11 @@ class Trainer:
         if not skip:
             s.optimizer.step()
         return torch.full((), 0.0 if skip else 1.0, device=acc.device)
+
+    def _peak_lr(self) -> Any:
+        """The learning rate of the update about to be made, at full scale (layer decay scales the groups)."""
+        group = self.s.optimizer.param_groups[0]
+        return group["lr"] / group.get("lr_scale", 1.0) if group.get("lr_scale", 1.0) != 1.0 else group["lr"]
 
     def _clip_gradients(self) -> torch.Tensor:
         """The global gradient norm before clipping; clipped to --grad-clip (0: measured, not clipped)."""

@@ -1,25 +1,61 @@
-"""Optimisers and learning-rate schedules from the paper: Adam(W) for pre-training, SGD+momentum for transfer."""
+"""Optimisers and learning-rate schedules: the paper's Adam(W) for pre-training and SGD+momentum for transfer,
+any other of timm's optimizer factory by name, and layer-wise learning-rate decay (BEiT/MAE fine-tuning)."""
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 import torch.nn as nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from ..errors import VitxError
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Decay matrices only: biases, norms, position embeddings and the [class] token are not decayed."""
+# vitx builds these itself (fused Adam(W) on CUDA, as the runner's non-finite skip expects); the rest of
+# OPTIMIZERS (runner/config.py) come from timm.optim.create_optimizer_v2
+OWN = ("adamw", "adam", "sgd")
+
+
+def layer_id(name: str, depth: int) -> int:
+    """A parameter's depth for layer decay, as MAE's `get_layer_id_for_vit` and timm's group matcher count it:
+    the embeddings (patch, position, [class] and register tokens) are layer 0, block i is layer i + 1, and the
+    final norm and every head are layer depth + 1."""
+    local = name.split("backbone.", 1)[1] if name.startswith("backbone.") else None
+    if local is None:
+        return depth + 1
+    if local.startswith(("patch_embed", "pos_embed", "cls_token", "reg_token")):
+        return 0
+    found = re.match(r"blocks\.(\d+)\.", local)
+    return int(found.group(1)) + 1 if found else depth + 1
+
+
+def param_groups(model: nn.Module, weight_decay: float, lr: float,
+                 layer_decay: float = 1.0) -> list[dict]:
+    """Decay matrices only: biases, norms, position embeddings and the [class] token are not decayed. With
+    `layer_decay` < 1, block i's learning rate is lr · layer_decay^(depth + 1 − layer_id): the embeddings move
+    least and the head at the full rate (`lr_scale` records each group's factor)."""
     skip: set[str] = set()
     for prefix, module in model.named_modules():
         if hasattr(module, "no_weight_decay"):
             skip |= {f"{prefix}.{n}" if prefix else n for n in module.no_weight_decay()}
-    decay, no_decay = [], []
+    depth = len(getattr(getattr(model, "backbone", None), "blocks", ()))
+    if layer_decay != 1.0 and depth == 0:
+        raise VitxError("--layer-decay needs a backbone with transformer blocks (backbone.blocks)")
+    groups: dict[tuple[int, bool], dict] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        (no_decay if p.ndim <= 1 or name in skip else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        decayed = not (p.ndim <= 1 or name in skip)
+        layer = layer_id(name, depth) if layer_decay != 1.0 else 0
+        scale = layer_decay ** (depth + 1 - layer) if layer_decay != 1.0 else 1.0
+        group = groups.setdefault((layer, decayed), {"params": [], "weight_decay": weight_decay if decayed else 0.0,
+                                                     "lr": lr * scale, "lr_scale": scale})
+        group["params"].append(p)
+    if layer_decay == 1.0:  # the paper's two groups, in their order (decayed first), even when one is empty
+        groups.setdefault((0, True), {"params": [], "weight_decay": weight_decay, "lr": lr, "lr_scale": 1.0})
+        groups.setdefault((0, False), {"params": [], "weight_decay": 0.0, "lr": lr, "lr_scale": 1.0})
+        return [groups[(0, True)], groups[(0, False)]]
+    return [groups[key] for key in sorted(groups, key=lambda k: (k[0], not k[1]))]
 
 
 def fuse(device: torch.device) -> bool:
@@ -29,12 +65,13 @@ def fuse(device: torch.device) -> bool:
 
 
 def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float,
-                    device: torch.device | str = "cpu") -> torch.optim.Optimizer:
-    """adamw (decoupled decay) and adam use β = (0.9, 0.999) as in the paper; sgd uses momentum 0.9.
+                    device: torch.device | str = "cpu", layer_decay: float = 1.0) -> torch.optim.Optimizer:
+    """adamw (decoupled decay) and adam use β = (0.9, 0.999) as in the paper; sgd uses momentum 0.9; any other
+    name is timm's optimizer of that name (momentum 0.9 where it has one), over the same parameter groups.
 
     On CUDA, Adam(W) runs fused (one kernel for every parameter's update, instead of a few per parameter
     list); elsewhere it keeps PyTorch's default (foreach)."""
-    groups = param_groups(model, weight_decay)
+    groups = param_groups(model, weight_decay, lr, layer_decay)
     fused = {"fused": True} if fuse(torch.device(device)) else {}
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), **fused)
@@ -42,7 +79,10 @@ def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float,
         return torch.optim.Adam(groups, lr=lr, betas=(0.9, 0.999), **fused)
     if name == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=0.9)
-    raise ValueError(name)
+    from timm.optim import create_optimizer_v2
+
+    return create_optimizer_v2([g for g in groups if g["params"]], opt=name, lr=lr, weight_decay=weight_decay,
+                               momentum=0.9)
 
 
 def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:

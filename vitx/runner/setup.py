@@ -14,6 +14,7 @@ from safetensors import SafetensorError
 
 from .. import __version__
 from ..backbones import backbone_record, create_backbone
+from ..backbones.droppath import set_drop_path
 from ..checkpoint import read_config
 from ..data import DataOptions, Preprocess, open_data
 from ..data.columns import require_labels
@@ -81,7 +82,8 @@ def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective
     Only parameters that require gradients are optimised (frozen backbones, adapters). `record` is extra
     config.json content (e.g. how a transfer run was set up).
     """
-    optimizer = build_optimizer(objective, cfg.optimizer, cfg.lr, cfg.weight_decay, accelerator.device)
+    optimizer = build_optimizer(objective, cfg.optimizer, cfg.lr, cfg.weight_decay, accelerator.device,
+                                cfg.layer_decay)
     scheduler = build_schedule(optimizer, cfg.steps, cfg.warmup_steps, cfg.schedule)
     configure_deepspeed(accelerator, cfg)
     model, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
@@ -122,14 +124,15 @@ def set_lr(scheduler: Any, lr: float) -> None:
     """Give a loaded schedule a new peak lr: the resumed optimiser and schedule carry the old one."""
     inner = getattr(scheduler, "scheduler", scheduler)  # Accelerate's wrapper
     factor = inner.lr_lambdas[0](inner.last_epoch)
-    inner.base_lrs = [lr for _ in inner.base_lrs]
-    inner._last_lr = [lr * factor for _ in inner.base_lrs]
-    for group in inner.optimizer.param_groups:
-        group["initial_lr"] = lr
+    scales = [group.get("lr_scale", 1.0) for group in inner.optimizer.param_groups]  # layer decay's factors
+    inner.base_lrs = [lr * scale for scale in scales]
+    inner._last_lr = [lr * scale * factor for scale in scales]
+    for group, scale in zip(inner.optimizer.param_groups, scales):
+        group["initial_lr"] = lr * scale
         if torch.is_tensor(group["lr"]):
-            group["lr"].fill_(lr * factor)
+            group["lr"].fill_(lr * scale * factor)
         else:
-            group["lr"] = lr * factor
+            group["lr"] = lr * scale * factor
 
 
 def _initial(cfg: PretrainConfig) -> tuple[Any, dict[str, tuple[float, ...]]]:
@@ -177,6 +180,8 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
         backbone = create_backbone(model_name, **model_opts)
         pretrained = model_name.startswith("timm:") and model_opts.get("pretrained")  # weights with their own input
         normal = _normalisation(model_name, backbone) if pretrained else {}
+    if cfg.drop_path > 0:  # (a --model spec's drop_path_rate stays when --drop-path is not given)
+        set_drop_path(backbone, cfg.drop_path)
     image_size = int(backbone.patch_embed.img_size[0])
     preprocess = Preprocess(image_size=image_size, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
                             randaugment=cfg.randaugment, random_erasing=cfg.random_erasing, **normal)

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..data import INTERPOLATIONS
 from ..errors import VitxError
-from ..runner.config import CHOICES, LIMITS
+from ..runner.config import CHOICES, LIMITS, check_policy, shared
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, PROTOCOL, SCHEDULE, SYSTEM
 from ..settings import check, result_settings as declared_result_settings, setting
 
@@ -16,7 +16,7 @@ SELECT = ("auto", "suite", "task")  # auto: suite for more than one task (protoc
 @dataclass
 class TransferConfig:
     """Defaults are the paper's fine-tuning recipe (Appendix B.1.1) and VTAB-1k protocol: SGD momentum 0.9, no
-    weight decay, global-norm clip 1, cosine decay after a linear warm-up, batch 512; sweep lr × steps on
+    weight decay, no augmentation, global-norm clip 1, cosine decay after a linear warm-up, batch 512; sweep lr × steps on
     train800 → val200, choose one point for the whole suite on the mean val200 (`select`), retrain it on all 1000,
     report test accuracy. Each field is one option of `vitx transfer` (vitx/settings.py)."""
 
@@ -44,6 +44,18 @@ class TransferConfig:
     seeds: list[int] = setting([], "Repeat each task's final run with these seeds, e.g. 0,1,2: results are mean ± s.d. (the sweep and the data's draw use --seed).", PROTOCOL, min=0, shown="--seed alone", example="0,1,2")
     skip_missing: bool = setting(False, "In a suite, skip tasks whose data is unavailable.", PROTOCOL, result=False)
     allow_synthetic: bool = setting(False, "Count VTAB tasks read from vitx's synthetic regeneration (the embedded dSprites) in group and suite means; by default they are listed but left out.", PROTOCOL, result=False)
+    augment: bool = setting(False, "Augment training images: a random resized crop (--crop-scale), --hflip and --randaugment; off: the VTAB-1k protocol's resize alone.", DATA)
+    crop_scale: float = shared("crop_scale", 0.08)
+    hflip: bool = shared("hflip", True)
+    randaugment: str = shared("randaugment", "")
+    random_erasing: float = shared("random_erasing", 0.0)
+    mixup: float = setting(0.0, "Mixup's Beta α on training batches (timm's Mixup; MAE fine-tuning: 0.8); 0: off.", DATA, min=0)
+    cutmix: float = setting(0.0, "CutMix's Beta α (MAE fine-tuning: 1.0); 0: off.", DATA, min=0)
+    label_smoothing: float = setting(0.0, "Label smoothing of the cross-entropy (MAE fine-tuning: 0.1).", DATA, min=0, below=1)
+    optimizer: str = shared("optimizer", "sgd")
+    weight_decay: float = shared("weight_decay", 0.0)
+    layer_decay: float = shared("layer_decay", 1.0)
+    drop_path: float = shared("drop_path", 0.0)
     batch_size: int = setting(512, "Global batch per step.", OPTIMISATION, above=0, limit=LIMITS["batch_size"])
     grad_accum: int = setting(1, "Split each batch into this many accumulated micro-batches (memory).", OPTIMISATION, above=0, limit=LIMITS["grad_accum"], result=False)
     warmup: float = setting(0.1, "Warm-up, as a fraction of each run's steps.", SCHEDULE, min=0, below=1, says="is a fraction of the steps in [0, 1)")
@@ -66,6 +78,9 @@ class TransferConfig:
             raise VitxError("--lrs is empty: give at least one learning rate to sweep, e.g. --lrs 0.01,0.03")
         if not self.sweep_steps:
             raise VitxError("--sweep-steps is empty: give at least one step count, e.g. --sweep-steps 500,2500")
+        check_policy(self.randaugment)
+        if self.randaugment and not self.augment:
+            raise VitxError("--randaugment acts on augmented training images: add --augment")
         if len(set(self.seeds)) != len(self.seeds):
             raise VitxError(f"--seeds takes distinct non-negative whole numbers, e.g. --seeds 0,1,2; got {self.seeds}")
         from ..tasks.published import published

@@ -6,7 +6,7 @@ one point of the protocol (a sweep point or the final run) and can resume from i
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ import torch.nn as nn
 from rich.console import Console
 
 from ..adapters import AdaptContext, Adapter, resolve_adapters, trainable_parameters
+from ..backbones.droppath import set_drop_path
 from ..data import Preprocess, TensorSplit, decode_split
 from ..errors import VitxError
 from ..objectives.supervised import Supervised
@@ -44,6 +45,8 @@ class Prepared:
     val: TensorSplit  # valN, in memory
     test: Any  # an ImageSource, streamed (test splits can be large)
     input_from: str = ""  # where the mean, std and interpolation came from (the start, or the flags)
+    head_options: dict[str, float] = field(default_factory=dict)  # the classifier's loss: smoothing, mixup, cutmix
+    drop_path: float = 0.0  # stochastic depth set on each run's copy of the start
 
     @property
     def train_val(self) -> TensorSplit:
@@ -70,19 +73,25 @@ def prepare(cfg: TransferConfig, task: Task, splits: TaskSplits | None = None) -
     size = cfg.image_size or int(start.patch_embed.img_size[0])
     adapters = resolve_adapters(cfg.adapters)
     given = start_input(cfg.start, start)  # the start decides the input; --mean/--std/--interpolation override
-    # VTAB preprocessing: the whole image resized to a square, no augmentation (see data/memory.py)
+    # VTAB preprocessing: the whole image resized to a square (see data/memory.py), decoded once; with --augment
+    # each training step crops, flips and augments those squares, seeded per sample as pre-training does
     preprocess = Preprocess(image_size=size, mean=tuple(cfg.mean or given["mean"]), std=tuple(cfg.std or given["std"]),
-                            interpolation=cfg.interpolation or given["interpolation"], hflip=False, squash=True,
-                            augment=False)
+                            interpolation=cfg.interpolation or given["interpolation"], squash=True,
+                            augment=cfg.augment, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
+                            randaugment=cfg.randaugment, random_erasing=cfg.random_erasing)
     input_from = "--mean/--std/--interpolation" if (cfg.mean or cfg.std or cfg.interpolation) else given["source"]
     workers = default_workers() if cfg.workers < 0 else cfg.workers
     train, val = (decode_split(split, preprocess, workers=workers) for split in (splits.train, splits.val))
-    return Prepared(task, splits, start, adapters, preprocess, train, val, splits.test, input_from)
+    head_options = {k: getattr(cfg, k) for k in ("label_smoothing", "mixup", "cutmix") if getattr(cfg, k)}
+    return Prepared(task, splits, start, adapters, preprocess, train, val, splits.test, input_from, head_options,
+                    cfg.drop_path)
 
 
 def build_model(prep: Prepared) -> Supervised:
     """A copy of the start, as a classifier with the task's classes, with every adapter applied in role order."""
-    model = Supervised(copy.deepcopy(prep.start), prep.task.num_classes, head="linear")
+    model = Supervised(copy.deepcopy(prep.start), prep.task.num_classes, head="linear", **prep.head_options)
+    if prep.drop_path > 0:
+        set_drop_path(model.backbone, prep.drop_path)
     ctx = AdaptContext(image_size=prep.preprocess.image_size, num_classes=prep.task.num_classes)
     for adapter in prep.adapters:
         adapter.apply(model, ctx)
@@ -91,20 +100,30 @@ def build_model(prep: Prepared) -> Supervised:
     return model
 
 
+def parameter_counts(prep: Prepared) -> dict[str, int]:
+    """Trainable and total parameters of the task's model (adapters applied, head included): what a PEFT table
+    reports beside accuracy."""
+    model = build_model(prep)
+    return {"trainable": trainable_parameters(model), "total": sum(p.numel() for p in model.parameters())}
+
+
 def run_config(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_dir: Path, eval_samples: int,
                curves: bool = False) -> PretrainConfig:
-    """The runner's config for one transfer run: the paper's fine-tuning recipe. Its `init` is the start
+    """The runner's config for one transfer run (the paper's fine-tuning recipe by default). Its `init` is the start
     (`--from`), its `model` the start's architecture and its `data` where the task's images came from; the task
     is in config.json's `transfer` record. `curves`: draw the run's curves.png (the final run; sweep points are
     summed up in sweep.png, and `vitx plot` overlays them)."""
     record = getattr(prep.start, "vitx_record", None) or {}
     return PretrainConfig(
-        objective="supervised(head='linear')", model=str(record.get("name") or cfg.model or cfg.start),
+        objective=f"supervised({', '.join(f'{k}={v!r}' for k, v in {'head': 'linear', **prep.head_options}.items())})",
+        model=str(record.get("name") or cfg.model or cfg.start),
         init="" if cfg.start == "scratch" else cfg.start, data=prep.splits.origin, image_size=cfg.image_size, batch_size=cfg.batch_size, steps=steps, lr=lr,
-        warmup_steps=int(round(cfg.warmup * steps)), schedule="cosine", optimizer="sgd", weight_decay=0.0,
+        warmup_steps=int(round(cfg.warmup * steps)), schedule="cosine", optimizer=cfg.optimizer,
+        weight_decay=cfg.weight_decay, layer_decay=cfg.layer_decay, drop_path=cfg.drop_path,
         grad_clip=cfg.grad_clip, precision=cfg.precision, grad_accum=cfg.grad_accum, output_dir=str(out_dir),
         seed=cfg.seed, save_every=min(cfg.save_every, steps), keep_checkpoints=1, log_every=min(cfg.log_every, steps),
-        eval_samples=eval_samples, workers=cfg.workers, log_with="none", crop_scale=1.0, compile=cfg.compile,
+        eval_samples=eval_samples, workers=cfg.workers, log_with="none", crop_scale=cfg.crop_scale, hflip=cfg.hflip,
+        randaugment=cfg.randaugment, random_erasing=cfg.random_erasing, compile=cfg.compile,
         tf32=cfg.tf32, curves=curves, log_format=cfg.log_format, quiet=cfg.quiet,
     ).validate()
 
@@ -162,4 +181,4 @@ def closed_form(prep: Prepared, limit: int, start: str) -> dict[str, Any]:
             "test_samples": float(len(labels)), "features": features.kind}
 
 
-__all__ = ["Fitted", "Prepared", "build_model", "closed_form", "prepare", "run_config", "train_run"]
+__all__ = ["Fitted", "Prepared", "build_model", "closed_form", "parameter_counts", "prepare", "run_config", "train_run"]

@@ -40,7 +40,7 @@ from ..tasks import GROUPS, Task, TaskSplits, open_task, select_tasks
 from ..tasks.custom import describe_record
 from ..tasks.published import matching, published
 from .config import TransferConfig, result_settings
-from .finetune import Prepared, closed_form, prepare, train_run
+from .finetune import Prepared, closed_form, parameter_counts, prepare, train_run
 from .report import print_selection, print_summary, summarise
 
 
@@ -88,7 +88,10 @@ def _open(cfg: TransferConfig, task: Task, splits: TaskSplits | None, console: C
     settings = {"task": task.name, **result_settings(cfg), "vitx_version": __version__,
                 "source": prep.splits.source, "synthetic": prep.splits.synthetic,
                 "input": {"mean": list(prep.preprocess.mean), "std": list(prep.preprocess.std),
-                          "interpolation": prep.preprocess.interpolation, "from": prep.input_from}}
+                          "interpolation": prep.preprocess.interpolation, "from": prep.input_from},
+                "parameters": parameter_counts(prep)}  # what the method trains, of the whole model
+    counts = settings["parameters"]
+    console.print(f"{task.name}: trains {counts['trainable']:,} of {counts['total']:,} parameters", soft_wrap=True)
     record = prep.splits.record
     if record is not None:  # how the splits were made: a data task's draw, a VTAB task's definition
         shown = describe_record(record) if task.data is not None else f"splits {record['definition']}"
