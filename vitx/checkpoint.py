@@ -2,8 +2,7 @@
 
 A run directory holds `config.json` (everything needed to rebuild the model and its preprocessing),
 `model.safetensors` (the backbone, timm key names: `timm.create_model(config["backbone"]["timm_arch"],
-**config["backbone"]["timm_kwargs"])` loads it strictly) and `heads.safetensors` (the objective's heads).
-"""
+**config["backbone"]["timm_kwargs"])` loads it strictly) and `heads.safetensors` (the objective's heads)."""
 from __future__ import annotations
 
 import errno
@@ -42,10 +41,8 @@ def fsync_tree(root: Path) -> None:
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a kill leaves the old file or the new one, never half."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
+    tmp.write_text(text)
+    fsync_path(tmp)
     os.replace(tmp, path)
     fsync_path(path.parent)
 
@@ -88,12 +85,9 @@ def save_weights(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[st
 
 
 def export_state(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The weights to publish, with every module's `vitx_export(state, prefix)` applied in place.
-
-    A module that trains extra weights beside a standard layer (LoRA's low-rank factors, say) folds them into
-    the layer's own keys there, so model.safetensors stays a plain backbone that loads anywhere. The training
-    state that --resume reads is saved separately and keeps them apart.
-    """
+    """The weights to publish, with every module's `vitx_export(state, prefix)` applied in place: a module that
+    trains extra weights beside a standard layer (LoRA's low-rank factors, say) folds them into the layer's own
+    keys, so model.safetensors stays a plain backbone that loads anywhere (the training state keeps them apart)."""
     wrappers = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod")  # not in state-dict keys
     for name, module in model.named_modules():
         fold = getattr(module, "vitx_export", None)

@@ -14,15 +14,11 @@ class VitxError(Exception):
     label = "error"  # how the CLI's line starts
 
     def user_message(self) -> str:
-        """One line for the terminal.
-
-        Errors raised inside DataLoader workers come back wrapped with the worker's traceback in their
-        message; keep only the original one-line message.
-        """
+        """One line for the terminal: an error raised in a DataLoader worker comes back wrapped with the worker's
+        traceback in its message, of which only the original one-line message is kept."""
         text = str(self)
         if "Original Traceback" in text:
-            last = [line for line in text.strip().splitlines() if line.strip()][-1]
-            text = last.split(": ", 1)[1] if ": " in last else last
+            text = [line for line in text.strip().splitlines() if line.strip()][-1].split(": ", 1)[-1]
         return text.strip().splitlines()[0] if text.strip() else type(self).__name__
 
 

@@ -1,8 +1,7 @@
 """Classification heads on the pooled [class] representation.
 
 Pre-training uses an MLP with one tanh hidden layer; transfer replaces the whole head by a single zero-initialised
-linear layer (paper §3.1 and Appendix B.1.1).
-"""
+linear layer (paper §3.1 and Appendix B.1.1)."""
 from __future__ import annotations
 
 import torch
@@ -39,8 +38,7 @@ class LinearHead(nn.Linear):
 
 def build_head(kind: str, dim: int, num_classes: int) -> nn.Module:
     """`mlp` (pre-training, tanh hidden layer) or `linear` (zero-init)."""
-    if kind == "mlp":
-        return PreTrainingHead(dim, num_classes)
-    if kind == "linear":
-        return LinearHead(dim, num_classes)
-    raise VitxError(f"unknown head '{kind}'; choose mlp or linear")
+    heads = {"mlp": PreTrainingHead, "linear": LinearHead}
+    if kind not in heads:
+        raise VitxError(f"unknown head '{kind}'; choose mlp or linear")
+    return heads[kind](dim, num_classes)

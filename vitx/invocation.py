@@ -24,6 +24,4 @@ def recording(argv: list[str]) -> Iterator[None]:
 def command(fresh: bool = False) -> str | None:
     """The running command line, or None when vitx is used as a library. `fresh`: it made a new run, so a
     `--resume` in it found nothing to resume and is left out (the line says how the run was made)."""
-    if _current is None:
-        return None
-    return shlex.join([a for a in _current if not (fresh and a == "--resume")])
+    return None if _current is None else shlex.join([a for a in _current if not (fresh and a == "--resume")])

@@ -16,6 +16,7 @@ import os
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Callable
 
 from . import registry
 
@@ -33,54 +34,45 @@ def load_plugins(kind: str | None = None) -> None:
     when None), each once."""
     if os.environ.get("VITX_NO_PLUGINS") == "1":
         return
-    groups = [GROUP, *([KIND_GROUPS[kind]] if kind in KIND_GROUPS else KIND_GROUPS.values())]
-    for group in groups:
+    for group in [GROUP, *([KIND_GROUPS[kind]] if kind in KIND_GROUPS else KIND_GROUPS.values())]:
         if group not in _done:
             _done.add(group)
-            _load_group(group)
-
-
-def _load_group(group: str) -> None:
-    for ep in entry_points(group=group):
-        if ep.name in loaded or ep.name in failed:  # a package may name itself in several groups
-            continue
-        registry.load_builtins()
-        origin = origins[ep.name] = f"entry point {ep.name} ({ep.dist.name if ep.dist else ep.value})"
-        try:
-            with registry.registering_from(origin):
-                ep.load()
-            loaded[ep.name] = origin
-        except Exception as exc:  # a broken plugin must not take the toolkit down
-            failed[ep.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            print(f"warning: vitx plugin '{ep.name}' failed to load: {failed[ep.name]}", file=sys.stderr)
+            for ep in entry_points(group=group):  # a package may name itself in several groups: loaded once
+                _load(ep.name, f"entry point {ep.name} ({ep.dist.name if ep.dist else ep.value})", ep.load)
 
 
 def load_plugin(target: str) -> bool:
     """Import one plugin: a `.py` file or an importable module name. Reports a failure in one line, returns
     whether it loaded. Loading the same target twice does nothing."""
-    if target in loaded or target in failed:
-        return target in loaded
-    registry.load_builtins()
     is_file = target.endswith(".py") or os.sep in target
-    origin = origins[target] = f"file {target}" if is_file else f"module {target}"
+    return _load(target, f"file {target}" if is_file else f"module {target}",
+                 lambda: _exec_file(target) if is_file else importlib.import_module(target))
+
+
+def _load(name: str, origin: str, load: Callable[[], object]) -> bool:
+    """Run `load` once per plugin name, crediting what it registers to `origin`; whether the plugin loaded."""
+    if name in loaded or name in failed:
+        return name in loaded
+    registry.load_builtins()
+    origins[name] = origin
     try:
         with registry.registering_from(origin):
-            if is_file:
-                path = Path(target).expanduser()
-                if not path.is_file():
-                    raise FileNotFoundError(f"no such file {path}")
-                spec = importlib.util.spec_from_file_location(f"vitx_plugin_{path.stem}", path)
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[spec.name] = module
-                spec.loader.exec_module(module)
-            else:
-                importlib.import_module(target)
-        loaded[target] = origin
+            load()
+        loaded[name] = origin
         return True
-    except Exception as exc:
-        failed[target] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        print(f"warning: vitx plugin '{target}' failed to load: {failed[target]}", file=sys.stderr)
+    except Exception as exc:  # a broken plugin must not take the toolkit down
+        failed[name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        print(f"warning: vitx plugin '{name}' failed to load: {failed[name]}", file=sys.stderr)
         return False
+
+
+def _exec_file(target: str) -> None:
+    path = Path(target).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file {path}")
+    spec = importlib.util.spec_from_file_location(f"vitx_plugin_{path.stem}", path)
+    sys.modules[spec.name] = module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
 
 
 def load_env_plugins() -> None:

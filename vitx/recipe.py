@@ -8,8 +8,7 @@ A recipe file holds one table per command it configures, keyed like the command'
 
 Precedence, lowest first: the config's defaults, the recipe, `--set`, the command's own options. A key given both
 by `--set` and by its option is an error (one of them would be silently lost). Every value is checked against the
-config field's type; an unknown key is an error naming the close matches.
-"""
+config field's type; an unknown key is an error naming the close matches."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import VitxError
+from .settings import flags
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,12 +28,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
-
-
-def _unknown(key: str, known: list[str], where: str) -> VitxError:
-    close = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
-    hint = f" (did you mean {', '.join(close)}?)" if close else f" (known: {', '.join(known)})"
-    return VitxError(f"{where}: unknown key '{key}'{hint}")
 
 
 def field_types(cls: type) -> dict[str, Any]:
@@ -84,29 +78,20 @@ def check_value(kind: Any, value: Any, from_text: bool) -> Any:
         if not isinstance(value, list):
             raise ValueError
         return [check_value(item, v, from_text) for v in value]
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if from_text and str(value).lower() in _TRUE + _FALSE:
-            return str(value).lower() in _TRUE
-        raise ValueError
-    if kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ValueError
-    if kind is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if from_text and isinstance(value, str):  # .001 and 1. are numbers, though TOML says otherwise
-            return float(value)
-        raise ValueError
-    if kind is str:
-        if isinstance(value, str):
-            return value
-        if from_text:  # e.g. --set model=1 is the text "1"
-            return str(value)
-        raise ValueError
-    return value
+    if kind not in (bool, int, float, str):
+        return value
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is float and number:
+        return float(value)
+    if isinstance(value, kind) and (kind is not int or number):  # already the field's type (True is no integer)
+        return value
+    if from_text and kind is bool and str(value).lower() in _TRUE + _FALSE:
+        return str(value).lower() in _TRUE
+    if from_text and kind is float and isinstance(value, str):  # .001 and 1. are numbers, though TOML says otherwise
+        return float(value)
+    if from_text and kind is str:  # e.g. --set model=1 is the text "1"
+        return str(value)
+    raise ValueError
 
 
 def typed(cls: type, key: str, value: Any, where: str, from_text: bool = False) -> tuple[str, Any]:
@@ -114,7 +99,9 @@ def typed(cls: type, key: str, value: Any, where: str, from_text: bool = False) 
     types_ = field_types(cls)
     name = key.strip().replace("-", "_")
     if name not in types_:
-        raise _unknown(name, sorted(types_), where)
+        close = difflib.get_close_matches(name, sorted(types_), n=3, cutoff=0.5)
+        hint = f" (did you mean {', '.join(close)}?)" if close else f" (known: {', '.join(sorted(types_))})"
+        raise VitxError(f"{where}: unknown key '{name}'{hint}")
     raw = value
     if from_text and isinstance(value, str):
         parsed = _parse_text(value)
@@ -169,13 +156,9 @@ def resolve(cls: type, command: str, recipe: str | None, sets: list[str], option
     both = sorted(set(overrides) & set(options))
     if both:
         k = both[0]
-        from .settings import flags
-
         flag = flags(cls).get(k, f"--{k.replace('_', '-')}")
         raise VitxError(f"{k} is given twice: {flag} {options[k]!r} and --set {k}={overrides[k]!r}; keep one")
-    chosen.update(overrides)
-    chosen.update(options)
-    return chosen
+    return {**chosen, **overrides, **options}
 
 
 __all__ = ["check_value", "field_types", "load_recipe", "optional_of", "parse_sets", "resolve", "typed"]

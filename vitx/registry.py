@@ -1,8 +1,7 @@
 """One small registry for every pluggable kind: backbones, objectives, adapters and tasks.
 
 Each kind is a `Registry`; components register by name and are looked up by name, with close
-matches suggested on a typo. Nothing here knows what a backbone or an objective is.
-"""
+matches suggested on a typo. Nothing here knows what a backbone or an objective is."""
 from __future__ import annotations
 
 import contextlib
@@ -33,10 +32,6 @@ def registering_from(origin: str) -> Iterator[None]:
         _source = before
 
 
-def _plugins(kind: str) -> None:
-    discover(kind)
-
-
 @dataclass(frozen=True)
 class Entry:
     """A registered component: the object (usually a factory), a one-line description and its origin."""
@@ -49,11 +44,9 @@ class Entry:
 
 
 class Registry:
-    """Name → component for one kind of plugin.
-
-    `builtins` names the module whose import registers vitx's own components of this kind. It is imported on
-    the registry's first use, not with vitx: `vitx models` never imports torch, `vitx --help` nothing at all.
-    """
+    """Name → component for one kind of plugin. `builtins` names the module whose import registers vitx's own
+    components of this kind. It is imported on the registry's first use, not with vitx: `vitx models` never
+    imports torch, `vitx --help` nothing at all."""
 
     def __init__(self, kind: str, builtins: str | None = None) -> None:
         self.kind = kind
@@ -66,25 +59,16 @@ class Registry:
             module, self._builtins = self._builtins, None  # before the import: it registers through us
             importlib.import_module(module)
 
-    def register(
-        self,
-        name: str,
-        obj: Any = None,
-        *,
-        description: str = "",
-        source: str | None = None,
-        overwrite: bool = False,
-        **info: Any,
-    ) -> Any:
+    def register(self, name: str, obj: Any = None, *, description: str = "", source: str | None = None,
+                 overwrite: bool = False, **info: Any) -> Any:
         """Register `obj` under `name`; without `obj`, return a decorator that does so."""
         self._load_builtins()
 
         def add(target: Any) -> Any:
             if name in self._entries and not overwrite:
                 warnings.warn(f"{self.kind} '{name}' was already registered; replacing it", stacklevel=3)
-            doc_lines = (getattr(target, "__doc__", None) or "").strip().splitlines()
-            text = description or (doc_lines[0] if doc_lines else "")
-            self._entries[name] = Entry(name, target, text, source or _source, dict(info))
+            doc_lines = (getattr(target, "__doc__", None) or "").strip().splitlines() or [""]
+            self._entries[name] = Entry(name, target, description or doc_lines[0], source or _source, dict(info))
             return target
 
         return add if obj is None else add(obj)
@@ -93,21 +77,17 @@ class Registry:
         """The entry for `name`, or an error naming the closest registered names."""
         self._load_builtins()
         if name not in self._entries:
-            _plugins(self.kind)
-        try:
+            discover(self.kind)
+        if name in self._entries:
             return self._entries[name]
-        except KeyError:
-            raise UnknownNameError(self.unknown_message(name)) from None
-
-    def unknown_message(self, name: str) -> str:
         close = difflib.get_close_matches(name, list(self._entries), n=4, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(self._entries))}"
-        return f"unknown {self.kind} '{name}'{hint}"
+        raise UnknownNameError(f"unknown {self.kind} '{name}'{hint}")
 
     def names(self, pattern: str = "*") -> list[str]:
         """Registered names matching an fnmatch `pattern`, in registration order."""
         self._load_builtins()
-        _plugins(self.kind)
+        discover(self.kind)
         return [n for n in self._entries if fnmatch.fnmatchcase(n, pattern)]
 
     @contextlib.contextmanager

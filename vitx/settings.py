@@ -37,9 +37,8 @@ def setting(default: Any, help: str, group: str, *, flag: str | None = None, cho
     if group not in PANELS:
         raise ValueError(f"unknown panel {group!r}")
     meta = {"help": help, "group": group, "flag": flag, "choices": tuple(choices) if choices is not None else None,
-            "min": min, "above": above, "max": max, "below": below, "limit": limit, "cli": cli, "repeat": repeat, "shown": shown,
-            "says": says, "example": example, "result": result,
-            "length": length}
+            "min": min, "above": above, "max": max, "below": below, "limit": limit, "cli": cli, "repeat": repeat,
+            "shown": shown, "says": says, "example": example, "result": result, "length": length}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -127,11 +126,9 @@ def check_field(field: dataclasses.Field, value: Any, named: Callable[[dataclass
         if isinstance(item, float) and not math.isfinite(item):
             raise _refuse(field, value, "must be a finite number" if not isinstance(value, list) else
                           "must be finite numbers", named, own_words=False)
-        bad = ((meta["min"] is not None and item < meta["min"]) or (meta["above"] is not None and item <= meta["above"])
-               or (meta["below"] is not None and item >= meta["below"]))
-        if bad:
-            raise _refuse(field, item, f"must {_bounds(meta)}", named)
-        if meta["max"] is not None and item > meta["max"]:
+        low = (meta["min"] is not None and item < meta["min"]) or (meta["above"] is not None and item <= meta["above"])
+        high = (meta["max"] is not None and item > meta["max"]) or (meta["below"] is not None and item >= meta["below"])
+        if low or high:
             raise _refuse(field, item, f"must {_bounds(meta)}", named)
         if meta["limit"] is not None and item > meta["limit"]:
             raise VitxError(f"{named(field)} {item} is too large: at most {meta['limit']:,}, far above any "

@@ -5,6 +5,7 @@ Values are Python literals read with `ast.literal_eval`; nothing is ever evaluat
 from __future__ import annotations
 
 import ast
+import itertools
 from typing import Any
 
 from .errors import VitxError
@@ -36,16 +37,10 @@ def parse_spec(text: str) -> tuple[str, dict[str, Any]]:
 def split_specs(text: str, flag: str = "--task") -> list[str]:
     """`a,b,c` → the data specs or tasks, split at commas outside parentheses and braces
     (`embedded:digits(length=300)` keeps its options, `shards/train-{a,b}.tar` its pattern)."""
-    items, depth, current = [], 0, ""
-    for char in text:
-        depth += {"(": 1, ")": -1, "{": 1, "}": -1}.get(char, 0)  # options, and shard patterns {a,b}
-        if char == "," and depth == 0:
-            items.append(current.strip())
-            current = ""
-        else:
-            current += char
-    items.append(current.strip())
-    items = [i for i in items if i]
+    # nesting depth after each character: options, and shard patterns {a,b}
+    depths = itertools.accumulate({"(": 1, ")": -1, "{": 1, "}": -1}.get(char, 0) for char in text)
+    cuts = [i for i, (char, depth) in enumerate(zip(text, depths)) if char == "," and depth == 0]
+    items = [item for a, b in zip([-1, *cuts], [*cuts, len(text)]) if (item := text[a + 1:b].strip())]
     if not items:
         raise VitxError(f"{flag} is empty: give one or more, comma-separated")
     return items

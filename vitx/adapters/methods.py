@@ -12,8 +12,6 @@ from .base import AdaptContext, Adapter, freeze
 @register_adapter("finetune",
                   description="full fine-tuning: every backbone weight and the head train (the paper's transfer)")
 class FineTune(Adapter):
-    role = "method"
-
     def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
         model.requires_grad_(True)
 
@@ -21,8 +19,6 @@ class FineTune(Adapter):
 @register_adapter("linear-probe",
                   description="frozen backbone (in eval mode), only the linear head trains")
 class LinearProbe(Adapter):
-    role = "method"
-
     def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
         freeze(model.backbone)  # in eval mode too: drop-path and dropout off, as evaluation reads it
         model.head.requires_grad_(True)
@@ -33,7 +29,6 @@ class LinearProbe(Adapter):
 class FewShot(Adapter):
     """big_vision's few-shot linear evaluation: whitened features, bias feature, L2 `reg` (2^10)."""
 
-    role = "method"
     closed_form = True
 
     def __init__(self, reg: float = FEWSHOT_REG) -> None:

@@ -2,8 +2,7 @@
 
 Contract (timm's VisionTransformer): `forward_features(x) -> (B, N + prefix, D)` tokens,
 `forward_head(tokens, pre_logits=True) -> (B, D)`, attributes `patch_embed`, `pos_embed`, `cls_token`,
-`num_prefix_tokens`, `embed_dim`, and `set_grad_checkpointing()`.
-"""
+`num_prefix_tokens`, `embed_dim`, and `set_grad_checkpointing()`."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -21,20 +20,17 @@ __all__ = ["BackboneSpec", "create_backbone", "backbone_record", "count_paramete
 
 
 def create_backbone(name: str, **overrides: Any) -> "nn.Module":
-    """Build a registered backbone (or `timm:<arch>`) with `overrides` such as `img_size`, `patch_size`.
-
-    The result carries `vitx_record`: what config.json needs to build it again, in vitx and in timm.
-    """
+    """Build a registered backbone (or `timm:<arch>`) with `overrides` such as `img_size`, `patch_size`. The
+    result carries `vitx_record`: what config.json needs to build it again, in vitx and in timm."""
     grad_ckpt = bool(overrides.pop("grad_checkpointing", False))
     if name.startswith(TIMM_PREFIX):
         arch = name[len(TIMM_PREFIX):]
         folder = timm_folder(arch[len("local-dir:"):]) if arch.startswith("local-dir:") else None  # checked first
         model = create_timm_backbone(arch, **overrides)
-        timm_args = {k: v for k, v in overrides.items() if k != "pretrained"}
         if folder is not None:  # recorded as the architecture itself: rebuilt without the folder
             arch, folder_args = folder
-            timm_args = {**folder_args, **timm_args}
             name, overrides = TIMM_PREFIX + arch, {**folder_args, **overrides}
+        timm_args = {k: v for k, v in overrides.items() if k != "pretrained"}
         timm_args.setdefault("num_classes", 0)
     else:
         entry = BACKBONES.get(name)

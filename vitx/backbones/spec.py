@@ -35,26 +35,17 @@ class BackboneSpec:
 
     def timm_kwargs(self, **overrides: Any) -> dict[str, Any]:
         """Arguments for `timm.create_model(self.timm_arch, **...)`; the backbone has no head by default."""
-        args: dict[str, Any] = dict(
-            img_size=self.img_size,
-            embed_dim=self.width,
-            depth=self.depth,
-            num_heads=self.heads,
-            mlp_ratio=self.mlp / self.width,
-            num_classes=0,
-            weight_init="jax",  # the paper's initialisation (lecun-normal patches, zero head), via timm
-        )
+        # weight_init: the paper's initialisation (lecun-normal patches, zero head), via timm
+        args: dict[str, Any] = dict(img_size=self.img_size, embed_dim=self.width, depth=self.depth, num_heads=self.heads,
+                                    mlp_ratio=self.mlp / self.width, num_classes=0, weight_init="jax")
         if self.stride is None:
             args["patch_size"] = self.patch
-        args.update(self.kwargs)
-        args.update(overrides)
-        return args
+        return {**args, **self.kwargs, **overrides}
 
     def build(self, **overrides: Any) -> "nn.Module":
         import timm  # seconds to import: only when a network is built
 
-        accepted = _vit_args()
-        unknown = sorted(set(overrides) - accepted) if accepted is not None else []
+        unknown = _unknown_args(overrides)
         if unknown:
             raise VitxError(f"--model: unknown option '{unknown[0]}' for timm's {self.timm_arch} (options such as "
                             "depth, embed_dim, num_heads, mlp_ratio, patch_size, img_size, drop_path_rate)")
@@ -69,11 +60,9 @@ class BackboneSpec:
         side = img_size or self.img_size
         d, m, tokens = self.width, self.mlp, (side // (self.stride or self.patch)) ** 2
         if self.resnet_layers:  # ResNetV2 stem and bottleneck stages (GroupNorm), then a 1x1 projection
-            stem, width = 3 * 64 * 7 * 7 + 2 * 64, 64
-            params = stem
+            params, width = 3 * 64 * 7 * 7 + 2 * 64, 64  # the stem
             for i, blocks in enumerate(self.resnet_layers):
-                out = 256 * 2 ** i
-                mid = out // 4
+                out, mid = 256 * 2 ** i, 64 * 2 ** i  # a bottleneck's output and inner widths
                 params += width * out + 2 * out  # downsampling shortcut, first block
                 for b in range(blocks):
                     params += (width if b == 0 else out) * mid + 9 * mid * mid + mid * out + 2 * (2 * mid + out)
@@ -125,14 +114,14 @@ def weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
         raise VitxError(f"{path} is not a readable safetensors file ({exc})") from None
 
 
-def _vit_args() -> set[str] | None:
-    """The arguments timm's VisionTransformer takes (None: it takes any), which a registered spec builds."""
+def _unknown_args(args: dict[str, Any]) -> list[str]:
+    """The names in `args` (sorted) that timm's VisionTransformer, which a registered spec builds, does not take."""
     from timm.models.vision_transformer import VisionTransformer
 
     params = inspect.signature(VisionTransformer.__init__).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return None
-    return (set(params) - {"self"}) | NOT_BUILD_ARGS
+        return []
+    return sorted(set(args) - (set(params) - {"self"}) - NOT_BUILD_ARGS)
 
 
 def _check_args(args: dict[str, Any], shapes: dict[str, tuple[int, ...]], where: str,
@@ -206,13 +195,11 @@ def check_saved_backbone(record: Any, weights: Path, where: str) -> None:
             raise VitxError(f"{where}: backbone.{key} must be an object of arguments, got {_shown(record.get(key))}")
         _check_args(record[key], shapes, f"{where} backbone.{key}")
     name = record["name"]
-    entry = BACKBONES.get(name) if name in BACKBONES else None
-    if entry is None or not isinstance(entry.obj, BackboneSpec):
+    spec = BACKBONES.get(name).obj if name in BACKBONES else None
+    if not isinstance(spec, BackboneSpec):
         return
-    spec = entry.obj
-    accepted = _vit_args()
     for key in ("overrides", "timm_kwargs"):
-        unknown = sorted(set(record.get(key) or {}) - accepted) if accepted is not None else []
+        unknown = _unknown_args(record.get(key) or {})
         if unknown:
             raise VitxError(f"{where} backbone.{key}: unknown argument '{unknown[0]}' for {name} "
                             f"(timm {spec.timm_arch})")

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import difflib
+import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import VitxError, first_line
@@ -21,8 +23,7 @@ def create_timm_backbone(arch: str, **overrides: Any) -> "nn.Module":
         close = difflib.get_close_matches(arch, timm.list_models("*vit*"), n=4, cutoff=0.6)
         hint = f"; did you mean {', '.join(PREFIX + c for c in close)}?" if close else ""
         raise VitxError(f"timm has no model '{arch}'{hint}")
-    args = dict(num_classes=0)
-    args.update(overrides)
+    args = {"num_classes": 0, **overrides}
     pretrained = bool(args.pop("pretrained", False))
     try:
         model = timm.create_model(arch, pretrained=pretrained, **args)
@@ -30,8 +31,7 @@ def create_timm_backbone(arch: str, **overrides: Any) -> "nn.Module":
         raise VitxError(f"timm model '{arch}' does not accept these options ({exc})") from None
     except Exception as exc:  # hub failures come as many types (OSError, HTTPError, LocalEntryNotFoundError)
         if arch.startswith("local-dir:"):
-            first = first_line(exc)
-            raise VitxError(f"timm cannot build {arch}: {first}") from None
+            raise VitxError(f"timm cannot build {arch}: {first_line(exc)}") from None
         if pretrained:
             raise VitxError(f"could not fetch pretrained weights for timm:{arch} ({type(exc).__name__}); "
                             "are you offline? Use a local vitx checkpoint instead") from None
@@ -48,9 +48,6 @@ def timm_folder(folder: str) -> tuple[str, dict[str, Any]]:
     model.safetensors, as timm's `save_for_hf(..., safe_serialization=True)` and `vitx export` write it): enough to
     build the model again without the folder. Pickled weights are refused: vitx never unpickles a file a user
     points at."""
-    import json
-    from pathlib import Path
-
     path = Path(folder).expanduser()
     config = path / "config.json"
     if not config.is_file():

@@ -2,8 +2,7 @@
 
 All are timm `VisionTransformer`s: [class] token, learnable 1D position embeddings, pre-LN blocks with a GELU
 MLP, and a final LayerNorm; fused attention (scaled_dot_product_attention) and gradient checkpointing come
-from timm, and the weights use timm's key names.
-"""
+from timm, and the weights use timm's key names."""
 from __future__ import annotations
 
 from ..registry import BACKBONES
@@ -27,8 +26,5 @@ VARIANTS: dict[str, tuple[str, int, int, int, int, int, int]] = {
 }
 
 for _name, (_arch, _depth, _width, _mlp, _heads, _patch, _size) in VARIANTS.items():
-    BACKBONES.register(
-        _name,
-        BackboneSpec(_arch, _depth, _width, _mlp, _heads, _patch, _size),
-        description=f"ViT {_depth} layers, width {_width}, patch {_patch}, {_size}px",
-    )
+    BACKBONES.register(_name, BackboneSpec(_arch, _depth, _width, _mlp, _heads, _patch, _size),
+                       description=f"ViT {_depth} layers, width {_width}, patch {_patch}, {_size}px")

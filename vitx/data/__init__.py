@@ -5,14 +5,13 @@ from ..lazy import lazy_exports
 
 INTERPOLATIONS = ("bicubic", "bilinear", "nearest")  # how images are resized (transforms.py); torch-free here
 
-__all__ = ["INTERPOLATIONS", "EMBEDDED", "Batches", "DeadLeaves", "Digits", "EncodedImage", "Shapes", "HFImageSource", "ImageSource",
-           "Preprocess", "StreamSampler", "TensorSplit", "decode", "decode_split", "eval_loader",
-           "first_sample_batch", "DataOptions", "Opened", "open_data", "open_source", "train_loader"]
-__getattr__, __dir__ = lazy_exports(__name__, {
+_EXPORTS = {  # public name → the module that defines it, imported on first use
     **dict.fromkeys(["TensorSplit", "decode_split"], ".memory"),
     **dict.fromkeys(["Batches", "StreamSampler", "eval_loader", "first_sample_batch", "train_loader"], ".loader"),
     **dict.fromkeys(["EncodedImage", "decode"], ".decoding"),
     **dict.fromkeys(["EMBEDDED", "DeadLeaves", "Digits", "Shapes"], ".procedural"),
     **dict.fromkeys(["HFImageSource", "ImageSource"], ".sources"),
     **dict.fromkeys(["DataOptions", "Opened", "open_data", "open_source"], ".opener"),
-    "Preprocess": ".transforms"})
+    "Preprocess": ".transforms"}
+__all__ = ["INTERPOLATIONS", *_EXPORTS]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

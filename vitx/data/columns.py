@@ -60,11 +60,8 @@ def _kind(feature: Any) -> str:
 
 def describe_columns(features: Any) -> str:
     """`image, label, json.{label, caption}`: what a user can name with --image-key / --label-key."""
-    parts = []
-    for name, feature in features.items():
-        if name.startswith("__"):
-            continue
-        parts.append(f"{name}.{{{', '.join(feature)}}}" if isinstance(feature, dict) else name)
+    parts = [f"{name}.{{{', '.join(feature)}}}" if isinstance(feature, dict) else name
+             for name, feature in features.items() if not name.startswith("__")]
     return ", ".join(parts) or "none"
 
 
@@ -124,12 +121,9 @@ class Columns:
         named = next((k for k in LABEL_NAMES if k in features and k != self.image_key), None)
         if named is not None:
             return (named,)
-        for key, feature in features.items():
-            if isinstance(feature, dict):
-                field = next((k for k in LABEL_NAMES if k in feature), None)
-                if field is not None:
-                    return key, field
-        return (TEXT_LABEL,) if TEXT_LABEL in features else None
+        nested = next(((key, k) for key, feature in features.items() if isinstance(feature, dict)
+                       for k in LABEL_NAMES if k in feature), None)
+        return nested or ((TEXT_LABEL,) if TEXT_LABEL in features else None)
 
     def _feature(self) -> Any:
         feature = self.features[self.label_path[0]]
@@ -139,13 +133,11 @@ class Columns:
         feature = self._feature()
         kind = _kind(feature)
         where = ".".join(self.label_path)
-        if kind == "classlabel":
-            self.kind, self.num_classes, self.class_names = "classlabel", feature.num_classes, list(feature.names)
-            return
-        if kind == "multilabel":
-            inner = feature.feature if hasattr(feature, "feature") else feature[0]
-            self.kind, self.num_classes, self.class_names = "multi-label", inner.num_classes, list(inner.names)
-            self.multilabel = True
+        if kind in ("classlabel", "multilabel"):  # the feature names the classes
+            self.multilabel = kind == "multilabel"
+            inner = (feature.feature if hasattr(feature, "feature") else feature[0]) if self.multilabel else feature
+            self.kind = "multi-label" if self.multilabel else "classlabel"
+            self.num_classes, self.class_names = inner.num_classes, list(inner.names)
             return
         if kind == "other":
             raise VitxError(f"{self.origin}: the label column '{where}' holds {feature}, not class numbers or names; "
@@ -166,20 +158,16 @@ class Columns:
             low, high = min(int(v) for v in seen), max(int(v) for v in seen)
             if low < 0:
                 raise VitxError(f"{self.origin}: label {low} in '{where}' is negative; labels are classes 0..K-1")
-            if names:
-                if high >= len(names):
-                    raise VitxError(f"{self.origin}: label {high} in '{where}' but classnames.txt names "
-                                    f"{len(names)} classes")
-                self.num_classes, self.class_names = len(names), list(names)
-            else:
-                self.num_classes = high + 1
+            if names and high >= len(names):
+                raise VitxError(f"{self.origin}: label {high} in '{where}' but classnames.txt names "
+                                f"{len(names)} classes")
+            self.num_classes, self.class_names = (len(names), list(names)) if names else (high + 1, None)
             return
         present = sorted({str(v) for v in seen})
-        if names:
-            unknown = [v for v in present if v not in names]
-            if unknown:
-                raise VitxError(f"{self.origin}: label '{unknown[0]}' in '{where}' is not in classnames.txt")
-            present = list(names)
+        unknown = [v for v in present if v not in names] if names else []
+        if unknown:
+            raise VitxError(f"{self.origin}: label '{unknown[0]}' in '{where}' is not in classnames.txt")
+        present = list(names) if names else present
         self.num_classes, self.class_names = len(present), present
         self.index = {name: i for i, name in enumerate(present)}
 

@@ -40,13 +40,11 @@ class EncodedImage:
     @classmethod
     def from_file(cls, path: str) -> "EncodedImage":
         """A local file, or a remote one (`hf://`, `zip://`, ... as streamed image folders name them)."""
+        opener = open
         try:
             if "://" in path:
-                from datasets.utils.file_utils import xopen
-
-                with xopen(path, "rb") as f:
-                    return cls(f.read(), path)
-            with open(path, "rb") as f:
+                from datasets.utils.file_utils import xopen as opener
+            with opener(path, "rb") as f:
                 return cls(f.read(), path)
         except OSError as exc:
             raise CorruptImageError(f"cannot read image {path}: {exc.strerror or exc}") from None
@@ -115,13 +113,9 @@ def _torchvision_decode(image: EncodedImage) -> "torch.Tensor | None":
         return None
     raw = torch.from_numpy(np.frombuffer(image.data, dtype=np.uint8).copy())  # (bytes,)
     try:
-        if image.data[:3] == JPEG_MAGIC:
-            out = decode_jpeg(raw, mode=ImageReadMode.RGB)
-        else:
-            out = decode_image(raw, mode=ImageReadMode.RGB)
+        out = (decode_jpeg if image.data[:3] == JPEG_MAGIC else decode_image)(raw, mode=ImageReadMode.RGB)
     except Warning as exc:  # a warning made an error (python -W error): the decoder's fault, not the file's
-        first = str(exc).split(". ")[0].strip()
-        _unusable(f"{type(exc).__name__}: {first}")
+        _unusable(f"{type(exc).__name__}: {str(exc).split('. ')[0].strip()}")
         return None
     except Exception as exc:  # noqa: BLE001 — a format torchvision cannot read, or a damaged file: PIL decides
         if "image extension" in str(exc):  # "Couldn't load the image extension": its codec library is missing

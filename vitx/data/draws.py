@@ -57,13 +57,10 @@ def stratified_split(labels: np.ndarray, held: int, seed: Any) -> tuple[np.ndarr
     counts = np.floor(exact).astype(np.int64)
     order = np.lexsort((rng.random(len(classes)), -(exact - counts)))
     counts[order[: held - int(counts.sum())]] += 1
-    out = []
-    for c, k in zip(classes, counts):
-        members = np.flatnonzero(labels == c)
-        out.append(rng.choice(members, int(min(k, len(members))), replace=False))
+    out = [rng.choice(np.flatnonzero(labels == c), int(min(k, n)), replace=False)  # n: the class's members
+           for c, k, n in zip(classes, counts, sizes)]
     held_out = np.sort(np.concatenate(out)) if out else np.empty(0, dtype=np.int64)
-    kept = np.setdiff1d(np.arange(len(labels)), held_out)
-    return kept, held_out
+    return np.setdiff1d(np.arange(len(labels)), held_out), held_out  # (kept, held out)
 
 
 def class_counts(labels: np.ndarray, num_classes: int) -> list[int]:
@@ -153,7 +150,5 @@ def _cheap_labels(source: Any) -> bool:
 
 
 def _record(val: Any, split: str, how: str) -> dict[str, Any]:
-    record: dict[str, Any] = {"split": split, "images": len(val), "how": how}
-    if _cheap_labels(val):
-        record["class_counts"] = class_counts(source_labels(val), val.num_classes)
-    return record
+    counts = {"class_counts": class_counts(source_labels(val), val.num_classes)} if _cheap_labels(val) else {}
+    return {"split": split, "images": len(val), "how": how, **counts}

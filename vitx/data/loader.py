@@ -14,6 +14,8 @@ pinned when the model is on a GPU. The runner normalises on the device (`Preproc
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import itertools
 import os
 import signal
 import sys
@@ -40,8 +42,7 @@ class StreamSampler(Sampler[list[Key]]):
         if num_samples <= 0:
             raise ValueError("empty dataset")
         self.n, self.g, self.rank, self.world, self.seed = num_samples, global_micro_batch, rank, world, seed
-        self.start = start_micro_step
-        self.local = global_micro_batch // world
+        self.start, self.local = start_micro_step, global_micro_batch // world
         self._epoch, self._perm = -1, np.empty(0, dtype=np.int64)
 
     def index_at(self, position: int) -> int:
@@ -51,11 +52,9 @@ class StreamSampler(Sampler[list[Key]]):
         return int(self._perm[offset])
 
     def __iter__(self) -> Iterator[list[Key]]:
-        step = self.start
-        while True:
+        for step in itertools.count(self.start):
             first = step * self.g + self.rank * self.local
             yield [(self.index_at(p), p) for p in range(first, first + self.local)]
-            step += 1
 
 
 class Batches(Dataset):
@@ -89,21 +88,17 @@ class Batches(Dataset):
 
     def _load(self, item: Any, keys: Sequence[Key], j: int) -> tuple[torch.Tensor, Any, int]:
         """Decode `item` (an index, or a stream record), falling through to a replacement when skipping."""
-        for skipped in range(len(self.source) if isinstance(item, (int, np.integer)) else len(keys)):
+        indexed = isinstance(item, (int, np.integer))
+        for skipped in range(len(self.source) if indexed else len(keys)):
             try:
-                image, label = self.source.load(int(item)) if isinstance(item, (int, np.integer)) else item
+                image, label = self.source.load(int(item)) if indexed else item
                 return decode(image), label, skipped
             except CorruptImageError:
                 if not self.skip_corrupt:
                     raise
-            if isinstance(item, (int, np.integer)):
-                item = (int(item) + 1) % len(self.source)
-            else:
-                item = keys[(j + skipped + 1) % len(keys)][0]
-        raise CorruptImageError(f"no decodable image left to replace a corrupt one in {self._name()}")
-
-    def _name(self) -> str:
-        return str(getattr(self.source, "origin", type(self.source).__name__))
+            item = (int(item) + 1) % len(self.source) if indexed else keys[(j + skipped + 1) % len(keys)][0]
+        name = getattr(self.source, "origin", type(self.source).__name__)
+        raise CorruptImageError(f"no decodable image left to replace a corrupt one in {name}")
 
 
 def _as_is(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -129,8 +124,6 @@ def _die_with(parent: int) -> None:
     """Linux: this process gets SIGKILL when its parent dies (a worker busy on a huge batch never polls for it)."""
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
-
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):

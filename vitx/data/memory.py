@@ -42,13 +42,10 @@ def decode_split(source: ImageSource, preprocess: Preprocess, indices: Sequence[
     """Decode `indices` (default: all) of `source` at the eval resolution into a `TensorSplit`."""
     chosen = [int(i) for i in (range(len(source)) if indices is None else indices)]
     chunks = [[(i, None) for i in chosen[k:k + 256]] for k in range(0, len(chosen), 256)]
-    images, labels = [], []
     with iterate(make_loader(Batches(source, preprocess), chunks, workers=workers, pin=False)) as batches:
-        for batch in batches:
-            images.append(batch["image"])
-            labels.append(batch["label"])
-    if not images:
+        parts = list(batches)
+    if not parts:  # an empty split, of the right shape
         size = preprocess.image_size
-        return TensorSplit(torch.empty((0, 3, size, size), dtype=torch.uint8), torch.empty(0, dtype=torch.long),
-                           source.num_classes, source.class_names)
-    return TensorSplit(torch.cat(images), torch.cat(labels), source.num_classes, source.class_names)
+        parts = [{"image": torch.empty((0, 3, size, size), dtype=torch.uint8), "label": torch.empty(0).long()}]
+    return TensorSplit(torch.cat([b["image"] for b in parts]), torch.cat([b["label"] for b in parts]),
+                       source.num_classes, source.class_names)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,13 +29,17 @@ from typing import Any, Callable, Iterable
 
 from ..errors import VitxError, first_line
 from ..spec import parse_spec
-from .columns import SPLITS, Columns, split_name
+from .columns import SPLITS, Columns, require_classes, split_name
 from .procedural import EMBEDDED
+from .release import is_release, open_release
 from .sources import HFImageSource, column_values
+from .streams import StreamSource, check_complete, is_shards, shard_files
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm")
 TABLE_SUFFIXES = (".parquet", ".arrow", ".csv", ".jsonl", ".json", ".tsv")
 CLASSNAMES = "classnames.txt"
+HUB_FAILURE = ("cannot load '{path}' from the Hugging Face hub ({reason}); offline, download a copy where you have "
+               "internet (hf download {path} --repo-type dataset --local-dir DIR) and pass that folder")
 
 
 @dataclass
@@ -77,48 +82,32 @@ class Opened:
 
 def looks_like_data(spec: str) -> bool:
     """Whether a `--task` value names data rather than a registered task: a path that exists, hf:NAME, shards."""
-    from .streams import is_shards
-
     return spec.startswith(("hf:", "embedded:")) or is_shards(spec) or os.path.exists(os.path.expanduser(spec))
-
-
-def _looks_like_path(spec: str) -> bool:
-    return spec.startswith(("/", "./", "../", "~")) or os.path.exists(spec)
-
-
-def _quiet_unless_terminal() -> None:
-    """datasets' progress bars (preparing a split, resolving files) on a terminal only: in a log file or pipe
-    their carriage returns are noise, and an error would not be the only line printed."""
-    import sys
-
-    if not sys.stderr.isatty():
-        import datasets
-
-        datasets.disable_progress_bars()
 
 
 def open_data(spec: str, options: DataOptions | None = None) -> Opened:
     """Open every split of `spec` (see the module's docstring for the forms it takes)."""
     opts = options or DataOptions()
-    if not spec.startswith("embedded:"):
-        _quiet_unless_terminal()
     if spec.startswith("embedded:"):
         return _open_embedded(spec, opts)
-    from .streams import is_shards, shard_files
+    # datasets' progress bars (preparing a split, resolving files) on a terminal only: in a log file or pipe
+    # their carriage returns are noise, and an error would not be the only line printed
+    if not sys.stderr.isatty():
+        import datasets
 
+        datasets.disable_progress_bars()
     if is_shards(spec):
         files = {split: shard_files(spec, split) for split in SPLITS}
         return open_shards({k: v for k, v in files.items() if v}, spec, opts, _classnames_near(spec, files))
-    if _looks_like_path(spec):
+    if spec.startswith(("/", "./", "../", "~")) or os.path.exists(spec):  # a path
         return _open_local(Path(spec).expanduser(), spec, opts)
-    return _open_hub(spec[3:] if spec.startswith("hf:") else spec, opts)
+    repo = spec[3:] if spec.startswith("hf:") else spec
+    return _load(f"hf:{repo}", "hub", opts, None, repo, HUB_FAILURE)
 
 
 def open_source(spec: str, split: str = "train", image_size: int = 32, seed: int = 0, stream: bool = False,
                 shuffle_buffer: int = 0, label_key: str | None = None, image_key: str | None = None) -> Any:
     """One split of `spec`; None when an optional split is absent. 'validation' falls back to the test split."""
-    from .streams import is_shards
-
     opened = open_data(spec, DataOptions(label_key=label_key, image_key=image_key, stream=stream or is_shards(spec),
                                          shuffle_buffer=shuffle_buffer, image_size=image_size, seed=seed))
     found = opened.split(split)
@@ -128,11 +117,8 @@ def open_source(spec: str, split: str = "train", image_size: int = 32, seed: int
 def open_labelled(spec: str, what: str, options: DataOptions | None = None) -> tuple[Any, Any]:
     """(train, test) of labelled, indexable data, for evaluations on frozen features (`eval fewshot`, the
     monitor); test is the test split, else the validation split. Refusals are one line that says why."""
-    from .columns import require_classes
-
     opened = open_data(spec, options)
-    train = opened.split("train")
-    test = opened.split("test") or opened.split("validation")
+    train, test = opened.split("train"), opened.split("test") or opened.split("validation")
     if test is None:
         raise VitxError(f"{what} {spec}: it has no test or validation split to evaluate on")
     if hasattr(train, "micro_batches"):
@@ -154,13 +140,9 @@ def _open_embedded(spec: str, opts: DataOptions) -> Opened:
     options.setdefault("size", opts.image_size)
     if name != "digits":
         options.setdefault("seed", opts.seed)
-    sources = {}
-    for split in SPLITS:
-        chosen = dict(options)
-        evaluation = chosen.pop("eval_length", 0 if name == "digits" else 2_000)
-        if split != "train":  # `length` sizes the training split; `eval_length` the others
-            chosen["length"] = evaluation
-        sources[split] = EMBEDDED[name](split=split, **chosen)
+    others = options.pop("eval_length", 0 if name == "digits" else 2_000)  # `length` sizes the training split only
+    sources = {split: EMBEDDED[name](split=split, **(options if split == "train" else {**options, "length": others}))
+               for split in SPLITS}
     return Opened(spec, "embedded", sources)
 
 
@@ -175,13 +157,11 @@ def _open_local(path: Path, spec: str, opts: DataOptions) -> Opened:
     if path.is_file():
         if path.suffix.lower() in TABLE_SUFFIXES:
             builder = {".jsonl": "json", ".tsv": "csv"}.get(path.suffix.lower(), path.suffix.lower()[1:])
-            return _load(spec, "data file", opts, builder, data_files={"train": str(path)})
+            return _load(spec, "data file", opts, path.parent, builder, data_files={"train": str(path)})
         raise VitxError(f"data path {path} is a file; expected a folder (image folder, save_to_disk, parquet files, "
                         "tar shards), a data file (.parquet, .arrow, .csv, .jsonl) or tar shards")
     if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
         return _open_saved(path, spec, opts)
-    from .release import is_release, open_release
-
     if is_release(path):
         lists = open_release(path)
         return Opened(spec, "VTAB-1k folder release", {"train": lists["train"], "validation": lists["val"],
@@ -189,7 +169,7 @@ def _open_local(path: Path, spec: str, opts: DataOptions) -> Opened:
     if _has(path, IMAGE_SUFFIXES):
         return _open_image_folder(path, spec, opts)
     if _has(path, TABLE_SUFFIXES):
-        return _load(spec, "data files", opts, str(path))
+        return _load(spec, "data files", opts, path, str(path))
     raise VitxError(f"{path} holds no images, data files or tar shards (expected an image folder "
                     f"[<split>/]<class>/<image>, images with metadata.csv, a save_to_disk folder, parquet files or "
                     f"*.tar shards)")
@@ -204,14 +184,14 @@ def _open_saved(path: Path, spec: str, opts: DataOptions) -> Opened:
         raise VitxError(f"cannot read dataset folder {path}: {first_line(exc)}") from None
     if not isinstance(loaded, datasets.DatasetDict):
         loaded = datasets.DatasetDict({"train": loaded})  # a lone Dataset is the train split
-    return _tables(loaded, spec, "save_to_disk", opts, _read_classnames(path))
+    return _sources(loaded, spec, "save_to_disk", opts, _read_classnames(path))
 
 
 def _open_image_folder(path: Path, spec: str, opts: DataOptions) -> Opened:
     import datasets
 
     if opts.stream:
-        return _load(spec, "image folder", opts, "imagefolder", data_dir=str(path))
+        return _load(spec, "image folder", opts, path, "imagefolder", data_dir=str(path))
     try:
         dd = datasets.load_dataset("imagefolder", data_dir=str(path))
     except Exception as exc:
@@ -219,9 +199,8 @@ def _open_image_folder(path: Path, spec: str, opts: DataOptions) -> Opened:
     for split, ds in list(dd.items()):  # datasets drops a lone class's labels: keep them, so that a
         lone = _lone_class(path, split)  # classifier is told "one class" rather than "no labels"
         if lone is not None and "label" not in ds.features and not _has_metadata(path):
-            ds = ds.add_column("label", [0] * len(ds))
-            dd[split] = ds.cast_column("label", datasets.ClassLabel(names=[lone]))
-    return _tables(dd, spec, "image folder", opts, _read_classnames(path))
+            dd[split] = ds.add_column("label", [0] * len(ds)).cast_column("label", datasets.ClassLabel(names=[lone]))
+    return _sources(dd, spec, "image folder", opts, _read_classnames(path))
 
 
 def _has_metadata(path: Path) -> bool:
@@ -236,60 +215,57 @@ def _lone_class(path: Path, split: str) -> str | None:
 
 
 # -- through datasets ---------------------------------------------------------------------------------------
-def _load(spec: str, layout: str, opts: DataOptions, path: str, **kwargs: Any) -> Opened:
-    """`datasets.load_dataset(path, **kwargs)`, map-style or streamed, as an `Opened`."""
+def _load(spec: str, layout: str, opts: DataOptions, folder: Path | None, path: str,
+          failure: str = "cannot read {spec} ({layout}): {reason}", **kwargs: Any) -> Opened:
+    """`datasets.load_dataset(path, **kwargs)`, map-style or streamed, as an `Opened`; a `classnames.txt` in
+    `folder` (a local copy's) names the classes."""
     import datasets
 
     try:
         dd = datasets.load_dataset(path, streaming=opts.stream, **kwargs)
     except Exception as exc:
-        raise VitxError(f"cannot read {spec} ({layout}): {first_line(exc)}") from None
-    local = Path(spec).expanduser()
-    names = _read_classnames(local if local.is_dir() else local.parent) if _looks_like_path(spec) else None
-    if opts.stream:
-        return _streams(dd, spec, layout, opts, names)
-    return _tables(dd, spec, layout, opts, names)
-
-
-def _open_hub(repo: str, opts: DataOptions) -> Opened:
-    import datasets
-
-    try:
-        dd = datasets.load_dataset(repo, streaming=opts.stream)
-    except Exception as exc:
-        raise VitxError(f"cannot load '{repo}' from the Hugging Face hub ({first_line(exc)}); offline, download a "
-                        f"copy where you have internet (hf download {repo} --repo-type dataset --local-dir DIR) "
-                        "and pass that folder") from None
-    if opts.stream:
-        return _streams(dd, f"hf:{repo}", "hub", opts, None)
-    return _tables(dd, f"hf:{repo}", "hub", opts, None)
+        raise VitxError(failure.format(spec=spec, layout=layout, path=path, reason=first_line(exc))) from None
+    return _sources(dd, spec, layout, opts, _read_classnames(folder) if folder is not None else None)
 
 
 def _splits(dd: Any, spec: str) -> dict[str, str]:
     """vitx split → the dataset's split name, for the splits it has; a lone unnamed split is the train split."""
     names = list(dd)
     found = {split: name for split in SPLITS if (name := split_name(names, split)) is not None}
-    if "train" not in found:
-        if len(names) == 1:
-            found["train"] = names[0]
-        else:
-            raise VitxError(f"{spec} has no train split (its splits: {', '.join(names)})")
+    if "train" not in found and len(names) != 1:
+        raise VitxError(f"{spec} has no train split (its splits: {', '.join(names)})")
+    found.setdefault("train", names[0])
     return found
 
 
-def _tables(dd: Any, spec: str, layout: str, opts: DataOptions, names: list[str] | None) -> Opened:
-    """A map-style DatasetDict → one `HFImageSource` per split, sharing one `Columns` (one set of classes)."""
+def _sources(dd: Any, spec: str, layout: str, opts: DataOptions, names: list[str] | None,
+             scan: Callable[[tuple[str, ...]], Iterable[Any]] | None = None) -> Opened:
+    """A DatasetDict → one source per split, sharing one `Columns` (one set of classes): an `HFImageSource` per
+    split of a map-style one, a `StreamSource` per split of a streamed one."""
+    import datasets
+
     found = _splits(dd, spec)
-    first = dd[found["train"]]
+    streamed = isinstance(dd[found["train"]], datasets.IterableDataset)
+    if streamed and dd[found["train"]].features is None:
+        dd[found["train"]] = dd[found["train"]]._resolve_features()  # peeks at the first record
 
-    def values(path: tuple[str, ...]) -> Iterable[Any]:
+    def values(path: tuple[str, ...]) -> Iterable[Any]:  # read once, label column only where the format allows
         for name in found.values():
-            yield from column_values(dd[name], path)
+            if streamed:
+                for row in dd[name].select_columns([path[0]]):
+                    value = row[path[0]]
+                    yield value.get(path[1]) if len(path) > 1 and isinstance(value, dict) else value
+            else:
+                yield from column_values(dd[name], path)
 
-    columns = Columns(first.features, spec, values, opts.label_key, opts.image_key, names)
+    columns = Columns(dd[found["train"]].features, spec, scan or values, opts.label_key, opts.image_key, names)
+    if streamed:
+        sources = {split: StreamSource(dd[name], f"{spec}:{name}", columns,
+                                       opts.shuffle_buffer if split == "train" else 0) for split, name in found.items()}
+        return Opened(spec, layout, sources, columns)
     for split, name in found.items():
         _same_columns(columns, dd[name].features, f"{spec}:{name}")
-    sources = {split: HFImageSource(dd[name], f"{spec}:{name}" if len(found) > 1 else spec, columns=columns)
+    sources = {split: HFImageSource(dd[name], f"{spec}:{name}" if len(found) > 1 else spec, columns)
                for split, name in found.items()}
     return Opened(spec, layout, sources, columns)
 
@@ -309,54 +285,26 @@ def _same_columns(columns: Columns, features: Any, where: str) -> None:
                         f"against {', '.join((columns.class_names or [])[:5])}...): its labels would be misread")
 
 
-def _streams(dd: Any, spec: str, layout: str, opts: DataOptions, names: list[str] | None,
-             scan: Callable[[tuple[str, ...]], Iterable[Any]] | None = None) -> Opened:
-    """A streamed DatasetDict → one `StreamSource` per split, sharing one `Columns`."""
-    from .streams import StreamSource
-
-    found = _splits(dd, spec)
-    first = dd[found["train"]]
-    if first.features is None:
-        first = dd[found["train"]] = first._resolve_features()  # peeks at the first record
-
-    def values(path: tuple[str, ...]) -> Iterable[Any]:  # read once, label column only where the format allows
-        for name in found.values():
-            for row in dd[name].select_columns([path[0]]):
-                value = row[path[0]]
-                yield value.get(path[1]) if len(path) > 1 and isinstance(value, dict) else value
-
-    columns = Columns(first.features, spec, scan or values, opts.label_key, opts.image_key, names)
-    sources = {split: StreamSource(dd[name], f"{spec}:{name}", columns,
-                                   opts.shuffle_buffer if split == "train" else 0)
-               for split, name in found.items()}
-    return Opened(spec, layout, sources, columns)
-
-
 # -- WebDataset shards --------------------------------------------------------------------------------------
 def open_shards(files: dict[str, list[str]], spec: str, opts: DataOptions,
                 names: list[str] | None = None) -> Opened:
     """WebDataset shards (`files` per vitx split), through datasets' webdataset builder."""
     import datasets
 
-    from .streams import check_complete
-
-    for shards in files.values():
-        check_complete(shards)
+    every = [f for shards in files.values() for f in shards]
+    check_complete(every)
+    remote = any("://" in f for f in every)
     try:
         dd = datasets.load_dataset("webdataset", data_files=files, streaming=opts.stream)
     except Exception as exc:
-        remote = any("://" in f for shards in files.values() for f in shards)
         hint = ("; offline, download them where you have internet (hf download NAME --repo-type dataset "
                 "--local-dir DIR) and pass DIR") if remote else ""
         raise VitxError(f"cannot read the shards {spec}: {first_line(exc)}{hint}") from None
-    what = f"{sum(len(v) for v in files.values())} shards at {spec}"
     if not opts.stream:
-        return _tables(dd, spec, "WebDataset shards", opts, names)
-    local = all("://" not in f for shards in files.values() for f in shards)
-    scan = (lambda path: tar_label_values([f for v in files.values() for f in v], path)) if local else None
-    opened = _streams(dd, what, "WebDataset shards", opts, names, scan)
-    opened.origin = spec
-    return opened
+        return _sources(dd, spec, "WebDataset shards", opts, names)
+    scan = None if remote else (lambda path: tar_label_values(every, path))
+    return dataclasses.replace(_sources(dd, f"{len(every)} shards at {spec}", "WebDataset shards", opts, names, scan),
+                               origin=spec)
 
 
 def tar_label_values(files: list[str], path: tuple[str, ...]) -> Iterable[Any]:
@@ -390,13 +338,9 @@ def _classnames_near(spec: str, files: dict[str, list[str] | None]) -> list[str]
 
 def _read_classnames(folder: Path) -> list[str] | None:
     """A `classnames.txt` (one name per line) in `folder`, or in its train split's folder."""
-    path = folder / CLASSNAMES
-    if not path.is_file():
-        path = next((folder / name / CLASSNAMES for name in SPLITS["train"] if (folder / name / CLASSNAMES).is_file()),
-                    path)
-    if not path.is_file():
-        return None
-    names = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    candidates = [folder / CLASSNAMES] + [folder / name / CLASSNAMES for name in SPLITS["train"]]
+    path = next((p for p in candidates if p.is_file()), None)
+    names = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()] if path else []
     return names or None
 
 

@@ -18,8 +18,6 @@ from PIL import Image
 from ..errors import VitxError
 
 SPLIT_KEYS = {"train": 0, "validation": 1, "test": 2}
-
-
 MAX_LENGTH = 100_000_000  # far above any real use: a typo must not allocate labels for minutes
 
 
@@ -42,10 +40,6 @@ def check_options(data: Any) -> None:
                 raise VitxError(f"{what}: {f.name} must be a positive number, got {value!r}")
         elif isinstance(f.default, str) and value not in SPLIT_KEYS:
             raise VitxError(f"{what}: {f.name} must be one of {', '.join(SPLIT_KEYS)}, got {value!r}")
-
-
-def _rng(seed: int, split: str, index: int) -> np.random.Generator:
-    return np.random.default_rng([seed, SPLIT_KEYS[split], index])
 
 
 def _grid(size: int, supersample: int = 2) -> tuple[np.ndarray, np.ndarray]:
@@ -72,18 +66,13 @@ def _random_colours(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class DeadLeaves:
-    """Unlabeled dead-leaves corpus. `leaves` discs/rectangles per image, radii ~ r^-3 in [r_min, r_max]."""
+class _Drawn:
+    """What the generated sets share: `length` images of `size` pixels, each drawn from (seed, split, index)."""
 
     size: int = 32
-    length: int = 50_000
+    length: int = 0
     seed: int = 0
     split: str = "train"
-    leaves: int = 96
-    r_min: float = 0.04
-    r_max: float = 0.4
-    num_classes: None = None
-    class_names: None = None
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -91,8 +80,23 @@ class DeadLeaves:
     def __len__(self) -> int:
         return self.length
 
+    def _rng(self, index: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, SPLIT_KEYS[self.split], index])
+
+
+@dataclass(frozen=True)
+class DeadLeaves(_Drawn):
+    """Unlabeled dead-leaves corpus. `leaves` discs/rectangles per image, radii ~ r^-3 in [r_min, r_max]."""
+
+    length: int = 50_000
+    leaves: int = 96
+    r_min: float = 0.04
+    r_max: float = 0.4
+    num_classes: None = None
+    class_names: None = None
+
     def load(self, index: int) -> tuple[Image.Image, int | None]:
-        rng = _rng(self.seed, self.split, index)
+        rng = self._rng(index)
         n = self.leaves
         # inverse-CDF sampling of p(r) ∝ r^-3 on [r_min, r_max]
         a, b = self.r_min ** -2, self.r_max ** -2
@@ -104,8 +108,7 @@ class DeadLeaves:
         colour = _random_colours(rng, n + 1)  # (n + 1, 3); the last one is the ground
         ss = 2 if self.size < 128 else 1
         side = self.size * ss
-        rgb = np.empty((side, side, 3), np.float32)
-        rgb[:] = colour[-1]
+        rgb = np.full((side, side, 3), colour[-1], np.float32)
         coords = (np.arange(side, dtype=np.float32) + 0.5) / side
         for i in range(n - 1, -1, -1):  # back to front: leaf 0 ends on top
             reach = radius[i] * max(aspect[i], 1 / aspect[i]) * 1.2
@@ -124,51 +127,34 @@ class DeadLeaves:
         return _to_image(_downsample(rgb * shade, ss)), None
 
 
-SHAPES = ("circle", "ring", "square", "triangle", "cross", "flower", "ellipse", "bar", "semicircle", "bowtie")
-
-
-def _shape_mask(kind: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Inside-test for shape `kind` in its own frame, unit radius."""
-    r2 = u * u + v * v
-    name = SHAPES[kind]
-    if name == "circle":
-        return r2 <= 1.0
-    if name == "ring":
-        return (r2 <= 1.0) & (r2 >= 0.36)
-    if name == "square":
-        return (np.abs(u) <= 0.8) & (np.abs(v) <= 0.8)
-    if name == "triangle":  # regular, circumradius 1: inside all three edge half-planes (apothem 0.5)
-        angles = np.pi / 2 + 2 * np.pi * np.arange(3) / 3 + np.pi / 3
-        proj = np.stack([u * np.cos(t) + v * np.sin(t) for t in angles])
-        return proj.max(axis=0) <= 0.5
-    if name == "cross":
-        return ((np.abs(u) <= 0.3) & (np.abs(v) <= 0.95)) | ((np.abs(v) <= 0.3) & (np.abs(u) <= 0.95))
-    if name == "flower":
-        return np.sqrt(r2) <= 0.6 + 0.4 * np.cos(5 * np.arctan2(v, u))
-    if name == "ellipse":
-        return u * u + (v / 0.45) ** 2 <= 1.0
-    if name == "bar":
-        return (np.abs(u) <= 0.95) & (np.abs(v) <= 0.25)
-    if name == "semicircle":
-        return (u * u + (v + 0.4) ** 2 <= 1.0) & (v >= -0.4)
-    if name == "bowtie":
-        return (np.abs(u) <= 0.9) & (np.abs(v) <= np.abs(u) * 0.9)
-    raise ValueError(kind)
+TRIANGLE = np.pi / 2 + 2 * np.pi * np.arange(3) / 3 + np.pi / 3  # its three edges' normals
+# each shape's inside-test in its own frame, unit radius: (u, v, r2 = u² + v²) → mask
+SHAPE_MASKS = {
+    "circle": lambda u, v, r2: r2 <= 1.0,
+    "ring": lambda u, v, r2: (r2 <= 1.0) & (r2 >= 0.36),
+    "square": lambda u, v, r2: (np.abs(u) <= 0.8) & (np.abs(v) <= 0.8),
+    # regular, circumradius 1: inside all three edge half-planes (apothem 0.5)
+    "triangle": lambda u, v, r2: np.stack([u * np.cos(t) + v * np.sin(t) for t in TRIANGLE]).max(axis=0) <= 0.5,
+    "cross": lambda u, v, r2: ((np.abs(u) <= 0.3) & (np.abs(v) <= 0.95)) | ((np.abs(v) <= 0.3) & (np.abs(u) <= 0.95)),
+    "flower": lambda u, v, r2: np.sqrt(r2) <= 0.6 + 0.4 * np.cos(5 * np.arctan2(v, u)),
+    "ellipse": lambda u, v, r2: u * u + (v / 0.45) ** 2 <= 1.0,
+    "bar": lambda u, v, r2: (np.abs(u) <= 0.95) & (np.abs(v) <= 0.25),
+    "semicircle": lambda u, v, r2: (u * u + (v + 0.4) ** 2 <= 1.0) & (v >= -0.4),
+    "bowtie": lambda u, v, r2: (np.abs(u) <= 0.9) & (np.abs(v) <= np.abs(u) * 0.9),
+}
+SHAPES = tuple(SHAPE_MASKS)
 
 
 @dataclass(frozen=True)
-class Shapes:
+class Shapes(_Drawn):
     """Labelled procedural classification: which of 10 shapes is drawn (balanced: label = index mod classes)."""
 
-    size: int = 32
     length: int = 20_000
-    seed: int = 0
-    split: str = "train"
     classes: int = 10
     rotate: bool = True
 
     def __post_init__(self) -> None:
-        check_options(self)
+        super().__post_init__()
         if not 2 <= self.classes <= len(SHAPES):
             raise VitxError(f"embedded:shapes supports 2 to {len(SHAPES)} classes, got {self.classes}")
 
@@ -180,14 +166,11 @@ class Shapes:
     def class_names(self) -> list[str]:
         return list(SHAPES[: self.classes])
 
-    def __len__(self) -> int:
-        return self.length
-
     def labels(self) -> np.ndarray:
         return np.arange(self.length, dtype=np.int64) % self.classes
 
     def load(self, index: int) -> tuple[Image.Image, int]:
-        rng = _rng(self.seed, self.split, index)
+        rng = self._rng(index)
         label = index % self.classes
         x, y = _grid(self.size)
         # background: a gradient between two colours at a random angle, plus pixel noise
@@ -205,8 +188,7 @@ class Shapes:
         dx, dy = (x - cx) / scale, (y - cy) / scale
         u = dx * math.cos(theta) + dy * math.sin(theta)
         v = dy * math.cos(theta) - dx * math.sin(theta)
-        mask = _shape_mask(label, u, v)[..., None]
-        rgb = np.where(mask, fg, rgb)
+        rgb = np.where(SHAPE_MASKS[SHAPES[label]](u, v, u * u + v * v)[..., None], fg, rgb)
         rgb = _downsample(rgb, 2) + rng.normal(0.0, 0.04, (self.size, self.size, 3))
         return _to_image(rgb), label
 

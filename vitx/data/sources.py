@@ -27,15 +27,10 @@ def column_values(ds: Any, path: tuple[str, ...]) -> list[Any]:
 
 
 class HFImageSource:
-    """A `datasets.Dataset` with an image column and (optionally) a label column."""
+    """A `datasets.Dataset` with an image column and (optionally) a label column, as `columns` found them."""
 
-    def __init__(self, ds: Any, origin: str, label_key: str | None = None, image_key: str | None = None,
-                 class_names: list[str] | None = None, columns: Columns | None = None) -> None:
-        self.origin = origin
-        columns = columns or Columns(ds.features, origin, values=lambda path: column_values(ds, path),
-                                     label_key=label_key, image_key=image_key, class_names=class_names)
-        self.columns = columns
-        self.image_key = columns.image_key
+    def __init__(self, ds: Any, origin: str, columns: Columns) -> None:
+        self.origin, self.columns = origin, columns
         self.num_classes, self.class_names, self.multilabel = columns.num_classes, columns.class_names, columns.multilabel
         self.ds = columns.undecoded(ds)
 

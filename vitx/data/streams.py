@@ -19,8 +19,11 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
+
 from ..errors import VitxError, first_line
 from .columns import SPLITS, Columns
+from .draws import balanced_counts, stratified_split
 
 BRACES = re.compile(r"\{([^{}]*)\}")
 
@@ -53,21 +56,15 @@ def shard_files(spec: str, split: str) -> list[str] | None:
     `<split>/*.tar` under any of the split's names (`columns.SPLITS`); a pattern or URL is the train split."""
     path = Path(spec).expanduser()
     if path.is_dir():
-        for name in SPLITS[split]:
-            files = sorted(str(p) for p in (path / name).glob("*.tar"))
-            if files:
-                return files
-        if split == "train":
-            files = sorted(str(p) for p in path.glob("*.tar"))
-            if files:
-                return files
+        folders = [path / name for name in SPLITS[split]] + ([path] if split == "train" else [])
+        files = next((found for folder in folders if (found := sorted(str(p) for p in folder.glob("*.tar")))), None)
+        if files is None and split == "train":
             raise VitxError(f"{spec} holds no .tar shards (expected {spec}/*.tar or {spec}/train/*.tar)")
-        return None
+        return files
     if split != "train":
         return None
     files = expand_braces(spec)
-    local = [f for f in files if "://" not in f]
-    missing = [f for f in local if not Path(f).expanduser().exists()]
+    missing = [f for f in files if "://" not in f and not Path(f).expanduser().exists()]
     if missing:
         raise VitxError(f"shard {missing[0]} does not exist ({len(missing)} of {len(files)} shards missing)")
     return files
@@ -81,11 +78,8 @@ def check_complete(files: list[str]) -> None:
     for name in files:
         if "://" in name:
             continue
-        path = Path(name).expanduser()
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - 1024))
+        with open(Path(name).expanduser(), "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 1024))  # the last 1 KiB
             tail = f.read()
         if len(tail) < 1024 or any(tail):
             raise VitxError(f"shard {name} is cut short (it lacks a tar's end-of-archive marker, so the samples "
@@ -125,20 +119,17 @@ class StreamSource:
                     f"reads every shard and keeps 1 sample in {world} (write a multiple of {world} shards)")
         return None
 
-    def _rows(self, ds: Any, rank: int, where: str) -> Iterator[tuple[dict[str, Any], str]]:
+    def _rows(self, ds: Any, where: str) -> Iterator[tuple[dict[str, Any], str]]:
         """(row, name) of one pass over `ds`; a damaged shard is one line naming where it happened."""
-        count, name = 0, self.origin
-        rows = iter(ds)
-        while True:
+        name, rows = self.origin, iter(ds)
+        for count in itertools.count():
             try:
                 row = next(rows)
             except StopIteration:
                 return
             except Exception as exc:  # a damaged shard (truncated tar, bad parquet): name where it happened
-                first = first_line(exc)
-                raise VitxError(f"cannot read {self.origin} after {name} ({where}): {first}") from None
+                raise VitxError(f"cannot read {self.origin} after {name} ({where}): {first_line(exc)}") from None
             name = f"{row.get('__url__', self.origin)}:{row.get('__key__', count)}"
-            count += 1
             yield row, name
 
     def records(self, rank: int, world: int, seed: int) -> Iterator[tuple[Any, Any]]:
@@ -150,7 +141,7 @@ class StreamSource:
         for epoch in itertools.count():
             ds.set_epoch(epoch)
             count = 0
-            for row, name in self._rows(ds, rank, f"process {rank}"):
+            for row, name in self._rows(ds, f"process {rank}"):
                 if self.excluded and record_key(row, self.columns.image_key) in self.excluded:
                     continue
                 yield self.columns.record(row, name, path_names=False)
@@ -172,8 +163,7 @@ class StreamSource:
     def draw(self, limit: int, seed: int) -> tuple["RecordList", list[str]]:
         """The first `limit` records of a seeded shuffle (shard order and a buffer of 2 × `limit`, at least
         1,000): a sample of the whole stream, not its first files, the same at every call. Also their keys."""
-        ds = self.ds.shuffle(seed=seed, buffer_size=max(1_000, 2 * limit))
-        rows = self._rows(ds, 0, "drawing a validation sample")
+        rows = self._rows(self.ds.shuffle(seed=seed, buffer_size=max(1_000, 2 * limit)), "drawing a validation sample")
         records, keys = [], []
         try:
             for row, name in itertools.islice(rows, limit):
@@ -181,23 +171,18 @@ class StreamSource:
                 keys.append(record_key(row, self.columns.image_key))
         finally:
             rows.close()  # now, while the stream's readers can still close their files
-        return RecordList(records, self.origin, self.num_classes, self.class_names, self.columns), keys
+        return RecordList(records, self), keys
 
     def draw_balanced(self, total: int, seed: int) -> "RecordList":
         """A seeded, class-balanced draw of `total` labelled records: a seeded shuffle of the stream is read until
         every class has its share (`total` spread evenly); a stream that ends first gives per-class counts as
         even as it allows. Only labels are looked at; images stay encoded."""
-        import numpy as np
-
-        from .draws import balanced_counts
-
         k = int(self.num_classes or 0)
         rng = np.random.default_rng([seed, 34])
         want = np.full(k, total // k)
         want[rng.permutation(k)[: total % k]] += 1
         kept: list[list[tuple[Any, Any]]] = [[] for _ in range(k)]
-        ds = self.ds.shuffle(seed=seed, buffer_size=max(1_000, 4 * total))
-        rows = self._rows(ds, 0, "drawing the shots")
+        rows = self._rows(self.ds.shuffle(seed=seed, buffer_size=max(1_000, 4 * total)), "drawing the shots")
         try:
             for read, (row, name) in enumerate(rows):
                 if read >= max(10_000, 20 * total):  # a class the stream lacks: stop, share what was read
@@ -213,8 +198,7 @@ class StreamSource:
         if sum(have) < total:
             raise VitxError(f"{self.origin} holds {sum(have)} labelled images; --shots {total} needs more")
         counts = want if all(h >= w for h, w in zip(have, want)) else balanced_counts(have, total, rng)
-        records = [r for c in range(k) for r in kept[c][: counts[c]]]
-        return RecordList(records, self.origin, self.num_classes, self.class_names, self.columns)
+        return RecordList([r for c in range(k) for r in kept[c][: counts[c]]], self)
 
     def hold_out(self, limit: int, seed: int) -> "RecordList | None":
         """A validation sample held out of this (train) stream; training skips it from now on. Candidates are the
@@ -222,52 +206,32 @@ class StreamSource:
         class when labelled (a stream smaller than that: a tenth of it). None when the stream is too small.
         (A single shard written class by class, larger than the shuffle buffer, still gives a sample of its
         first classes: write shards in random order.)"""
-        import numpy as np
-
-        from .draws import stratified_split
-
         pool, keys = self.draw(4 * limit, seed)
         n = limit if len(pool) == 4 * limit else min(limit, len(pool) // 10)
         if n == 0:
             return None
-        if self.num_classes and not self.columns.multilabel:
-            out = stratified_split(pool.labels(), n, [seed, 4244])[1]
-        else:
-            out = np.arange(n)
+        stratify = self.num_classes and not self.columns.multilabel
+        out = stratified_split(pool.labels(), n, [seed, 4244])[1] if stratify else np.arange(n)
         self.excluded = frozenset(keys[i] for i in out)
-        return RecordList([pool.records[i] for i in out], self.origin, self.num_classes, self.class_names,
-                          self.columns)
+        return RecordList([pool.records[i] for i in out], self)
 
     def read_all(self) -> "RecordList":
         """One pass over the whole stream, records held encoded (a streamed test split)."""
-        rows = self._rows(self.ds, 0, "reading it whole")
-        records = [self.columns.record(row, name, path_names=False) for row, name in rows]
-        return RecordList(records, self.origin, self.num_classes, self.class_names, self.columns)
-
-    def materialise(self, limit: int) -> "RecordList":
-        """The first `limit` records, in stream order, as an indexable source."""
-        reader = self.records(0, 1, 0)
-        try:
-            head = list(itertools.islice(reader, limit))
-        finally:
-            reader.close()
-        return RecordList(head, self.origin, self.num_classes, self.class_names, self.columns)
+        rows = self._rows(self.ds, "reading it whole")
+        return RecordList([self.columns.record(row, name, path_names=False) for row, name in rows], self)
 
 
 class RecordList:
-    """Records held in memory (encoded), indexable like any source."""
+    """Records of `stream` held in memory (encoded), indexable like any source."""
 
-    def __init__(self, records: list[tuple[Any, Any]], origin: str, num_classes: int | None,
-                 class_names: list[str] | None, columns: Columns | None = None) -> None:
-        self.records, self.origin, self.num_classes, self.class_names = records, origin, num_classes, class_names
-        self.columns = columns
+    def __init__(self, records: list[tuple[Any, Any]], stream: StreamSource) -> None:
+        self.records, self.origin, self.columns = records, stream.origin, stream.columns
+        self.num_classes, self.class_names = stream.num_classes, stream.class_names
 
     def __len__(self) -> int:
         return len(self.records)
 
     def labels(self) -> Any:
-        import numpy as np
-
         return np.asarray([label for _, label in self.records], dtype=np.int64)
 
     def load(self, index: int) -> tuple[Any, Any]:

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from PIL import Image
 
 from ..errors import VitxError
 from . import INTERPOLATIONS
@@ -28,8 +32,6 @@ def _timm_eval(image: torch.Tensor, size: int, crop_pct: float, interpolation: s
     """timm's eval transform (`create_transform(is_training=False)`, crop_mode 'center') on a (3, H, W) uint8
     image: the short side resized to floor(size / crop_pct) by PIL, then a centre crop of size, as torchvision
     crops it. (3, S, S) uint8, the same pixels timm's pipeline gives, so a timm model sees its own input."""
-    from PIL import Image
-
     scale = math.floor(size / crop_pct)
     h, w = image.shape[-2:]
     new_h, new_w = (scale, int(scale * w / h)) if h <= w else (int(scale * h / w), scale)
@@ -45,8 +47,6 @@ def _big_vision_eval(image: torch.Tensor, size: int) -> torch.Tensor:
     central_crop(224)`, scaled to `size`): the short side resized by area averaging to round(size · 256/224),
     the aspect kept (sides rounded), then a centre crop of size. (3, H, W) uint8 → (3, S, S) uint8; torch's area
     resampling, so pixels may differ from TensorFlow's by rounding."""
-    import torch.nn.functional as F
-
     h, w = image.shape[-2:]
     ratio = round(size * 256 / 224) / min(h, w)
     new_h, new_w = max(size, round(h * ratio)), max(size, round(w * ratio))
@@ -116,12 +116,9 @@ class Preprocess:
                 values[key] = _finite_numbers(values[key], count, positive, f"{where}: {key}")
         if "crop_ratio" in values and values["crop_ratio"][0] > values["crop_ratio"][1]:
             raise VitxError(f"{where}: crop_ratio must be [low, high] with low <= high")
-        if values.get("eval_resize", "tensor") not in EVAL_RESIZES:
-            raise VitxError(f"{where}: eval_resize must be one of {', '.join(EVAL_RESIZES)}, got "
-                            f"'{values['eval_resize']}'")
-        if values.get("interpolation", INTERPOLATIONS[0]) not in INTERPOLATIONS:
-            raise VitxError(f"{where}: interpolation must be one of {', '.join(INTERPOLATIONS)}, "
-                            f"got '{values['interpolation']}'")
+        for key, choices in (("eval_resize", EVAL_RESIZES), ("interpolation", INTERPOLATIONS)):
+            if values.get(key, choices[0]) not in choices:
+                raise VitxError(f"{where}: {key} must be one of {', '.join(choices)}, got '{values[key]}'")
         for key, lo, hi, open_lo in (("crop_scale", 0, 1, True), ("eval_crop_pct", 0, 1, True),
                                      ("random_erasing", 0, 1, False)):
             value = values.get(key, 1)
@@ -143,9 +140,7 @@ class Preprocess:
         """timm's RandomErasing on a normalised training batch (B, 3, S, S), where timm's own loader applies it
         (after normalisation, on the device: erased pixels are N(0, 1) noise in normalised units). Its draws
         come from Python's and torch's generators, which the runner seeds at every micro-step."""
-        if self.random_erasing <= 0:
-            return x
-        return _eraser(self.random_erasing, x.device)(x)
+        return _eraser(self.random_erasing, x.device)(x) if self.random_erasing > 0 else x
 
     def eval(self, image: torch.Tensor) -> torch.Tensor:
         """Centre crop of `eval_crop_pct` of the short side (or the whole image when `squash`), resized:
@@ -180,10 +175,9 @@ class Preprocess:
         """Inception-style crop (top, left, height, width): area in [crop_scale, 1], log-uniform aspect ratio;
         centre square after 10 misses."""
         h, w = int(size[0]), int(size[1])
-        area = w * h
         log_lo, log_hi = math.log(self.crop_ratio[0]), math.log(self.crop_ratio[1])
         for _ in range(10):
-            target = area * rng.uniform(self.crop_scale, 1.0)
+            target = w * h * rng.uniform(self.crop_scale, 1.0)
             ratio = math.exp(rng.uniform(log_lo, log_hi))
             cw, ch = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
             if 0 < cw <= w and 0 < ch <= h:
@@ -193,19 +187,15 @@ class Preprocess:
         return (h - side) // 2, (w - side) // 2, side, side
 
 
-POLICY_EXAMPLE = "rand-m9-mstd0.5-inc1, original, v0, augmix-m5-w4-d2 or trivialaugment"
-
-
 @lru_cache(maxsize=8)
 def augment_policy(policy: str, size: int, mean: tuple[float, ...]):  # one per policy in each worker
     """The PIL transform of a timm policy string, as timm's `create_transform(auto_augment=...)` picks it:
     rand-* RandAugment, augmix-* AugMix, original/v0/3a[-mstdX] AutoAugment; trivialaugment is torchvision's
     TrivialAugmentWide."""
-    import re
-
     from timm.data.auto_augment import augment_and_mix_transform, auto_augment_transform, rand_augment_transform
 
-    bad = VitxError(f"randaugment '{policy}' is not a timm augmentation policy (e.g. {POLICY_EXAMPLE})")
+    bad = VitxError(f"randaugment '{policy}' is not a timm augmentation policy (e.g. rand-m9-mstd0.5-inc1, "
+                    "original, v0, augmix-m5-w4-d2 or trivialaugment)")
     if policy == "trivialaugment":
         from torchvision.transforms import TrivialAugmentWide
 
@@ -231,10 +221,6 @@ def _rand_augment(image: torch.Tensor, policy: str, size: int, mean: tuple[float
     """A timm policy (a PIL transform) on a (3, S, S) uint8 tensor. timm draws from Python's and NumPy's global
     generators, torchvision's TrivialAugment from torch's: all are seeded from this sample's own generator and
     restored after, so the sample's augmentation depends on (seed, position) alone, as the crop does."""
-    import random
-
-    from PIL import Image
-
     op = augment_policy(policy, size, mean)
     state, np_state = random.getstate(), np.random.get_state()
     seed = int(rng.integers(2**63))

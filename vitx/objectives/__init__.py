@@ -13,9 +13,8 @@ from .base import Objective
 __all__ = ["Objective", "create_objective"]
 
 
-def create_objective(name: str, backbone: nn.Module, data_classes: int | None, /, **options: Any) -> Objective:
-    """Build objective `name` on `backbone`; `data_classes` comes from the data (None when unlabeled)."""
-    num_classes = data_classes
+def create_objective(name: str, backbone: nn.Module, num_classes: int | None, /, **options: Any) -> Objective:
+    """Build objective `name` on `backbone`; `num_classes` comes from the data (None when unlabeled)."""
     cls = OBJECTIVES.get(name).obj
     if getattr(cls, "needs_labels", False):
         if not num_classes:

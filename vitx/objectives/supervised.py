@@ -34,9 +34,7 @@ class Supervised(Objective):
         super().__init__(backbone, num_classes=num_classes, head=head, multilabel=multilabel,
                          label_smoothing=label_smoothing, mixup=mixup, cutmix=cutmix, mix_prob=mix_prob,
                          switch_prob=switch_prob)
-        self.num_classes = num_classes
-        self.multilabel = multilabel
-        self.label_smoothing = label_smoothing
+        self.num_classes, self.multilabel, self.label_smoothing = num_classes, multilabel, label_smoothing
         self.head = build_head(head, backbone.embed_dim, num_classes)
         self.mix = None
         if mixup or cutmix:  # timm's Mixup: its Beta draws come from NumPy, which the runner seeds per micro-step
@@ -52,21 +50,19 @@ class Supervised(Objective):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         images, labels = batch["image"], batch["label"]  # (B, 3, H, W), (B,) or (B, K)
-        if self.mix is not None and self.training:
+        mixing = self.mix is not None and self.training
+        if mixing:
             if images.shape[0] % 2:
                 raise VitxError(f"supervised mixup/cutmix needs an even batch per process, got {images.shape[0]}")
-            images, soft = self.mix(images, labels)  # mixed images, (B, K) mixed and smoothed targets
-            logits = self.head(self.backbone(images)).float()  # (B, K)
-            loss = self.soft_loss(logits, soft)
-            top1 = (logits.argmax(-1) == soft.argmax(-1)).float().mean()  # against each image's larger share
-            return {"loss": loss, "top1": top1.detach()}
-        feats = self.backbone(images)  # (B, D) pooled [class] token
-        logits = self.head(feats).float()  # (B, K)
-        if self.multilabel:  # labels: (B, K) in {0, 1}
+            images, labels = self.mix(images, labels)  # mixed images, (B, K) mixed and smoothed targets
+        logits = self.head(self.backbone(images)).float()  # (B, K) from the pooled [class] token (B, D)
+        if mixing:
+            loss = self.soft_loss(logits, labels)
+            top1 = (logits.argmax(-1) == labels.argmax(-1)).float().mean()  # against each image's larger share
+        elif self.multilabel:  # labels: (B, K) in {0, 1}
             target = labels.float() * (1 - self.label_smoothing) + 0.5 * self.label_smoothing
             loss = F.binary_cross_entropy_with_logits(logits, target)
-            top = logits.argmax(-1)
-            top1 = labels.gather(1, top[:, None]).float().mean()  # top prediction is one of the positives
+            top1 = labels.gather(1, logits.argmax(-1)[:, None]).float().mean()  # top prediction is one of the positives
         else:  # labels: (B,) class indices
             loss = F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
             top1 = (logits.argmax(-1) == labels).float().mean()

@@ -53,17 +53,11 @@ class Agreement:
     def with_skip(self, nonfinite: torch.Tensor) -> tuple[bool, bool, bool]:
         """(skip, stop, save) agreed in one collective read on the host."""
         acc = self.accelerator
-        asked, due = self.local()
-        local = torch.stack([nonfinite, torch.tensor(float(asked), device=acc.device),
-                             torch.tensor(float(due), device=acc.device)])
+        local = torch.stack([nonfinite, *(torch.tensor(float(f), device=acc.device) for f in self.local())])
         skip, stop, save = (v > 0 for v in acc.reduce(local, reduction="sum").tolist())
         return skip, stop, save
 
     def skip_on_device(self, nonfinite: torch.Tensor) -> torch.Tensor:
         """The device flag ok (1.0: apply the update everywhere; 0.0: skip it everywhere), never read on the host."""
         acc = self.accelerator
-        flag = acc.reduce(nonfinite, reduction="sum") if acc.num_processes > 1 else nonfinite
-        return (flag == 0).float()
-
-
-__all__ = ["Agreement"]
+        return ((acc.reduce(nonfinite, reduction="sum") if acc.num_processes > 1 else nonfinite) == 0).float()

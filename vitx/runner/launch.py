@@ -17,20 +17,9 @@ from .config import PretrainConfig
 
 
 def _trackers(name: str) -> list[str] | None:
-    if name == "none":
-        return None
-    if name == "auto":
-        have_tb = any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX"))
-        return ["tensorboard"] if have_tb else None
-    return [name]
-
-
-def _reset_single_process_state() -> None:
-    """Accelerate keeps process-wide singletons; a second run in the same (non-distributed) process, as in
-    tests, notebooks and sweeps, must not inherit the first run's precision or accumulation settings."""
-    if not torch.distributed.is_initialized():
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
+    if name == "auto":  # tensorboard when installed
+        return ["tensorboard"] if any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")) else None
+    return None if name == "none" else [name]
 
 
 def _warn_single_process_cpu_launch() -> None:
@@ -52,18 +41,17 @@ def make_accelerator(cfg: PretrainConfig) -> Accelerator:
     """The Accelerator for a run (fresh process-wide state), after checking the batch divides over processes."""
     if cfg.precision == "fp16" and not torch.cuda.is_available():
         raise VitxError("fp16 mixed precision needs a GPU; on CPU use --precision bf16 or no")
-    _reset_single_process_state()
+    # Accelerate keeps process-wide singletons; a second run in the same (non-distributed) process, as in tests,
+    # notebooks and sweeps, must not inherit the first run's precision or accumulation settings
+    if not torch.distributed.is_initialized():
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
     _warn_single_process_cpu_launch()
-    torch.backends.cuda.matmul.allow_tf32 = cfg.tf32  # no effect on CPU or on GPUs without TF32
-    torch.backends.cudnn.allow_tf32 = cfg.tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32  # no effect without TF32
     accelerator = Accelerator(
-        cpu=not torch.cuda.is_available(),
-        mixed_precision=cfg.precision,
-        gradient_accumulation_steps=cfg.grad_accum,
-        step_scheduler_with_optimizer=False,
-        log_with=_trackers(cfg.log_with),
-        project_config=ProjectConfiguration(project_dir=cfg.output_dir, logging_dir=f"{cfg.output_dir}/logs"),
-    )
+        cpu=not torch.cuda.is_available(), mixed_precision=cfg.precision, gradient_accumulation_steps=cfg.grad_accum,
+        step_scheduler_with_optimizer=False, log_with=_trackers(cfg.log_with),
+        project_config=ProjectConfiguration(project_dir=cfg.output_dir, logging_dir=f"{cfg.output_dir}/logs"))
     world = accelerator.num_processes
     if cfg.batch_size % (world * cfg.grad_accum):
         raise VitxError(f"--batch-size {cfg.batch_size} must divide evenly over {world} process(es) × "
@@ -73,10 +61,9 @@ def make_accelerator(cfg: PretrainConfig) -> Accelerator:
 
 
 def configure_deepspeed(accelerator: Accelerator, cfg: PretrainConfig) -> None:
-    """Tell DeepSpeed what it cannot learn from `prepare` (vitx hands it no DataLoader: the runner feeds its own
-    stream): the micro-batch per process and the accumulation. Gradient clipping happens inside DeepSpeed's
-    engine, so --grad-clip is written into its config; a config file that sets a different value is refused in
-    one line rather than silently overriding the run's setting. No-op without DeepSpeed."""
+    """Tell DeepSpeed what it cannot learn from `prepare` (vitx hands it no DataLoader): the micro-batch per process
+    and the accumulation; and --grad-clip, as it clips inside its engine (a config file that clips at another value
+    is refused, never silently overriding the run's setting). No-op without DeepSpeed."""
     plugin = getattr(accelerator.state, "deepspeed_plugin", None)
     if plugin is None:
         return

@@ -11,10 +11,6 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from ..errors import VitxError
 
-# vitx builds these itself (fused Adam(W) on CUDA, as the runner's non-finite skip expects); the rest of
-# OPTIMIZERS (runner/config.py) come from timm.optim.create_optimizer_v2
-OWN = ("adamw", "adam", "sgd")
-
 
 def layer_id(name: str, depth: int) -> int:
     """A parameter's depth for layer decay, as MAE's `get_layer_id_for_vit` and timm's group matcher count it:
@@ -41,20 +37,17 @@ def param_groups(model: nn.Module, weight_decay: float, lr: float,
     depth = len(getattr(getattr(model, "backbone", None), "blocks", ()))
     if layer_decay != 1.0 and depth == 0:
         raise VitxError("--layer-decay needs a backbone with transformer blocks (backbone.blocks)")
-    groups: dict[tuple[int, bool], dict] = {}
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        decayed = not (p.ndim <= 1 or name in skip)
-        layer = layer_id(name, depth) if layer_decay != 1.0 else 0
+
+    def group(layer: int, decayed: bool) -> dict:
         scale = layer_decay ** (depth + 1 - layer) if layer_decay != 1.0 else 1.0
-        group = groups.setdefault((layer, decayed), {"params": [], "weight_decay": weight_decay if decayed else 0.0,
-                                                     "lr": lr * scale, "lr_scale": scale})
-        group["params"].append(p)
-    if layer_decay == 1.0:  # the paper's two groups, in their order (decayed first), even when one is empty
-        groups.setdefault((0, True), {"params": [], "weight_decay": weight_decay, "lr": lr, "lr_scale": 1.0})
-        groups.setdefault((0, False), {"params": [], "weight_decay": 0.0, "lr": lr, "lr_scale": 1.0})
-        return [groups[(0, True)], groups[(0, False)]]
+        return {"params": [], "weight_decay": weight_decay if decayed else 0.0, "lr": lr * scale, "lr_scale": scale}
+
+    # without layer decay: the paper's two groups (decayed first, as sorted below), even when one is empty
+    groups = {} if layer_decay != 1.0 else {(0, True): group(0, True), (0, False): group(0, False)}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            key = (layer_id(name, depth) if layer_decay != 1.0 else 0, not (p.ndim <= 1 or name in skip))
+            groups.setdefault(key, group(*key))["params"].append(p)
     return [groups[key] for key in sorted(groups, key=lambda k: (k[0], not k[1]))]
 
 
@@ -73,10 +66,8 @@ def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float,
     list); elsewhere it keeps PyTorch's default (foreach)."""
     groups = param_groups(model, weight_decay, lr, layer_decay)
     fused = {"fused": True} if fuse(torch.device(device)) else {}
-    if name == "adamw":
-        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), **fused)
-    if name == "adam":
-        return torch.optim.Adam(groups, lr=lr, betas=(0.9, 0.999), **fused)
+    if name in ("adamw", "adam"):
+        return (torch.optim.AdamW if name == "adamw" else torch.optim.Adam)(groups, lr=lr, betas=(0.9, 0.999), **fused)
     if name == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=0.9)
     from timm.optim import create_optimizer_v2

@@ -25,17 +25,13 @@ import torch
 TRAIN, EVAL = 0, 1  # what a seed is for: kept apart so evaluation never replays a training draw
 
 
-def stream_seed(seed: int, process: int, position: int, purpose: int = TRAIN) -> int:
-    """A 63-bit seed for (run seed, process, micro-step or step, purpose), well mixed by NumPy's SeedSequence."""
-    state = np.random.SeedSequence([seed, purpose, process, position]).generate_state(2, np.uint32)
-    return int(state[0]) << 31 ^ int(state[1])
-
-
 def seed_position(seed: int, process: int, position: int, purpose: int = TRAIN) -> None:
     """Re-seed torch's global generators (CPU and all GPUs), NumPy's and Python's for this process at this
     position of the run: objectives that use library code drawing from NumPy or Python (timm's Mixup, its
     RandomErasing) keep the contract too."""
-    value = stream_seed(seed, process, position, purpose)
+    # a 63-bit seed for (run seed, process, micro-step or step, purpose), well mixed by NumPy's SeedSequence
+    state = np.random.SeedSequence([seed, purpose, process, position]).generate_state(2, np.uint32)
+    value = int(state[0]) << 31 ^ int(state[1])
     torch.manual_seed(value)
     np.random.seed(value % 2**32)
     random.seed(value)

@@ -13,7 +13,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as RichProgress
 
 from ..checkpoint import atomic_write_text
-from .config import CHOICES
 
 
 class MetricsLog:
@@ -53,7 +52,6 @@ def make_console(quiet: bool = False) -> Console:
     return console if console.is_terminal else Console(quiet=quiet, width=max(console.width, 132))
 
 
-LOG_FORMATS = CHOICES["log_format"]
 SHOWN_FIRST = ("loss", "top1", "lr", "images_per_s")  # the rest of a log step's metrics follow in name order
 
 
@@ -82,7 +80,10 @@ class Progress:
         """A run of `total` steps begins (or resumes) at `completed`."""
         self.label, self.total, self.first, self._t0 = label, total, completed, time.monotonic()
         if self.enabled and self.fmt == "bar":
-            self._bar = progress_bar(self.console, True)
+            self._bar = RichProgress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}  {task.fields[speed]} img/s"),
+                TimeElapsedColumn(), TimeRemainingColumn(), console=self.console)
             self._bar.start()
             self._task = self._bar.add_task(label, total=total, completed=completed, loss="-", lr="-", speed="-")
 
@@ -110,17 +111,10 @@ class Progress:
     def line(self, step: int, metrics: dict[str, float], elapsed: float, eta: float) -> str:
         """`pretrain 50/1200 (4%) | loss 2.301 | lr 1.00e-04 | 812 img/s | val_top1 0.41 | 0:00:31, ETA 0:11:50`"""
         keys = [k for k in SHOWN_FIRST if k in metrics] + sorted(k for k in metrics if k not in SHOWN_FIRST)
-        parts = [f"{self.label} {step}/{self.total} ({step / max(self.total, 1):.0%})"]
-        for key in keys:
-            value = metrics[key]
-            if key == "lr":
-                parts.append(f"lr {value:.2e}")
-            elif key == "images_per_s":
-                parts.append(f"{value:.1f} img/s")
-            else:
-                parts.append(f"{key} {value:.4g}")
-        parts.append(f"{_clock(elapsed)}, ETA {_clock(eta)}")
-        return " | ".join(parts)
+        formats = {"lr": "lr {:.2e}", "images_per_s": "{:.1f} img/s"}
+        parts = [formats[k].format(metrics[k]) if k in formats else f"{k} {metrics[k]:.4g}" for k in keys]
+        return " | ".join([f"{self.label} {step}/{self.total} ({step / max(self.total, 1):.0%})", *parts,
+                           f"{_clock(elapsed)}, ETA {_clock(eta)}"])
 
     def _write(self, text: str) -> None:
         self.console.file.write(text + "\n")
@@ -133,15 +127,3 @@ def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(round(seconds)), 60)
     return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
-
-def progress_bar(console: Console, enabled: bool) -> RichProgress:
-    return RichProgress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}  {task.fields[speed]} img/s"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=not enabled,
-    )

@@ -8,8 +8,7 @@
 A checkpoint is written under a hidden temporary name and renamed into place when everything is on disk,
 so a kill during a save leaves the previous checkpoints intact; leftovers are removed on the next start, which
 also points the top-level files at the newest checkpoint if a kill came between the two. trainer_state.json
-marks a checkpoint complete: written last, removed first. Only names that are exactly step_<digits> are ours.
-"""
+marks a checkpoint complete: written last, removed first. Only names that are exactly step_<digits> are ours."""
 from __future__ import annotations
 
 import contextlib
@@ -59,8 +58,7 @@ class RunDir:
         while not found.exists() and found != found.parent:
             found = found.parent
         if not found.is_dir():
-            reason = "a file of that name is in the way" if found == self.path else \
-                f"{found} is a file, not a folder"
+            reason = "a file of that name is in the way" if found == self.path else f"{found} is a file, not a folder"
         elif not os.access(found, os.W_OK):
             reason = "the filesystem is read-only" if os.statvfs(found).f_flag & os.ST_RDONLY else "permission denied"
         else:
@@ -103,13 +101,9 @@ class RunDir:
 
     def clean_partial(self) -> None:
         """Remove checkpoints that a killed save left half-written, or a killed prune half-removed."""
-        if self.checkpoints.is_dir():
-            for p in self.checkpoints.iterdir():
-                if p.name.startswith("."):
-                    shutil.rmtree(p, ignore_errors=True)
-        for p in self.steps():
-            if not (p / MARKER).exists():
-                shutil.rmtree(p, ignore_errors=True)
+        hidden = [p for p in self.checkpoints.iterdir() if p.name.startswith(".")] if self.checkpoints.is_dir() else []
+        for p in hidden + [p for p in self.steps() if not (p / MARKER).exists()]:
+            shutil.rmtree(p, ignore_errors=True)
 
     def staging(self, step: int) -> Path:
         tmp = self.checkpoints / f".{PREFIX}{step:08d}.partial"
