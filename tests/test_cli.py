@@ -28,7 +28,7 @@ def _one_line_error(result, needle):
     (["--layer-decay", "0"], "--layer-decay must be in (0, 1], got 0"),
     (["--drop-path", "1"], "--drop-path must be in [0, 1), got 1"),
     (["--randaugment", "rand-zz"], "randaugment 'rand-zz' is not a timm augmentation policy"),
-    (["--monitor-features", "cls"], "--monitor-features must be one of pre-logits, backbone, patch-mean"),
+    (["--monitor-features", "cls"], "--monitor-features must be one of auto, pre-logits, backbone, patch-mean"),
     (["--precision", "fp16"], "fp16 mixed precision needs a GPU"),
     (["--batch-size", "10", "--grad-accum", "3"], "must divide evenly"),
     (["--objective", "supervised(colour=1)"], "no option(s) colour"),

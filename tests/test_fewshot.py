@@ -83,6 +83,18 @@ def test_fewshot_reads_pre_logits_of_a_supervised_run(pretrained_run, mpp_run, t
         torch.testing.assert_close(feats(x), expected)  # (4, 64), in (-1, 1)
     assert feats.kind.startswith("pre-logits")
     assert representation(load_start(str(mpp_run)), str(mpp_run)).layer is None
+    # the default features follow the start: what its objective trained, recorded in its config.json
+    from vitx.runs.start import start_features
+
+    assert json.loads((mpp_run / "config.json").read_text())["features"] == "patch-mean"
+    assert start_features(str(mpp_run)) == "patch-mean" and start_features(str(pretrained_run)) == "pre-logits"
+    assert representation(load_start(str(mpp_run)), str(mpp_run)).kind.startswith("patch-mean")
+    older = tmp_path / "older"  # a run saved before the record: its objective's declaration decides
+    older.mkdir()
+    config = json.loads((mpp_run / "config.json").read_text())
+    del config["features"]
+    (older / "config.json").write_text(json.dumps(config))
+    assert start_features(str(older)) == "patch-mean" and start_features("scratch") == "pre-logits"
     mean = representation(backbone, str(pretrained_run), "patch-mean")  # what masked modelling trains
     with torch.no_grad():
         torch.testing.assert_close(mean(x), backbone.forward_features(x)[:, 1:].mean(1))  # (4, 64): 16 patches

@@ -188,4 +188,4 @@ def test_monitor_feature_choices_are_the_few_shot_evaluations():
     from vitx.runner.config import CHOICES
     from vitx.evaluation.representation import FEATURES
 
-    assert CHOICES["monitor_features"] == FEATURES
+    assert CHOICES["monitor_features"] == ("auto", *FEATURES)

@@ -6,6 +6,7 @@ from ..lazy import lazy_exports
 
 FEWSHOT_REG = 2.0 ** 10  # big_vision's L2 regularisation of the few-shot least-squares head (λ)
 FEATURES = ("pre-logits", "backbone", "patch-mean")  # what frozen-feature evaluation reads (representation.py)
+AUTO = "auto"  # the features the start's objective trains (Objective.features, recorded in its config.json)
 
 __all__ = ["FEATURES", "FEWSHOT_REG", "Evaluator", "Monitors", "extract_features", "fewshot_accuracy", "fit_least_squares",
            "knn_accuracy", "read_as", "representation", "sample_shots"]

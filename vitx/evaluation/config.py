@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..data import INTERPOLATIONS
 from ..errors import VitxError
 from ..settings import DATA, EVALUATION, MODEL, OUTPUT, check, setting
-from . import FEATURES, FEWSHOT_REG
+from . import AUTO, FEATURES, FEWSHOT_REG
 
 GEOMETRIES = ("start", "big_vision")  # how eval images are resized and cropped (frozen.py)
 
@@ -20,7 +20,7 @@ class FewshotConfig:
     model: str | None = setting(None, "Backbone for --from scratch (see `vitx models`).", MODEL)
     seed: int = setting(0, "Initialisation of --from scratch (the shots are drawn with seeds 0..N-1).", MODEL, min=0, limit=2 ** 32 - 1)
     image_size: int | None = setting(None, "Resolution; position embeddings are interpolated.", MODEL, above=0, limit=4096, shown="the start's")
-    features: str = setting("pre-logits", "pre-logits (the paper's: after the pre-training head's tanh layer when it has one), backbone (the \\[class] token after the final norm) or patch-mean (the mean of the patch tokens: what masked modelling trains).", MODEL, choices=FEATURES)
+    features: str = setting(AUTO, "auto (what the start's objective trains: patch-mean after MPP or MAE, pre-logits otherwise), pre-logits (the paper's: after the pre-training head's tanh layer when it has one), backbone (the \\[class] token after the final norm) or patch-mean (the mean of the patch tokens).", MODEL, choices=(AUTO, *FEATURES))
     data: str = setting("", "Labelled data, one or several comma-separated: embedded:digits|shapes, an image folder, a save_to_disk or parquet folder, hf:owner/name, WebDataset shards.", DATA, shown="embedded:digits")
     task: str = setting("", "Or registered tasks, comma-separated, e.g. vtab/dsprites_loc,vtab/dsprites_ori (their train and test splits).", DATA, shown="none")
     data_dir: str | None = setting(None, "Local copy of the task's data.", DATA)

@@ -2,8 +2,7 @@
 
 An objective is an `nn.Module` built from a backbone and its options. It owns its heads, says whether it
 needs labels, turns a batch into a loss and named metrics, and may hook step events. The runner never looks
-inside it.
-"""
+inside it."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -16,14 +15,15 @@ if TYPE_CHECKING:
 
 
 class Objective(nn.Module):
-    """Base class. Subclasses set `needs_labels` and implement `forward`.
-
-    `forward(batch)` takes `{"image": (B, 3, H, W) float, "label": (B,) or (B, K)}` and returns a dict of scalar
-    tensors: `"loss"` (minimised) and any metrics (averaged over the logging interval and processes).
-    Weights under `backbone.` are the transferable backbone; everything else is the objective's heads.
-    """
+    """Base class. Subclasses set `needs_labels` and implement `forward`, which takes `{"image": (B, 3, H, W)
+    float, "label": (B,) or (B, K)}` and returns a dict of scalar tensors: `"loss"` (minimised) and any metrics
+    (averaged over the logging interval and processes). Weights under `backbone.` are the transferable backbone;
+    everything else is the objective's heads."""
 
     needs_labels: ClassVar[bool] = False
+    # the representation this objective trains, which frozen-feature evaluation reads unless told otherwise
+    # (one of evaluation.FEATURES): masked modelling trains the patch tokens, never the [class] token
+    features: ClassVar[str] = "pre-logits"
 
     def __init__(self, backbone: nn.Module, **options: Any) -> None:
         super().__init__()

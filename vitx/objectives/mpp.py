@@ -14,8 +14,7 @@ position embedding. vitx therefore corrupts the output of `backbone.patch_embed`
 Targets are computed from the un-normalised image (0-255): mean of each RGB channel over the patch, quantised to
 its top `bits` bits (floor(m / 32) for 3 bits), class = r·64 + g·8 + b. The paper's alternatives are options:
 `target="downsized"` (4x4 downsized patch, 16 predictions of 512 colours) and `target="pixels"` (L2 regression on
-the full normalised patch).
-"""
+the full normalised patch)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,6 +46,8 @@ class Corruption:
 @register_objective("mpp", description="masked patch prediction (ViT paper): 3-bit mean colour of corrupted patches")
 class MaskedPatchPrediction(Objective):
     """The paper's MPP on any timm-style ViT backbone."""
+
+    features = "patch-mean"  # it trains the patch tokens; the [class] token is never a target
 
     def __init__(self, backbone: nn.Module, corrupt_rate: float = 0.5, mask_rate: float = 0.8,
                  random_rate: float = 0.1, keep_rate: float = 0.1, target: str = "mean", bits: int = 3,
@@ -138,10 +139,9 @@ class MaskedPatchPrediction(Objective):
 
     # ---- the objective -------------------------------------------------------------------------------------
     def encode(self, images: torch.Tensor, plan: Corruption) -> torch.Tensor:
-        """Backbone tokens (B, prefix + N, D) with `plan` applied to the patch embeddings.
-
-        timm's `forward_features`, stage by stage, with the corruption between the patch embedding and the
-        position embedding: no forward hook, so `torch.compile` sees one whole graph."""
+        """Backbone tokens (B, prefix + N, D) with `plan` applied to the patch embeddings: timm's `forward_features`,
+        stage by stage, the corruption between the patch and position embeddings (no forward hook, so
+        `torch.compile` sees one whole graph)."""
         bb = self.backbone
         if type(bb).forward_features is not VisionTransformer.forward_features:  # Eva, user overrides: a hook
             hook = bb.patch_embed.register_forward_hook(lambda module, args, out: self.corrupt(out, plan))
@@ -157,17 +157,13 @@ class MaskedPatchPrediction(Objective):
     def loss(self, pred: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
         """Loss and metrics from predictions and targets of the corrupted patches only ((B, k, ...))."""
         if self.target == "pixels":
-            loss = F.mse_loss(pred, target)
-            return {"loss": loss}
-        classes = self.colours
-        logits = pred.reshape(-1, classes)  # (B·k·cells, C)
-        labels = target.reshape(-1)
-        loss = F.cross_entropy(logits, labels)
+            return {"loss": F.mse_loss(pred, target)}
+        logits, labels = pred.reshape(-1, self.colours), target.reshape(-1)  # (B·k·cells, C), (B·k·cells,)
         accuracy = (logits.argmax(-1) == labels).float().mean()
         ones = torch.ones_like(labels, dtype=torch.float)
-        counts = torch.zeros(classes, device=labels.device).index_add_(0, labels, ones)  # (C,)
+        counts = torch.zeros(self.colours, device=labels.device).index_add_(0, labels, ones)  # (C,)
         baseline = counts.max() / labels.numel()  # the most frequent colour's share (fixed shapes: no host sync)
-        return {"loss": loss, "colour_acc": accuracy.detach(), "baseline_acc": baseline}
+        return {"loss": F.cross_entropy(logits, labels), "colour_acc": accuracy.detach(), "baseline_acc": baseline}
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         images = batch["image"]  # (B, 3, H, W), normalised

@@ -6,9 +6,10 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..errors import VitxError
-from ..evaluation import FEATURES
+from ..evaluation import AUTO, FEATURES
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, SCHEDULE, SYSTEM, check, setting
 from ..settings import defaults, result_settings
+from .preemption import parse_signals
 
 # adamw, adam and sgd are built by vitx (runner/optim.py); the others by timm's optimizer factory
 OPTIMIZERS = ("adamw", "adam", "sgd", "lamb", "lars", "lion", "nadamw", "adopt", "adan", "rmsprop", "adafactor")
@@ -16,7 +17,7 @@ CHOICES = {
     "optimizer": OPTIMIZERS,
     "schedule": ("cosine", "linear"),
     "precision": ("no", "bf16", "fp16"),
-    "monitor_features": FEATURES,
+    "monitor_features": (AUTO, *FEATURES),
     "log_format": ("auto", "bar", "lines", "json"),  # how progress is shown (runner/reporting.py)
 }
 
@@ -108,7 +109,7 @@ class PretrainConfig:
     eval_samples: int = setting(1024, "Validation images evaluated at each checkpoint; 0 disables.", EVALUATION, min=0, limit=LIMITS["eval_samples"], result=False)
     monitor: str = setting("", "Labelled data, one or several comma-separated (e.g. embedded:digits,embedded:shapes): log few-shot linear and kNN accuracy of the features at each checkpoint.", EVALUATION, result=False)
     monitor_every: int = setting(0, "Also run the --monitor every N steps; 0: at checkpoints only.", EVALUATION, min=0, result=False)
-    monitor_features: str = setting("pre-logits", "What the --monitor reads: pre-logits (the paper's few-shot features), backbone (\\[class] token) or patch-mean (the mean patch token: what masked modelling trains).", EVALUATION, choices=CHOICES["monitor_features"], result=False)
+    monitor_features: str = setting(AUTO, "What the --monitor reads: auto (what the objective trains: patch-mean for MPP and MAE, pre-logits otherwise), pre-logits (the paper's few-shot features), backbone (\\[class] token) or patch-mean (the mean patch token).", EVALUATION, choices=CHOICES["monitor_features"], result=False)
     output_dir: str = setting("runs/pretrain", "Run directory.", CHECKPOINTS, result=False)
     save_every: int = setting(400, "Checkpoint every N steps (and at the end).", CHECKPOINTS, above=0, result=False)
     save_every_minutes: float = setting(0.0, "Also checkpoint when this many minutes have passed since the last save; 0: off.", CHECKPOINTS, min=0, result=False)
@@ -124,8 +125,6 @@ class PretrainConfig:
 
     def validate(self) -> "PretrainConfig":
         check(self)  # every bound and choice, as declared
-        from .preemption import parse_signals
-
         parse_signals(self.stop_signals)
         check_policy(self.randaugment)
         return self
@@ -149,6 +148,4 @@ def merge_for_resume(saved: PretrainConfig, explicit: dict[str, Any]) -> Pretrai
              for k, v in explicit.items() if k not in RESUME_FREE and getattr(saved, k) != v]
     if clash:
         raise VitxError("cannot resume with different settings: " + "; ".join(clash))
-    merged = saved.to_dict()
-    merged.update({k: v for k, v in explicit.items() if k in RESUME_FREE})
-    return PretrainConfig.from_dict(merged)
+    return PretrainConfig.from_dict({**saved.to_dict(), **{k: v for k, v in explicit.items() if k in RESUME_FREE}})

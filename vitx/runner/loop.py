@@ -22,7 +22,9 @@ from ..checkpoint import cannot_write, export_state, save_weights
 from ..data import TensorSplit, eval_loader, first_sample_batch, train_loader
 from ..data.loader import close, iterate
 from ..errors import DISK_STATE_ERRNOS, Preempted, VitxError
+from ..evaluation import AUTO
 from ..evaluation.monitor import Evaluator, Monitors
+from ..evaluation.representation import read_as
 from .config import default_workers
 from .agreement import Agreement
 from .preemption import StopRequests, parse_signals
@@ -184,8 +186,7 @@ class Trainer:
         stop the run when too many non-finite steps came in a row (it has diverged)."""
         skips, streak = (int(v) for v in torch.stack([self._skips, self._streak]).tolist())
         self.nonfinite = skips
-        limit = self.s.cfg.max_nonfinite_steps
-        if streak >= limit:
+        if streak >= self.s.cfg.max_nonfinite_steps:
             raise VitxError(f"{streak} optimiser steps in a row (up to step {self.step_count}) had a non-finite loss "
                             f"or gradient and were skipped: the run has diverged; {self.rescue(streak)} (or check "
                             "the data, or raise --max-nonfinite-steps)")
@@ -217,8 +218,7 @@ class Trainer:
         self._kept, self._lr_total = torch.zeros_like(kept), torch.zeros_like(kept)
         if values[-1] == 0:  # every update since the last log was skipped: no means
             return {}
-        metrics = dict(zip(keys + ["lr"], values[:-1]))
-        return dict(sorted(metrics.items()))
+        return dict(sorted(zip(keys + ["lr"], values[:-1])))
 
     # ---- evaluation and checkpoints ----------------------------------------------------------------------
     def monitor(self) -> dict[str, float]:
@@ -227,10 +227,10 @@ class Trainer:
         if self._monitor is None:
             pre = self.s.preprocess
             self._monitor = Monitors(self.s.cfg.monitor, pre.image_size, mean=pre.mean, std=pre.std)
-        from ..evaluation.representation import read_as
-
         objective = self.s.accelerator.unwrap_model(self.s.model)
-        features = read_as(objective.backbone, self.s.cfg.monitor_features, objective.representation_layer())
+        chosen = self.s.cfg.monitor_features
+        features = read_as(objective.backbone, objective.features if chosen == AUTO else chosen,
+                           objective.representation_layer())
         return self._monitor(features, self.s.accelerator.device)
 
     @torch.no_grad()
@@ -305,35 +305,33 @@ class Trainer:
                 raise VitxError(f"{said}; the earlier checkpoints are intact: fix that, then continue with --resume")
 
         acc.wait_for_everyone()
-        target = s.run.checkpoints / f".step_{self.step_count:08d}.partial"
-        staged = attempt(lambda: s.run.staging(self.step_count)) if main else None
+        target = s.run.checkpoints / f".{PREFIX}{step:08d}.partial"
+        staged = attempt(lambda: s.run.staging(step)) if main else None
         stop_if_failed()
         attempt(lambda: acc.save_state(str(target / "accelerate"), safe_serialization=True))
         stop_if_failed()
         state = acc.get_state_dict(s.model)  # full weights, gathered when sharded
         state = export_state(acc.unwrap_model(s.model), state)  # e.g. LoRA factors merged into their layers
-        final = None
         broken = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())] \
-            if acc.is_main_process else []
+            if main else []
         if acc.reduce(torch.tensor(float(len(broken)), device=acc.device), reduction="sum") > 0:
             # never publish non-finite weights (every process stops here together); earlier checkpoints stay
             if main:
                 shutil.rmtree(target, ignore_errors=True)
-            raise VitxError(f"step {self.step_count}: weights are not finite ({', '.join(broken[:2]) or 'see rank 0'});"
+            raise VitxError(f"step {step}: weights are not finite ({', '.join(broken[:2]) or 'see rank 0'});"
                             f" no checkpoint written; {self.rescue(int(self._streak))}")
-        if acc.is_main_process:
-            def write() -> Path:
-                back = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
-                heads = {k: v for k, v in state.items() if not k.startswith("backbone.")}
-                meta = {"vitx_step": str(self.step_count)}
-                save_weights(back, staged / "model.safetensors", meta)
-                if heads:
-                    save_weights(heads, staged / "heads.safetensors", meta)
-                if s.cfg.curves and not self.stop_requested:  # a preempted job has seconds: no figure
-                    self.draw_curves(staged / "curves.png")
-                return s.run.publish(staged, self.step_count, config_record(s, self.step_count),
-                                     s.cfg.keep_checkpoints)
-            final = attempt(write)
+
+        def write() -> Path:  # the main process's part
+            back = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
+            heads = {k: v for k, v in state.items() if not k.startswith("backbone.")}
+            meta = {"vitx_step": str(step)}
+            save_weights(back, staged / "model.safetensors", meta)
+            if heads:
+                save_weights(heads, staged / "heads.safetensors", meta)
+            if s.cfg.curves and not self.stop_requested:  # a preempted job has seconds: no figure
+                self.draw_curves(staged / "curves.png")
+            return s.run.publish(staged, step, config_record(s, step), s.cfg.keep_checkpoints)
+        final = attempt(write) if main else None
         stop_if_failed()
         self.agreement.saved()
         return final
@@ -442,12 +440,6 @@ class Trainer:
         return last
 
 
-def describe(source: Any) -> str:
-    if hasattr(source, "micro_batches"):
-        return f"streamed, {source.num_shards} shard(s)"
-    return f"{len(source)} images"
-
-
 def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | None = None) -> dict[str, Any]:
     """Run (or resume) a pre-training from explicitly given options; returns the last logged metrics."""
     cfg, resume_from = resolve_config(explicit, resume)
@@ -455,15 +447,16 @@ def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | 
     console = console or make_console(cfg.quiet)
     if setup.accelerator.is_main_process:
         n_params = sum(p.numel() for p in setup.objective.backbone.parameters())
+        src = setup.train_source
+        size = f"streamed, {src.num_shards} shard(s)" if hasattr(src, "micro_batches") else f"{len(src)} images"
         what = f"resuming {cfg.output_dir} at step {setup.start_step}" if resume_from else f"run {cfg.output_dir}"
         console.print(f"vitx {__version__}: {what} | {cfg.objective} on {cfg.model} ({n_params / 1e6:.2f}M) "
-                      f"| {cfg.data} ({describe(setup.train_source)}, {setup.preprocess.image_size}px) "
+                      f"| {cfg.data} ({size}, {setup.preprocess.image_size}px) "
                       f"| {setup.accelerator.num_processes} process(es) on {setup.accelerator.device}", soft_wrap=True)
         validation = setup.data_info.get("validation") or {}
         if validation:
-            labels = setup.data_info.get("labels")
-            console.print(f"data: {setup.data_info.get('layout', 'data')}, labels {labels} | validation: "
-                          f"{validation['how']}", soft_wrap=True)
+            console.print(f"data: {setup.data_info.get('layout', 'data')}, labels {setup.data_info.get('labels')} | "
+                          f"validation: {validation['how']}", soft_wrap=True)
         note = getattr(setup.train_source, "sharding_note", lambda world: None)(setup.accelerator.num_processes)
         if note:
             console.print(f"note: {note}", soft_wrap=True)

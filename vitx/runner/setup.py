@@ -98,7 +98,9 @@ def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective
             raise VitxError(f"the training state in {resume_from} is damaged or incomplete; delete that checkpoint "
                             "to resume from the one before it") from None
         start = RunDir.step_of(resume_from)
-        changes = _lr_changes(saved, cfg.lr, start)
+        changes = [c for c in saved.get("lr_changes", []) if isinstance(c, dict)]  # the run's, kept across resumes
+        if saved.get("run", {}).get("lr") not in (None, cfg.lr):  # and this resume's
+            changes.append({"step": start, "from": saved["run"]["lr"], "to": cfg.lr})
         if changes:
             set_lr(scheduler, cfg.lr)
             record["lr_changes"] = changes
@@ -109,15 +111,6 @@ def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective
                         "they all share")
     return Setup(cfg, accelerator, model, objective, optimizer, scheduler, preprocess, RunDir(cfg.output_dir),
                  start, data_info, train_source, val_source, record, resume_from)
-
-
-def _lr_changes(saved: dict[str, Any], lr: float, step: int) -> list[dict[str, Any]]:
-    """The run's --lr changes on resume (kept across resumes), with this one's when the lr differs."""
-    changes = [c for c in saved.get("lr_changes", []) if isinstance(c, dict)]
-    was = saved.get("run", {}).get("lr")
-    if was is not None and was != lr:
-        changes.append({"step": step, "from": was, "to": lr})
-    return changes
 
 
 def set_lr(scheduler: Any, lr: float) -> None:
@@ -145,8 +138,6 @@ def _initial(cfg: PretrainConfig) -> tuple[Any, dict[str, tuple[float, ...]]]:
     normal = _normalisation(cfg.init, backbone)
     if cfg.image_size is not None:
         backbone = resize_backbone(backbone, cfg.image_size)
-    if cfg.grad_checkpointing:
-        backbone.set_grad_checkpointing(True)
     cfg.model = str(backbone.vitx_record["name"])
     return backbone, normal
 
@@ -163,23 +154,21 @@ def _normalisation(start: str, backbone: Any) -> dict[str, tuple[float, ...]]:
 def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     """Create the accelerator, data sources, backbone, objective, optimiser and schedule; load a checkpoint."""
     accelerator = make_accelerator(cfg)
+    saved = read_config(resume_from) if resume_from is not None else {}
     if cfg.init and resume_from is None:  # another run's or timm's weights, continued here
         backbone, normal = _initial(cfg)
     elif cfg.init:  # a resumed --init run: built as its checkpoint records it, normalised as it was
-        saved = read_config(resume_from)
         backbone = create_backbone(saved["backbone"]["name"], **saved["backbone"]["overrides"])
-        if cfg.grad_checkpointing:
-            backbone.set_grad_checkpointing(True)
         normal = {k: tuple(saved["preprocess"][k]) for k in ("mean", "std")}
     else:
         model_name, model_opts = parse_spec(cfg.model)
         if cfg.image_size is not None:
             model_opts["img_size"] = cfg.image_size
-        if cfg.grad_checkpointing:
-            model_opts["grad_checkpointing"] = True
         backbone = create_backbone(model_name, **model_opts)
         pretrained = model_name.startswith("timm:") and model_opts.get("pretrained")  # weights with their own input
         normal = _normalisation(model_name, backbone) if pretrained else {}
+    if cfg.grad_checkpointing:
+        backbone.set_grad_checkpointing(True)
     if cfg.drop_path > 0:  # (a --model spec's drop_path_rate stays when --drop-path is not given)
         set_drop_path(backbone, cfg.drop_path)
     image_size = int(backbone.patch_embed.img_size[0])
@@ -194,7 +183,7 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
                                              image_size=image_size, seed=cfg.seed))
     if getattr(opened.split("train"), "micro_batches", None) is None and len(opened.split("train")) == 0:
         raise VitxError(f"{cfg.data} has no training images")
-    saved_data = read_config(resume_from).get("data", {}) if resume_from is not None else {}
+    saved_data = saved.get("data", {})
     saved_val = saved_data.get("validation") or {}
     was_held = saved_val.get("split") == "held out of train"  # a resumed run holds out exactly what it held out
     held = saved_val.get("requested", saved_val.get("images")) if was_held else None
@@ -202,12 +191,13 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
                                                             hold_out=resume_from is None or was_held)
     data_info = {"spec": cfg.data, "layout": opened.layout, "labels": opened.labels_described(),
                  "num_classes": train_source.num_classes, "class_names": train_source.class_names,
-                 "train_size": source_size(train_source), "validation": validation}
+                 "train_size": None if hasattr(train_source, "micro_batches") else len(train_source),
+                 "validation": validation}
     if hasattr(train_source, "micro_batches"):  # a stream's order depends on how many processes read it
         data_info["processes"] = accelerator.num_processes
-        saved = saved_data.get("processes")
-        if saved is not None and saved != accelerator.num_processes:
-            raise VitxError(f"{cfg.output_dir} streams {cfg.data} on {saved} process(es); resume it on {saved} (each "
+        was = saved_data.get("processes")
+        if was is not None and was != accelerator.num_processes:
+            raise VitxError(f"{cfg.output_dir} streams {cfg.data} on {was} process(es); resume it on {was} (each "
                             f"process reads its own shards, so {accelerator.num_processes} would read other samples)")
 
     obj_name, obj_opts = parse_spec(cfg.objective)
@@ -218,11 +208,6 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     return assemble(cfg, accelerator, objective, preprocess, train_source, val_source, data_info, resume_from)
 
 
-def source_size(source: Any) -> int | None:
-    """Images in a source; None for a stream (not known without reading it)."""
-    return None if hasattr(source, "micro_batches") else len(source)
-
-
 def config_record(s: Setup, step: int) -> dict[str, Any]:
     obj_name, obj_opts = parse_spec(s.cfg.objective)
     return {
@@ -231,6 +216,7 @@ def config_record(s: Setup, step: int) -> dict[str, Any]:
         "backbone": backbone_record(s.objective.backbone),
         "preprocess": s.preprocess.to_dict(),
         "objective": {"name": obj_name, "options": obj_opts},
+        "features": s.objective.features,  # what the objective trains: evaluation reads it by default
         "data": s.data_info,
         "run": s.cfg.to_dict(),
         **s.record,
@@ -238,11 +224,9 @@ def config_record(s: Setup, step: int) -> dict[str, Any]:
 
 
 def _commands(saved: dict[str, Any] | None) -> dict[str, Any]:
-    """How the run was started (`command`, when from the command line), kept across resumes from the resumed
-    checkpoint's config (`saved`; None: a fresh run): the first command says how the run was made; the
-    `--resume` lines that continued it are listed after it (`resumed_with`). A `--resume` that found nothing to
-    resume made the run: it is recorded as the command, without `--resume`. A run made from Python has no
-    `command` (`vitx export` rebuilds one from its settings)."""
+    """How the run was made (`command`, when from the command line), kept across resumes from the resumed
+    checkpoint's config (`saved`; None: a fresh run), and the `--resume` lines that continued it (`resumed_with`).
+    A run made from Python has no `command` (`vitx export` rebuilds one from its settings)."""
     if saved is None:
         now = command(fresh=True)
         return {"command": now} if now else {}

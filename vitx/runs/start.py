@@ -93,9 +93,28 @@ def start_input(start: str, backbone: nn.Module) -> dict[str, Any]:
             "crop_pct": float(config.get("crop_pct", 1.0)), "eval_resize": "timm", "source": "timm's pretrained_cfg"}
 
 
-def representation(backbone: nn.Module, start: str, features: str = "pre-logits") -> Representation:
+def start_features(start: str) -> str:
+    """What a start's objective trained as its representation (`Objective.features`): its config.json's
+    `features`, else (a run older than the record) its objective's declaration, else pre-logits (scratch, timm
+    starts, a transfer's classifier)."""
+    from ..evaluation import FEATURES
+    from ..registry import OBJECTIVES
+
+    config = (read_json_object(Path(start).expanduser() / "config.json") or {}) if start != SCRATCH else {}
+    recorded = config.get("features")
+    if recorded in FEATURES:
+        return recorded
+    name = (config.get("objective") or {}).get("name") if isinstance(config.get("objective"), dict) else None
+    if not isinstance(name, str) or name not in OBJECTIVES.names():  # (a plugin's objective that is not installed)
+        return "pre-logits"
+    return getattr(OBJECTIVES.get(name).obj, "features", "pre-logits")
+
+
+def representation(backbone: nn.Module, start: str, features: str = "auto") -> Representation:
     """The features of `backbone` (already resized) that evaluation reads, given where it came from (`--from`):
-    a vitx run's pre-training head's tanh layer for pre-logits when it saved one."""
+    `auto` reads what the start's objective trained (`start_features`); a vitx run's pre-training head's tanh
+    layer for pre-logits when it saved one."""
+    features = start_features(start) if features == "auto" else features
     own = features == "pre-logits" and not start.startswith("timm:") and start != SCRATCH
     return read_as(backbone, features, saved_layer(Path(start).expanduser()) if own else None)
 

@@ -23,6 +23,8 @@ OLD_DECODER = ("decoder.decoder_embed.", "decoder.decoder_pos_embed", "decoder.d
 
 @register_objective("mae", description="masked autoencoder (lightly): 75% masked, MSE on normalised pixels")
 class MAE(Objective):
+    features = "patch-mean"  # it encodes and reconstructs patches; the [class] token is never trained
+
     def __init__(self, backbone: nn.Module, mask_ratio: float = 0.75, decoder_dim: int = 512, decoder_depth: int = 8,
                  decoder_heads: int = 16, norm_pix_loss: bool = True, **options: Any) -> None:
         if options:
