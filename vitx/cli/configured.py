@@ -1,6 +1,6 @@
 """The commands whose options are their config's declared settings (vitx/settings.py, through `options.command`):
-`vitx pretrain` (`PretrainConfig`), `vitx transfer` (`TransferConfig`) and `vitx eval fewshot` (`FewshotConfig`:
-few-shot linear evaluation of frozen features, the paper's §4 / big_vision; the work is `transfer/frozen.py`'s)."""
+`vitx pretrain` (`PretrainConfig`), `vitx transfer` (`TransferConfig`) and `vitx eval fewshot`, `knn` and `linear`
+(`evaluation/config.py`: frozen-feature evaluation; the work is `transfer/frozen.py`'s, the tables `transfer/report.py`'s)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from ..evaluation.config import FewshotConfig
+from ..evaluation.config import FewshotConfig, KnnConfig, LinearConfig
 from ..recipe import resolve
 from ..runner.config import PretrainConfig
 from ..transfer.config import TransferConfig
@@ -30,21 +30,24 @@ def _transfer(options: dict[str, Any], resume: bool, recipe: Optional[str], sets
     run_transfer(TransferConfig(**chosen), resume=resume)
 
 
-def _fewshot(options: dict[str, Any], resume: bool, recipe: Optional[str], sets: list[str]) -> None:
-    from ..runner.launch import is_main_process
+def _frozen(cls: type, evaluate: str, printer: str) -> Any:
+    """An `eval` command's work: the config checked, `transfer.frozen.<evaluate>` run on one process, each
+    dataset's table printed by `transfer.report.<printer>` as soon as it is done, the numbers written as JSON."""
+    def run(options: dict[str, Any], resume: bool, recipe: Optional[str], sets: list[str]) -> None:
+        from ..runner.launch import is_main_process
 
-    cfg = FewshotConfig(**options).validate()
-    if not is_main_process():  # under a launcher: one process does the (small) work, on its own device
-        return
-    from ..checkpoint import atomic_write_text
-    from ..transfer.frozen import evaluate_fewshot
-    from ..transfer.report import print_fewshot
+        cfg = cls(**options).validate()
+        if not is_main_process():  # under a launcher: one process does the (small) work, on its own device
+            return
+        from ..checkpoint import atomic_write_text
+        from ..transfer import frozen, report
 
-    results = evaluate_fewshot(cfg, each=lambda result: print_fewshot(result, cfg.start, cfg.reg))
-    if cfg.output:
-        Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
-        body = results[0] if len(results) == 1 else {"from": cfg.start, "datasets": results}
-        atomic_write_text(Path(cfg.output), json.dumps(body, indent=2))
+        results = getattr(frozen, evaluate)(cfg, each=lambda result: getattr(report, printer)(result, cfg))
+        if cfg.output:
+            Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
+            body = results[0] if len(results) == 1 else {"from": cfg.start, "datasets": results}
+            atomic_write_text(Path(cfg.output), json.dumps(body, indent=2))
+    return run
 
 
 pretrain = command(PretrainConfig, _pretrain, "pretrain",
@@ -53,5 +56,13 @@ transfer = command(TransferConfig, _transfer, "transfer",
                    "Transfer a pre-trained ViT: sweep, retrain, test (VTAB-1k protocol), print and save the results.")
 eval_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate frozen features.")
 eval_app.command("fewshot")(command(
-    FewshotConfig, _fewshot, "fewshot", "Regularised least squares on frozen pre-logit features: accuracy at 1/5/10/25 "
-    "shots over seeds.", training=False))
+    FewshotConfig, _frozen(FewshotConfig, "evaluate_fewshot", "print_fewshot"), "fewshot",
+    "Regularised least squares on frozen pre-logit features: accuracy at 1/5/10/25 shots over seeds.", training=False))
+eval_app.command("knn")(command(
+    KnnConfig, _frozen(KnnConfig, "evaluate_knn", "print_knn"), "knn",
+    "Weighted k-nearest-neighbour classification of frozen features (DINO's protocol): top-1 for each k.",
+    training=False))
+eval_app.command("linear")(command(
+    LinearConfig, _frozen(LinearConfig, "evaluate_linear", "print_linear"), "linear",
+    "A linear probe on frozen features, extracted once: lr × features chosen on validation, test top-1 over seeds "
+    "(MAE's and DINO's linear evaluation).", training=False))

@@ -43,4 +43,15 @@ def source_features(backbone: nn.Module, source: Any, preprocess: Any, limit: in
     return np.concatenate(feats), np.concatenate(labels)
 
 
-__all__ = ["extract_features", "source_features"]
+def indexed_features(backbone: nn.Module, source: Any, preprocess: Any, indices: np.ndarray, workers: int = 0,
+                     device: torch.device | str = "cpu", chunk: int = 4096) -> np.ndarray:
+    """Features (len(indices), D) of the images `indices` of a source, `chunk` decoded at a time (at ImageNet
+    scale the images are many GB decoded; their features are small)."""
+    from ..data import decode_split
+
+    parts = np.array_split(np.asarray(indices), max(1, -(-len(indices) // chunk)))
+    return np.concatenate([extract_features(backbone, decode_split(source, preprocess, part, workers=workers).images,
+                                            device=device, normalise=preprocess.normalise) for part in parts])
+
+
+__all__ = ["extract_features", "indexed_features", "source_features"]

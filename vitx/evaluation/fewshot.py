@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from ..errors import VitxError
 from . import FEWSHOT_REG
-from .features import extract_features, source_features
+from .features import indexed_features, source_features
 
 DEFAULT_SHOTS = (1, 5, 10, 25)
 DEFAULT_SEEDS = (0, 1, 2)
@@ -86,12 +86,11 @@ def fewshot_accuracy(train_features: np.ndarray, train_labels: np.ndarray, test_
 
 def evaluate_sources(backbone: nn.Module, train_source: Any, test_source: Any, preprocess: Any,
                      shots: Sequence[int] = DEFAULT_SHOTS, seeds: Sequence[int] = DEFAULT_SEEDS,
-                     reg: float = FEWSHOT_REG, test_limit: int = 0, workers: int = 0,
+                     reg: float = FEWSHOT_REG, test_rows: np.ndarray | None = None, workers: int = 0,
                      device: torch.device | str = "cpu", chunk: int = 4096) -> dict[str, Any]:
     """Few-shot accuracies of `backbone` on labelled sources: features are extracted only for the images some
-    (shots, seed) draw uses, `chunk` images decoded at a time, and for the first `test_limit` test images
-    (0: all), streamed."""
-    from ..data import decode_split
+    (shots, seed) draw uses, `chunk` images decoded at a time, and for the test images `test_rows` (None: all,
+    streamed)."""
     from ..data.sources import source_labels
 
     num_classes = int(train_source.num_classes)
@@ -99,13 +98,14 @@ def evaluate_sources(backbone: nn.Module, train_source: Any, test_source: Any, p
     draws = {(k, s): sample_shots(labels, k, s, num_classes) for k in shots for s in seeds}
     needed = np.unique(np.concatenate(list(draws.values())))
     backbone = backbone.to(device)
-    train_feats = np.concatenate([  # (len(needed), D): at ImageNet scale the needed images are many GB decoded
-        extract_features(backbone, decode_split(train_source, preprocess, part, workers=workers).images,
-                         device=device, normalise=preprocess.normalise)
-        for part in np.array_split(needed, max(1, -(-len(needed) // chunk)))])
+    train_feats = indexed_features(backbone, train_source, preprocess, needed, workers, device, chunk)  # (len(needed), D)
     position = {int(i): p for p, i in enumerate(needed)}
-    n_test = min(test_limit or len(test_source), len(test_source))
-    test_feats, test_labels = source_features(backbone, test_source, preprocess, n_test, workers, device)
+    if test_rows is None:
+        test_feats, test_labels = source_features(backbone, test_source, preprocess, len(test_source), workers, device)
+    else:
+        test_feats = indexed_features(backbone, test_source, preprocess, test_rows, workers, device, chunk)
+        test_labels = source_labels(test_source)[test_rows]
+    n_test = len(test_labels)
     results: dict[int, list[float]] = {}
     for (k, s), idx in draws.items():
         rows = np.asarray([position[int(i)] for i in idx])

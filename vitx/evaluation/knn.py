@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-KNN_K, KNN_TEMPERATURE = 20, 0.07
+from . import KNN_K, KNN_TEMPERATURE
 
 
 def knn_accuracy(train: np.ndarray, train_labels: np.ndarray, test: np.ndarray, test_labels: np.ndarray,
@@ -19,4 +19,4 @@ def knn_accuracy(train: np.ndarray, train_labels: np.ndarray, test: np.ndarray, 
     return float((votes.argmax(1).numpy() == test_labels).mean())
 
 
-__all__ = ["KNN_K", "KNN_TEMPERATURE", "knn_accuracy"]
+__all__ = ["knn_accuracy"]

@@ -7,7 +7,9 @@ test splits:
 - few-shot linear accuracy (`monitor_fewshot_<k>shot`): the closed-form least-squares head of `vitx eval
   fewshot` (big_vision's fewshot evaluator) on k images per class, averaged over 3 seeded draws;
 - k-nearest-neighbour accuracy (`monitor_knn`): cosine similarity to every train image, the 20 nearest voting
-  with weights exp(sim / 0.07) (the kNN monitor of lightly's and InstDisc's self-supervised runs).
+  with weights exp(sim / 0.07) (the kNN monitor of lightly's and InstDisc's self-supervised runs);
+- with `--monitor-probes ...,linear`, a linear probe (`monitor_linear`): `vitx eval linear`'s heads over its lr
+  grid, 30 epochs, the lr chosen on a held-out fifth of the train draw, retrained on all of it and tested.
 
 Features are the pre-logits, as `vitx eval fewshot` reads them (the supervised head's tanh layer when the
 objective has one, else the backbone's pooled output), from images decoded once at the run's resolution and
@@ -31,9 +33,11 @@ from ..spec import split_specs
 from .features import extract_features
 from .fewshot import fewshot_accuracy
 from .knn import knn_accuracy
+from .linear import linear_probe
 
 SHOTS = (1, 10)
 SEEDS = (0, 1, 2)
+LINEAR_MONITOR_EPOCHS = 30  # a probe at every checkpoint: a few seconds on a CPU for 2,000 images
 
 
 class Evaluator(Protocol):
@@ -48,9 +52,10 @@ class Monitor:
     """The probes' data (decoded once) and their evaluation on a backbone."""
 
     def __init__(self, spec: str, image_size: int, train_images: int = 2000, test_images: int = 1000,
-                 mean: tuple[float, ...] = (0.5, 0.5, 0.5), std: tuple[float, ...] = (0.5, 0.5, 0.5)) -> None:
+                 mean: tuple[float, ...] = (0.5, 0.5, 0.5), std: tuple[float, ...] = (0.5, 0.5, 0.5),
+                 probes: tuple[str, ...] = ("fewshot", "knn")) -> None:
         train, test = open_labelled(spec, "--monitor", DataOptions(image_size=image_size))
-        self.spec, self.num_classes = spec, int(train.num_classes)
+        self.spec, self.num_classes, self.probes = spec, int(train.num_classes), probes
         self.preprocess = Preprocess(image_size=image_size, mean=mean, std=std)  # the run's own normalisation
         labels = source_labels(train)
         chosen = balanced_draw(labels, min(train_images, len(train)), [0, 77])  # never the first N: data is often
@@ -67,9 +72,18 @@ class Monitor:
         test = extract_features(backbone, self.test.images, device=device, normalise=self.preprocess.normalise)
         backbone.train(was_training)
         y_train, y_test = self.train.labels.numpy(), self.test.labels.numpy()
-        fewshot = fewshot_accuracy(train, y_train, test, y_test, self.num_classes, self.shots, SEEDS)
-        return {**{f"monitor_fewshot_{k}shot": float(np.mean(accs)) for k, accs in fewshot.items()},
-                "monitor_knn": knn_accuracy(train, y_train, test, y_test, self.num_classes)}
+        out: dict[str, float] = {}
+        if "fewshot" in self.probes:
+            fewshot = fewshot_accuracy(train, y_train, test, y_test, self.num_classes, self.shots, SEEDS)
+            out.update({f"monitor_fewshot_{k}shot": float(np.mean(accs)) for k, accs in fewshot.items()})
+        if "knn" in self.probes:
+            out["monitor_knn"] = knn_accuracy(train, y_train, test, y_test, self.num_classes)
+        if "linear" in self.probes:
+            with torch.enable_grad():
+                probe = linear_probe(train, y_train, test, y_test, self.num_classes, {"f": slice(0, train.shape[1])}, ["f"],
+                                     epochs=LINEAR_MONITOR_EPOCHS, device=device)
+            out["monitor_linear"] = probe["test_top1"]
+        return out
 
 
 class Monitors:
@@ -77,11 +91,11 @@ class Monitors:
     monitored on one dataset compares with one monitored on several); each other one's are named after it."""
 
     def __init__(self, specs: str, image_size: int, mean: tuple[float, ...] = (0.5, 0.5, 0.5),
-                 std: tuple[float, ...] = (0.5, 0.5, 0.5)) -> None:
+                 std: tuple[float, ...] = (0.5, 0.5, 0.5), probes: tuple[str, ...] = ("fewshot", "knn")) -> None:
         self.monitors: list[tuple[str, Monitor]] = []
         for i, spec in enumerate(split_specs(specs, "--monitor")):
             tag = "" if i == 0 else dataset_tag(spec, {t for t, _ in self.monitors})
-            self.monitors.append((tag, Monitor(spec, image_size, mean=mean, std=std)))
+            self.monitors.append((tag, Monitor(spec, image_size, mean=mean, std=std, probes=probes)))
 
     def __call__(self, backbone: torch.nn.Module, device: torch.device) -> dict[str, float]:
         out: dict[str, float] = {}

@@ -48,6 +48,46 @@ class Representation(nn.Module):
         return self.layer(feats) if self.layer is not None else feats  # (B, D')
 
 
+class Readouts(nn.Module):
+    """Every frozen-feature choice of one forward pass, side by side: backbone (B, 3, H, W) -> (B, ΣD), with
+    `slices[name]` the columns of each choice. For a linear probe that picks its features on validation
+    (DINO's and DINOv2's linear evaluation: the [class] token, with the mean patch token, of the last 1 or n
+    blocks; MAE's: the mean patch token), extracted once for all of them.
+
+    backbone: the backbone's pooled output (the [class] token after the final norm, or the start's own pooling);
+    patch-mean: the mean patch token after the final norm; backbone+patch-mean: both; last<n>: the [class]
+    tokens of the last n blocks, each after the final norm; pre-logits: through the supervised representation
+    layer, when the start has one."""
+
+    def __init__(self, backbone: nn.Module, layer: nn.Module | None = None, last: int = 4) -> None:
+        super().__init__()
+        self.backbone, self.layer = backbone, layer
+        self.last = min(last, len(getattr(backbone, "blocks", ()))) if hasattr(backbone, "forward_intermediates") else 0
+        dim, widths = int(backbone.embed_dim), {}
+        if layer is not None:
+            widths["pre-logits"] = int(layer[0].out_features)
+        widths.update({"backbone": dim, "patch-mean": dim})
+        if self.last > 1:
+            widths[f"last{self.last}"] = self.last * dim
+        ends = torch.tensor(list(widths.values())).cumsum(0).tolist()
+        self.slices = {name: slice(end - w, end) for (name, w), end in zip(widths.items(), ends)}
+        self.slices["backbone+patch-mean"] = slice(self.slices["backbone"].start, self.slices["patch-mean"].stop)
+        self.train(backbone.training)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        prefix = int(getattr(self.backbone, "num_prefix_tokens", 1))
+        if self.last > 1:
+            tokens, blocks = self.backbone.forward_intermediates(  # (B, P + N, D); last n of (B, N, D), (B, P, D)
+                x, indices=self.last, return_prefix_tokens=True, norm=True, output_fmt="NLC")
+        else:
+            tokens, blocks = self.backbone.forward_features(x), []  # (B, P + N, D), after the final norm
+        pooled = self.backbone.forward_head(tokens, pre_logits=True)  # (B, D): what backbone(x) returns
+        mean = tokens[:, prefix:].mean(1)  # (B, D)
+        parts = ([self.layer(pooled)] if self.layer is not None else []) + [pooled, mean]
+        parts += [cls[:, 0] for _, cls in blocks] if self.last > 1 else []  # n × (B, D)
+        return torch.cat(parts, dim=1)  # (B, ΣD)
+
+
 def tanh_layer(weight: torch.Tensor, bias: torch.Tensor) -> nn.Sequential:
     """Linear(D, D') → tanh with the given weights (D', D) and (D',)."""
     fc = nn.Linear(weight.shape[1], weight.shape[0])
@@ -65,4 +105,4 @@ def read_as(backbone: nn.Module, features: str, layer: nn.Module | None = None) 
     return Representation(backbone, layer if features == "pre-logits" else None, patch_mean=features == "patch-mean")
 
 
-__all__ = ["FEATURES", "LAYER_KEY", "Representation", "read_as", "tanh_layer"]
+__all__ = ["FEATURES", "LAYER_KEY", "Readouts", "Representation", "read_as", "tanh_layer"]

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..errors import VitxError
-from ..evaluation import AUTO, FEATURES
+from ..evaluation import AUTO, FEATURES, PROBES
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, SCHEDULE, SYSTEM, check, setting
 from ..settings import defaults, result_settings
 from .preemption import parse_signals
@@ -18,6 +18,7 @@ CHOICES = {
     "schedule": ("cosine", "linear"),
     "precision": ("no", "bf16", "fp16"),
     "monitor_features": (AUTO, *FEATURES),
+    "monitor_probes": PROBES,
     "log_format": ("auto", "bar", "lines", "json"),  # how progress is shown (runner/reporting.py)
 }
 
@@ -109,6 +110,7 @@ class PretrainConfig:
     eval_samples: int = setting(1024, "Validation images evaluated at each checkpoint; 0 disables.", EVALUATION, min=0, limit=LIMITS["eval_samples"], result=False)
     monitor: str = setting("", "Labelled data, one or several comma-separated (e.g. embedded:digits,embedded:shapes): log few-shot linear and kNN accuracy of the features at each checkpoint.", EVALUATION, result=False)
     monitor_every: int = setting(0, "Also run the --monitor every N steps; 0: at checkpoints only.", EVALUATION, min=0, result=False)
+    monitor_probes: list[str] = setting(["fewshot", "knn"], "What the --monitor runs: fewshot (closed-form 1- and 10-shot heads), knn (weighted 20-NN, DINO's), linear (a linear probe, lr chosen on a held-out fifth: `vitx eval linear`'s, 30 epochs).", EVALUATION, choices=CHOICES["monitor_probes"], result=False)
     monitor_features: str = setting(AUTO, "What the --monitor reads: auto (what the objective trains: patch-mean for MPP and MAE, pre-logits otherwise), pre-logits (the paper's few-shot features), backbone (\\[class] token) or patch-mean (the mean patch token).", EVALUATION, choices=CHOICES["monitor_features"], result=False)
     output_dir: str = setting("runs/pretrain", "Run directory.", CHECKPOINTS, result=False)
     save_every: int = setting(400, "Checkpoint every N steps (and at the end).", CHECKPOINTS, above=0, result=False)

@@ -226,7 +226,8 @@ class Trainer:
         call before the first step, so a bad --monitor fails at once)."""
         if self._monitor is None:
             pre = self.s.preprocess
-            self._monitor = Monitors(self.s.cfg.monitor, pre.image_size, mean=pre.mean, std=pre.std)
+            self._monitor = Monitors(self.s.cfg.monitor, pre.image_size, mean=pre.mean, std=pre.std,
+                                     probes=tuple(self.s.cfg.monitor_probes))
         objective = self.s.accelerator.unwrap_model(self.s.model)
         chosen = self.s.cfg.monitor_features
         features = read_as(objective.backbone, objective.features if chosen == AUTO else chosen,

@@ -1,0 +1,148 @@
+"""Frozen-feature probes beyond the few-shot head: the readouts a linear probe picks from (one forward pass), the
+linear probe on cached features (heads trained side by side, chosen on validation), and `vitx eval linear` /
+`vitx eval knn` on several datasets in one call."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from .helpers import vitx_cli
+
+
+def test_readouts_are_the_features_each_choice_reads():
+    """Every choice of one forward pass equals what `read_as` reads alone; last4's final block is the [class]
+    token; backbone+patch-mean is the two side by side (no copy)."""
+    from vitx.backbones import create_backbone
+    from vitx.evaluation.representation import Readouts, read_as, tanh_layer
+
+    torch.manual_seed(0)
+    backbone = create_backbone("vit-nano/4").eval()
+    layer = tanh_layer(torch.randn(32, 64), torch.randn(32))
+    readouts = Readouts(backbone, layer)
+    x = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        out = readouts(x)  # (3, 32 + 64 + 64 + 4·64)
+        assert out.shape == (3, 32 + 64 + 64 + 256)
+        for name in ("pre-logits", "backbone", "patch-mean"):
+            torch.testing.assert_close(out[:, readouts.slices[name]], read_as(backbone, name, layer)(x))
+        torch.testing.assert_close(out[:, readouts.slices["last4"]][:, -64:], out[:, readouts.slices["backbone"]])
+        both = out[:, readouts.slices["backbone+patch-mean"]]
+        torch.testing.assert_close(both, torch.cat([read_as(backbone, "backbone")(x), read_as(backbone, "patch-mean")(x)], 1))
+    assert not readouts.training  # made from an eval-mode backbone, it stays so
+    assert "last4" not in Readouts(create_backbone("vit-nano/4", depth=1)).slices  # one block: no last-n
+
+
+def test_heads_trained_side_by_side_are_each_their_own():
+    """The grid's heads share batches and nothing else: the lr-0.1 head of a two-lr fit is the lone lr-0.1 fit,
+    to the bit; a fit is the same twice; torch's global generator is not touched (the monitor probes mid-run)."""
+    from vitx.evaluation.linear import fit_heads
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(300, 8)).astype(np.float32), rng.integers(0, 3, 300)
+    before = torch.get_rng_state()
+    pair = fit_heads(x, y, 3, [0.1, 1.0], epochs=3, batch=64)
+    assert torch.equal(torch.get_rng_state(), before)  # a monitor's probe leaves the run's random stream alone
+    alone = fit_heads(x, y, 3, [0.1], epochs=3, batch=64)
+    again = fit_heads(x, y, 3, [0.1, 1.0], epochs=3, batch=64)
+    assert torch.equal(pair.heads[0].weight, alone.heads[0].weight)
+    assert torch.equal(pair.heads[1].weight, again.heads[1].weight)
+    assert not torch.equal(pair.heads[0].weight, pair.heads[1].weight)
+
+
+def test_linear_probe_picks_the_informative_features_on_validation():
+    """Two feature choices, one pure noise and one that holds the class: the probe chooses the second on the
+    held-out part of train and scores far above chance on test; the grid is every lr × choice."""
+    from vitx.evaluation.linear import linear_probe
+
+    rng = np.random.default_rng(1)
+
+    def split(n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = rng.integers(0, 4, n)
+        signal = np.eye(4)[y] * 3 + rng.normal(size=(n, 4))  # (n, 4): class means apart by 3σ
+        return np.concatenate([rng.normal(size=(n, 6)), signal], 1).astype(np.float32), y  # (n, 10)
+
+    (x, y), (xt, yt) = split(400), split(200)
+    result = linear_probe(x, y, xt, yt, 4, {"noise": slice(0, 6), "signal": slice(6, 10)}, ["noise", "signal"],
+                          lrs=[0.01, 0.1], epochs=20, batch=64, seeds=[0, 1])
+    assert result["features_chosen"] == "signal"
+    assert set(result["grid"]) == {"noise", "signal"} and list(result["grid"]["noise"]) == ["0.01", "0.1"]
+    assert max(result["grid"]["noise"].values()) < 0.45 < result["val_top1"]  # chance 0.25
+    assert result["test_top1"] > 0.85 and len(result["test_top1_per_seed"]) == 2
+    assert result["train_samples"] + result["val_samples"] == 400 and result["val_samples"] == 80
+    assert result["feature_dim"] == 4
+
+
+def test_eval_linear_and_knn_on_two_datasets_in_one_call(tmp_path, mpp_run):
+    """From the MPP run: `eval linear` picks among every readout on digits and shapes and writes one result each;
+    `eval knn --features auto` reads what MPP trains (the mean patch token) and reports each k."""
+    out = tmp_path / "linear.json"
+    data = "embedded:digits,embedded:shapes(length=300)"
+    proc = vitx_cli("eval", "linear", "--from", str(mpp_run), "--data", data, "--train-samples", "300",
+                    "--test-samples", "100", "--epochs", "10", "--lrs", "0.1,1", "--seeds", "0,1", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(out.read_text())["datasets"]
+    assert [r["data"] for r in results] == data.split(",")
+    for r in results:
+        assert set(r["grid"]) == {"backbone", "patch-mean", "backbone+patch-mean", "last4"}  # MPP: no tanh layer
+        assert r["features"] == r["features_chosen"] and r["lr_chosen"] in (0.1, 1.0)
+        assert r["train_samples"] + r["val_samples"] == 300 and r["test_samples"] == 100
+        assert 0.1 < r["test_top1"] <= 1 and len(r["test_top1_per_seed"]) == 2
+    assert proc.stdout.count("linear probe:") == 2 and "* chosen" in proc.stdout
+
+    out = tmp_path / "knn.json"
+    proc = vitx_cli("eval", "knn", "--from", str(mpp_run), "--data", data, "--k", "5,20,1000",
+                    "--test-samples", "100", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(out.read_text())["datasets"]
+    assert [list(r["top1"]) for r in results] == [["5", "20", "1000"]] * 2
+    assert all(r["features"].startswith("patch-mean") and r["temperature"] == 0.07 for r in results)
+    assert results[0]["top1"]["5"] > 0.3  # digits, chance 0.10
+    assert proc.stdout.count("weighted kNN") == 2
+
+
+@pytest.mark.parametrize("command,args,needle", [
+    ("linear", ["--features", "logits"], "--features must be one of all, auto, pre-logits, backbone, patch-mean, "
+                                         "backbone+patch-mean, last4, got 'logits'"),
+    ("linear", ["--features", "pre-logits"], "--features pre-logits is not available for this start (it has "
+                                             "backbone, patch-mean, backbone+patch-mean, last4)"),
+    ("linear", ["--lrs", "0"], "--lrs must be positive, got 0"),
+    ("linear", ["--lrs", "a"], "--lrs takes comma-separated numbers, e.g. --lrs 0.001,0.003,0.01,0.03,0.1,0.3,1.0; "
+                               "got 'a'"),
+    ("linear", ["--epochs", "0"], "--epochs must be positive, got 0"),
+    ("linear", ["--batch-size", "1"], "--batch-size must be above 1, got 1"),
+    ("linear", ["--val-fraction", "1"], "--val-fraction must be in (0, 1), got 1"),
+    ("linear", ["--seeds", "-1"], "--seeds must not be negative, got -1"),
+    ("knn", ["--k", "0"], "--k are neighbour counts and must be positive, got 0"),
+    ("knn", ["--temperature", "0"], "--temperature must be positive, got 0"),
+    ("knn", ["--train-samples", "-1"], "--train-samples must not be negative, got -1"),
+    ("knn", ["--features", "last4"], "--features must be one of auto, pre-logits, backbone, patch-mean, got 'last4'"),
+])
+def test_probe_options_are_checked_in_one_line(command, args, needle, tmp_path):
+    result = vitx_cli("eval", command, "--from", "scratch", "--model", "vit-nano/4", "--test-samples", "20",
+                      "--output", str(tmp_path / "out.json"), *args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip() == f"error: {needle}"
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_the_monitor_runs_the_probes_it_is_given(tmp_path):
+    """`--monitor-probes knn,linear`: the linear probe's figure is logged beside kNN's, few-shot's is not; and
+    the probes leave the run itself as it was (the same weights as a run without a monitor)."""
+    from vitx.runner import pretrain
+
+    from .helpers import metrics, tiny
+
+    probed = tiny(tmp_path / "probed", monitor="embedded:digits(length=400, eval_length=100)",
+                  monitor_probes=["knn", "linear"], steps=3, save_every=3)
+    pretrain(probed)
+    rows = [r for r in metrics(tmp_path / "probed" / "run") if "monitor_linear" in r]
+    assert rows and all(0.1 < r["monitor_linear"] <= 1 and "monitor_knn" in r for r in rows)
+    assert not any("monitor_fewshot_1shot" in r for r in metrics(tmp_path / "probed" / "run"))
+    pretrain(tiny(tmp_path / "plain", steps=3, save_every=3))
+    from safetensors.torch import load_file
+
+    a, b = (load_file(tmp_path / name / "run" / "model.safetensors") for name in ("probed", "plain"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
