@@ -10,6 +10,7 @@ def export(
     run: str = typer.Argument(..., metavar="RUN|CHECKPOINT", help="A pre-training run or checkpoint directory, or a transfer: its --output-dir (one task), a task's directory or its final/ model."),
     to: str = typer.Option(..., "--to", metavar="DIR", help="The folder to write: new or empty (outside the run)."),
     push: Optional[str] = typer.Option(None, "--push", metavar="OWNER/NAME", help="Also upload the export to this Hugging Face model repo (created if needed; needs a token)."),
+    use_ema: bool = typer.Option(False, "--use-ema", help="Export the run's moving average of its weights (ema.safetensors, saved with --ema-decay) instead of its live weights."),
     force: bool = typer.Option(False, "--force", help="Write into a folder that holds other files (an earlier export, a repo clone): replace only the export's own files (config.json, model.safetensors, README.md, curves.png), keep everything else."),
 ) -> None:
     """Write RUN for timm: `timm.create_model("local-dir:DIR", pretrained=True)`, or hf-hub:OWNER/NAME once pushed."""
@@ -21,7 +22,7 @@ def export(
         return
     if push:
         check_repo_id(push)
-    done = export_run(run, to, repo_id=push, force=force)
+    done = export_run(run, to, repo_id=push, force=force, ema=use_ema)
     what = f"a classifier of {done.num_classes} classes" if done.num_classes else "the backbone"
     typer.echo(f"exported {done.run.path} ({what}) → {done.folder}: "
                f"timm.create_model(\"local-dir:{done.folder}\", pretrained=True)")

@@ -19,6 +19,7 @@ def predict(
     batch_size: int = typer.Option(64, help="Images per forward pass."),
     json_: bool = typer.Option(False, "--json", help="Print JSON to stdout instead of a table."),
     csv_: bool = typer.Option(False, "--csv", help="Print CSV (image, rank, class, label, probability) to stdout."),
+    use_ema: bool = typer.Option(False, "--use-ema", help="Classify with the run's moving average of its weights (saved with --ema-decay)."),
     skip_corrupt: bool = typer.Option(False, "--skip-corrupt", help="Go on past unreadable images (each named in one line on stderr)."),
 ) -> None:
     """Classify images, preprocessed exactly as the run's evaluation was; on the device Accelerate picks."""
@@ -30,7 +31,7 @@ def predict(
 
     if not is_main_process():  # under a launcher: one process predicts, on its own device
         return
-    trained = resolve_run(run)
+    trained = resolve_run(run, use_ema)
     predictions = run_predict(trained, list_images(images), top_k=top_k, batch_size=batch_size,
                               skip_corrupt=skip_corrupt, device=process_device(),
                               on_skip=lambda line: print(f"skipped: {line}", file=sys.stderr))

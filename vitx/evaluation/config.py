@@ -10,6 +10,8 @@ from ..settings import DATA, EVALUATION, MODEL, OUTPUT, check, setting
 from . import AUTO, FEATURES, FEWSHOT_REG, KNN_TEMPERATURE, LINEAR_BATCH, LINEAR_EPOCHS, LINEAR_LRS, READOUTS, VAL_FRACTION
 
 GEOMETRIES = ("start", "big_vision")  # how eval images are resized and cropped (frozen.py)
+# --use-ema, for every command that reads a start (runner/config.SHARED takes it from here)
+USE_EMA = dict(help="Read the start's moving average of the weights (ema.safetensors, saved by a run with --ema-decay) instead of its live weights.", group=MODEL)
 
 
 @dataclass
@@ -18,6 +20,7 @@ class FrozenConfig:
 
     start: str = setting("runs/pretrain", "A vitx run or checkpoint directory, a timm model folder, timm:<name>, or scratch.", MODEL, flag="--from")
     model: str | None = setting(None, "Backbone for --from scratch (see `vitx models`).", MODEL)
+    use_ema: bool = setting(False, **USE_EMA)
     seed: int = setting(0, "Initialisation of --from scratch and the draw of --test-samples (and --train-samples); few-shot draws its shots with seeds 0..N-1.", MODEL, min=0, limit=2 ** 32 - 1)
     image_size: int | None = setting(None, "Resolution; position embeddings are interpolated.", MODEL, above=0, limit=4096, shown="the start's")
     data: str = setting("", "Labelled data, one or several comma-separated: embedded:digits|shapes, an image folder, a save_to_disk or parquet folder, hf:owner/name, WebDataset shards.", DATA, shown="embedded:digits")
@@ -75,4 +78,4 @@ class LinearConfig(FrozenConfig):
     train_samples: int = setting(0, "Train images: a seeded, class-balanced draw; 0: all.", EVALUATION, min=0, limit=100_000_000)
 
 
-__all__ = ["FewshotConfig", "FrozenConfig", "GEOMETRIES", "KnnConfig", "LinearConfig"]
+__all__ = ["USE_EMA", "FewshotConfig", "FrozenConfig", "GEOMETRIES", "KnnConfig", "LinearConfig"]

@@ -38,7 +38,7 @@ INIT_ONLY = ("weight_init", "pretrained")  # how weights start or are fetched, n
 
 def linear_head(run: TrainedRun) -> dict[str, torch.Tensor] | None:
     """The run's classifier under timm's key names when it is a single linear layer (a transfer's), else None."""
-    if run.objective != "supervised" or not (run.path / "heads.safetensors").is_file():
+    if run.objective != "supervised" or not run.heads.is_file():
         return None
     heads = classifier_heads(run)
     return heads if tuple(sorted(heads)) == TIMM_HEAD else None
@@ -172,16 +172,18 @@ class Exported:
     files: tuple[str, ...] = ()
 
 
-def export_run(run: str | Path, to: str | Path, repo_id: str | None = None, force: bool = False) -> Exported:
+def export_run(run: str | Path, to: str | Path, repo_id: str | None = None, force: bool = False,
+               ema: bool = False) -> Exported:
     """Write RUN's export to `to` (the model card names `repo_id` when it will be pushed there). `to` is new or
-    empty; with `force` it may hold other files, which are kept (only the export's own are replaced)."""
-    found = resolve_run(run)
+    empty; with `force` it may hold other files, which are kept (only the export's own are replaced). `ema`:
+    the run's moving average of its weights instead of its live weights."""
+    found = resolve_run(run, ema)
     to = Path(to).expanduser()
     _check_target(to, [Path(run).expanduser(), found.path, *([found.task_dir] if found.task_dir else [])], force)
     head = linear_head(found)
     num_classes = int(found.num_classes or 0) if head is not None else 0
     arch, args = timm_arch(found, num_classes)
-    state = read_weights(found.path / "model.safetensors")
+    state = read_weights(found.weights)
     state.update(head or {})
     model = build_checked(arch, args, state)
     labels = found.class_names()[0] if num_classes else None

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import VitxError
 from ..evaluation import AUTO, FEATURES, PROBES
+from ..evaluation.config import USE_EMA
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, SCHEDULE, SYSTEM, check, setting
 from ..settings import defaults, result_settings
 from .preemption import parse_signals
@@ -35,6 +36,8 @@ SHARED = {
     "weight_decay": dict(help="Weight decay (not on biases, norms, position embeddings or the \\[class] token).", group=OPTIMISATION, min=0),
     "layer_decay": dict(help="Layer-wise lr decay: block i of L learns at lr · d^(L+1−i), the embeddings least, the head at lr (BEiT/MAE fine-tuning: 0.65–0.75); 1: off.", group=OPTIMISATION, above=0, max=1),
     "drop_path": dict(help="Stochastic depth: the last block drops its residual branches with this probability, block i at i/(L−1) of it.", group=OPTIMISATION, min=0, below=1),
+    "ema_decay": dict(help="Keep a moving average of the weights (timm's ModelEmaV3) with this decay, warmed up as timm does; evaluated and monitored beside the live weights (ema_* metrics) and saved beside them (ema.safetensors); 0: off.", group=OPTIMISATION, min=0, below=1),
+    "use_ema": USE_EMA,
     "crop_scale": dict(help="Smallest random-crop area fraction.", group=DATA, above=0, max=1),
     "hflip": dict(help="Random horizontal flips of training images; off where a mirror image is another class (digits, text).", group=DATA),
     "randaugment": dict(help="timm augmentation policy for training images: rand-m9-mstd0.5-inc1 (RandAugment), original or v0 (AutoAugment), augmix-m5-w4-d2, or trivialaugment (TrivialAugment Wide).", group=DATA),
@@ -79,6 +82,7 @@ class PretrainConfig:
 
     objective: str = setting("supervised", "Objective, with options: 'supervised(label_smoothing=0.1)' (see `vitx objectives`).", MODEL)
     model: str = setting("vit-nano/4", "Backbone name (see `vitx models`) or timm:<name>.", MODEL)
+    use_ema: bool = shared("use_ema", False)
     init: str = setting("", "Start from these weights instead of a new --model: a vitx run or checkpoint directory, a timm model folder, timm:<name> (its pretrained weights) or timm:hf-hub:REPO; the input is normalised as the start expects.", MODEL, shown="none: a new --model")
     image_size: int | None = setting(None, "Input resolution; a multiple of the patch size.", MODEL, above=0, limit=LIMITS["image_size"], shown="the model's")
     grad_checkpointing: bool = setting(False, "Trade compute for memory.", MODEL)
@@ -100,6 +104,7 @@ class PretrainConfig:
     weight_decay: float = shared("weight_decay", 0.1)
     layer_decay: float = shared("layer_decay", 1.0)
     drop_path: float = shared("drop_path", 0.0)
+    ema_decay: float = shared("ema_decay", 0.0)
     grad_clip: float = setting(1.0, "Global gradient-norm clip; 0 disables.", OPTIMISATION, min=0)
     precision: str = setting("no", "Mixed precision: no, bf16 or fp16 (GPU).", OPTIMISATION, choices=CHOICES["precision"])
     max_nonfinite_steps: int = setting(10, "Steps with a non-finite loss or gradient are skipped; stop after this many in a row.", OPTIMISATION, above=0, result=False)
@@ -127,6 +132,8 @@ class PretrainConfig:
 
     def validate(self) -> "PretrainConfig":
         check(self)  # every bound and choice, as declared
+        if self.use_ema and not self.init:
+            raise VitxError("--use-ema reads the moving average of the weights that --init saved; give --init")
         parse_signals(self.stop_signals)
         check_policy(self.randaugment)
         return self

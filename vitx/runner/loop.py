@@ -27,6 +27,7 @@ from ..evaluation.monitor import Evaluator, Monitors
 from ..evaluation.representation import read_as
 from .config import default_workers
 from .agreement import Agreement
+from .ema import RAW as EMA_RAW
 from .preemption import StopRequests, parse_signals
 from .randomness import EVAL, TRAIN, seed_position
 from .reporting import MetricsLog, Progress, make_console
@@ -151,6 +152,8 @@ class Trainer:
         self._streak = (self._streak + 1) * (1 - ok)
         if not self.skip_on_device and not bool(keep):  # decided on the host anyway: check the streak now
             self.check_divergence()
+        if s.ema is not None:  # a skipped update left the weights as they were: the average moves towards them
+            s.ema.update(s.objective, step=self.step_count)
         s.objective.on_step_end(self.step_count)
 
     def _decide_and_step(self, nonfinite: torch.Tensor) -> torch.Tensor:
@@ -221,24 +224,26 @@ class Trainer:
         return dict(sorted(zip(keys + ["lr"], values[:-1])))
 
     # ---- evaluation and checkpoints ----------------------------------------------------------------------
-    def monitor(self) -> dict[str, float]:
-        """The --monitor probes on the current backbone (their data decoded at the first call; `fit` makes that
-        call before the first step, so a bad --monitor fails at once)."""
+    def monitor(self, objective: torch.nn.Module | None = None) -> dict[str, float]:
+        """The --monitor probes on the current backbone, or on `objective`'s (the EMA's) (their data decoded at
+        the first call; `fit` makes that call before the first step, so a bad --monitor fails at once)."""
         if self._monitor is None:
             pre = self.s.preprocess
             self._monitor = Monitors(self.s.cfg.monitor, pre.image_size, mean=pre.mean, std=pre.std,
                                      probes=tuple(self.s.cfg.monitor_probes))
-        objective = self.s.accelerator.unwrap_model(self.s.model)
+        objective = objective or self.s.accelerator.unwrap_model(self.s.model)
         chosen = self.s.cfg.monitor_features
         features = read_as(objective.backbone, objective.features if chosen == AUTO else chosen,
                            objective.representation_layer())
         return self._monitor(features, self.s.accelerator.device)
 
     @torch.no_grad()
-    def evaluate(self, source: Any = None, limit: int | None = None, prefix: str = "val_") -> dict[str, float]:
-        """Mean metrics over the first `limit` samples of `source` (default: the validation split and
-        --eval-samples), keyed `<prefix><metric>`."""
+    def evaluate(self, source: Any = None, limit: int | None = None, prefix: str = "val_",
+                 model: torch.nn.Module | None = None) -> dict[str, float]:
+        """Mean metrics of `model` (default: the live one) over the first `limit` samples of `source` (default:
+        the validation split and --eval-samples), keyed `<prefix><metric>`."""
         s, acc = self.s, self.s.accelerator
+        net = s.model if model is None else model
         source = s.val_source if source is None else source
         limit = s.cfg.eval_samples if limit is None else limit
         if source is None or limit <= 0:
@@ -247,14 +252,14 @@ class Trainer:
                              else self.micro, rank=acc.process_index, world=acc.num_processes, limit=limit,
                              workers=0 if isinstance(source, TensorSplit) else self.workers,
                              skip_corrupt=s.cfg.skip_corrupt, pin=acc.device.type == "cuda")
-        s.model.eval()
+        net.eval()
         seed_position(s.cfg.seed, acc.process_index, self.step_count, EVAL)  # e.g. MPP's corruption at evaluation
         sums: dict[str, torch.Tensor] = {}
         count = torch.zeros((), device=acc.device)
 
         def forward(batch: dict[str, torch.Tensor], weight: int) -> None:
             with acc.autocast():
-                out = s.model(self.to_device(batch))
+                out = net(self.to_device(batch))
             for k, v in out.items():  # objectives report batch means: weighted by the batch's real samples
                 sums[k] = sums.get(k, 0) + v.detach().float() * weight
 
@@ -273,7 +278,7 @@ class Trainer:
             filler = first_sample_batch(source, s.preprocess)
             for _ in range(most - forwards):
                 forward(filler, 0)
-        s.model.train()
+        s.model.train()  # (the EMA's module stays in eval mode)
         if not sums:
             return {}
         keys = sorted(sums)
@@ -329,6 +334,14 @@ class Trainer:
             save_weights(back, staged / "model.safetensors", meta)
             if heads:
                 save_weights(heads, staged / "heads.safetensors", meta)
+            if s.ema is not None:  # as it is (for --resume), and laid out as the live weights (for --use-ema)
+                save_weights(s.ema.module.state_dict(), staged / "accelerate" / EMA_RAW, meta)
+                average = export_state(s.ema.module, s.ema.module.state_dict())
+                save_weights({k[len("backbone."):]: v for k, v in average.items() if k.startswith("backbone.")},
+                             staged / "ema.safetensors", meta)
+                if heads:
+                    save_weights({k: v for k, v in average.items() if not k.startswith("backbone.")},
+                                 staged / "ema_heads.safetensors", meta)
             if s.cfg.curves and not self.stop_requested:  # a preempted job has seconds: no figure
                 self.draw_curves(staged / "curves.png")
             return s.run.publish(staged, step, config_record(s, step), s.cfg.keep_checkpoints)
@@ -418,8 +431,12 @@ class Trainer:
                         metrics["skipped_nonfinite"] = float(self.nonfinite)  # one decision: the same on every process
                     if saving and not stopping:  # a preempted job has seconds: no validation pass
                         metrics.update(self.evaluate())
+                        if s.ema is not None:
+                            metrics.update(self.evaluate(prefix="ema_val_", model=s.ema.module))
                     if monitoring:
                         metrics.update(self.monitor())
+                        if s.ema is not None:
+                            metrics.update({f"ema_{k}": v for k, v in self.monitor(s.ema.module).items()})
                     last = {"step": step, **metrics}
                     if log:
                         log.write(last)

@@ -24,6 +24,7 @@ from ..objectives import Objective, create_objective
 from ..registry import OBJECTIVES
 from ..spec import parse_spec
 from .config import PretrainConfig, merge_for_resume
+from .ema import load_ema, make_ema
 from .launch import configure_deepspeed, make_accelerator
 from .optim import build_optimizer, build_schedule
 from .rundir import RunDir
@@ -47,6 +48,7 @@ class Setup:
     val_source: Any
     record: dict[str, Any] = field(default_factory=dict)  # extra config.json content
     resumed_from: Path | None = None  # the checkpoint loaded (None: a fresh run)
+    ema: torch.nn.Module | None = None  # --ema-decay: timm's ModelEmaV3 of the objective (runner/ema.py)
 
 
 def resolve_config(explicit: dict[str, Any], resume: bool) -> tuple[PretrainConfig, Path | None]:
@@ -104,13 +106,16 @@ def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective
         if changes:
             set_lr(scheduler, cfg.lr)
             record["lr_changes"] = changes
+    ema = make_ema(accelerator.unwrap_model(model), cfg.ema_decay, accelerator.distributed_type)
+    if ema is not None and resume_from is not None:
+        load_ema(ema, resume_from)
     seen = accelerator.gather(torch.tensor([start], device=accelerator.device))  # every process's resume step
     if bool((seen != seen[0]).any()):
         raise VitxError(f"the processes see different checkpoints in {cfg.output_dir} (resume steps "
                         f"{sorted(set(seen.tolist()))}): on several machines --output-dir must be on a filesystem "
                         "they all share")
     return Setup(cfg, accelerator, model, objective, optimizer, scheduler, preprocess, RunDir(cfg.output_dir),
-                 start, data_info, train_source, val_source, record, resume_from)
+                 start, data_info, train_source, val_source, record, resume_from, ema)
 
 
 def set_lr(scheduler: Any, lr: float) -> None:
@@ -134,7 +139,7 @@ def _initial(cfg: PretrainConfig) -> tuple[Any, dict[str, tuple[float, ...]]]:
     from ..adapters import resize_backbone
     from ..runs.start import load_start
 
-    backbone = load_start(cfg.init, None, cfg.seed, "--init")
+    backbone = load_start(cfg.init, None, cfg.seed, "--init", use_ema=cfg.use_ema)
     normal = _normalisation(cfg.init, backbone)
     if cfg.image_size is not None:
         backbone = resize_backbone(backbone, cfg.image_size)

@@ -12,8 +12,16 @@ from ..errors import VitxError
 from ..evaluation.representation import LAYER_KEY, tanh_layer
 
 
-def load_backbone(run_dir: str | Path) -> nn.Module:
-    """Rebuild the backbone saved in a vitx run or checkpoint directory and load its weights (strictly)."""
+def weights_file(run_dir: str | Path, ema: bool = False, heads: bool = False) -> Path:
+    """A run's live weights (model.safetensors, heads.safetensors), or with `ema` the moving average saved beside
+    them (--ema-decay: ema.safetensors, ema_heads.safetensors)."""
+    return Path(run_dir) / f"{'ema' if ema else 'model'}.safetensors" if not heads else \
+        Path(run_dir) / f"{'ema_' if ema else ''}heads.safetensors"
+
+
+def load_backbone(run_dir: str | Path, ema: bool = False) -> nn.Module:
+    """Rebuild the backbone saved in a vitx run or checkpoint directory and load its weights (strictly), the
+    moving average of them with `ema`."""
     from ..backbones import create_backbone
 
     run_dir = Path(run_dir)
@@ -23,21 +31,26 @@ def load_backbone(run_dir: str | Path) -> nn.Module:
         model = create_backbone(record["name"], **record["overrides"])
     except KeyError as exc:
         raise VitxError(f"{run_dir}/config.json lacks {exc}; not a vitx checkpoint") from None
-    state = read_weights(run_dir / "model.safetensors")
+    path = weights_file(run_dir, ema)
+    if ema and not path.is_file():
+        raise VitxError(f"{run_dir} has no moving average of its weights (ema.safetensors: it was trained without "
+                        "--ema-decay); drop --use-ema")
+    state = read_weights(path)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise VitxError(f"{run_dir}/model.safetensors does not match {record['name']} "
+        raise VitxError(f"{path} does not match {record['name']} "
                         f"(missing {len(missing)}, unexpected {len(unexpected)} keys)")
     return model
 
 
-def saved_layer(run_dir: str | Path) -> nn.Sequential | None:
-    """The representation layer saved with a vitx run or checkpoint (its heads.safetensors), or None."""
-    path = Path(run_dir) / "heads.safetensors"
+def saved_layer(run_dir: str | Path, ema: bool = False) -> nn.Sequential | None:
+    """The representation layer saved with a vitx run or checkpoint (its heads.safetensors, or the moving
+    average's ema_heads.safetensors), or None."""
+    path = weights_file(run_dir, ema, heads=True)
     heads = read_weights(path) if path.exists() else {}
     if f"{LAYER_KEY}.weight" not in heads:
         return None
     return tanh_layer(heads[f"{LAYER_KEY}.weight"], heads[f"{LAYER_KEY}.bias"])
 
 
-__all__ = ["load_backbone", "saved_layer"]
+__all__ = ["load_backbone", "saved_layer", "weights_file"]

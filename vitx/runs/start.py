@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from ..backbones import create_backbone
 from ..checkpoint import read_config, read_json_object
-from .folder import load_backbone, saved_layer
+from .folder import load_backbone, saved_layer, weights_file
 from ..errors import VitxError
 from ..evaluation.representation import Representation, read_as
 from ..spec import parse_spec
@@ -25,12 +25,16 @@ from ..spec import parse_spec
 SCRATCH = "scratch"
 
 
-def load_start(start: str, model: str | None = None, seed: int = 0, flag: str = "--from") -> nn.Module:
+def load_start(start: str, model: str | None = None, seed: int = 0, flag: str = "--from",
+               use_ema: bool = False) -> nn.Module:
     """The backbone a transfer starts from, at its own resolution (interpolation comes later, as an adapter).
 
     `scratch` is initialised from `seed` alone (the caller's generators are left as they were), so a
     from-scratch baseline is the same network every time it is asked for. `flag`: the option that named the
-    start, for the errors (`--init` for a pre-training)."""
+    start, for the errors (`--init` for a pre-training). `use_ema`: a vitx run's moving average of its weights
+    (ema.safetensors) in place of its live weights."""
+    if use_ema and (start == SCRATCH or start.startswith("timm:")):
+        raise VitxError(f"--use-ema reads a vitx run's moving average of its weights; {flag} {start} has none")
     if model and start != SCRATCH:
         raise VitxError(f"--model is for --from scratch; --from {start} brings its own backbone (drop --model)")
     if start == SCRATCH:
@@ -56,8 +60,14 @@ def load_start(start: str, model: str | None = None, seed: int = 0, flag: str = 
             raise VitxError(f"{flag} {start} is a file; give the vitx run or checkpoint directory that holds "
                             "config.json and model.safetensors")
         if is_timm_folder(path):
+            if use_ema:
+                raise VitxError(f"--use-ema reads a vitx run's moving average of its weights; {flag} {start} is a "
+                                "timm model folder (export the run with --use-ema to put its average there)")
             return load_start(f"timm:local-dir:{path}", None, seed, flag)
-        backbone = load_backbone(path)
+        if use_ema and not weights_file(path, ema=True).is_file() and (path / "config.json").is_file():
+            raise VitxError(f"{flag} {start} has no moving average of its weights (ema.safetensors: it was trained "
+                            "without --ema-decay); drop --use-ema")
+        backbone = load_backbone(path, use_ema)
     if not all(hasattr(backbone, name) for name in ("pos_embed", "patch_embed", "embed_dim")):
         raise VitxError(f"{flag} {start} is not a Vision Transformer (no patch_embed / pos_embed)")
     return backbone
@@ -110,13 +120,13 @@ def start_features(start: str) -> str:
     return getattr(OBJECTIVES.get(name).obj, "features", "pre-logits")
 
 
-def representation(backbone: nn.Module, start: str, features: str = "auto") -> Representation:
+def representation(backbone: nn.Module, start: str, features: str = "auto", use_ema: bool = False) -> Representation:
     """The features of `backbone` (already resized) that evaluation reads, given where it came from (`--from`):
     `auto` reads what the start's objective trained (`start_features`); a vitx run's pre-training head's tanh
-    layer for pre-logits when it saved one."""
+    layer for pre-logits when it saved one (the moving average's with `use_ema`)."""
     features = start_features(start) if features == "auto" else features
     own = features == "pre-logits" and not start.startswith("timm:") and start != SCRATCH
-    return read_as(backbone, features, saved_layer(Path(start).expanduser()) if own else None)
+    return read_as(backbone, features, saved_layer(Path(start).expanduser(), use_ema) if own else None)
 
 
 def describe_start(start: str) -> str:

@@ -7,7 +7,7 @@ Reads config.json and safetensors only; nothing is unpickled.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,21 @@ class TrainedRun:
     path: Path
     config: dict[str, Any]
     task_dir: Path | None = None
+    ema: bool = False  # --use-ema: the moving average of the weights (ema.safetensors, ema_heads.safetensors)
+
+    @property
+    def weights(self) -> Path:
+        """The backbone's weights: model.safetensors, or the average's ema.safetensors."""
+        from .folder import weights_file
+
+        return weights_file(self.path, self.ema)
+
+    @property
+    def heads(self) -> Path:
+        """The heads' weights: heads.safetensors, or the average's ema_heads.safetensors."""
+        from .folder import weights_file
+
+        return weights_file(self.path, self.ema, heads=True)
 
     @property
     def is_transfer(self) -> bool:
@@ -137,8 +152,18 @@ def _task_dir(path: Path) -> TrainedRun:
     return TrainedRun(run.path, run.config, path)
 
 
-def resolve_run(run: str | Path) -> TrainedRun:
-    """Find the model a RUN argument names (see `RUN_HELP`)."""
+def resolve_run(run: str | Path, ema: bool = False) -> TrainedRun:
+    """Find the model a RUN argument names (see `RUN_HELP`); with `ema`, its moving average of the weights."""
+    found = _resolve(run)
+    if not ema:
+        return found
+    if not found.weights.with_name("ema.safetensors").is_file():
+        raise VitxError(f"{found.path} has no moving average of its weights (ema.safetensors: it was trained "
+                        "without --ema-decay); drop --use-ema")
+    return replace(found, ema=True)
+
+
+def _resolve(run: str | Path) -> TrainedRun:
     path = Path(run).expanduser()
     if not path.exists():
         raise VitxError(f"{run}: no such directory; give {RUN_HELP}")
@@ -167,7 +192,7 @@ def classifier_heads(run: TrainedRun) -> dict[str, "torch.Tensor"]:
                         f"transfer it to a labelled task first (`vitx transfer --from {run.path}`) and use that")
     if not run.num_classes:
         raise VitxError(f"{run.path} records no classes (data.num_classes); it has no classifier to use")
-    return read_weights(run.path / "heads.safetensors")
+    return read_weights(run.heads)
 
 
 def load_classifier(run: TrainedRun) -> "nn.Module":
@@ -177,15 +202,15 @@ def load_classifier(run: TrainedRun) -> "nn.Module":
 
     heads = classifier_heads(run)
     options = dict(run.config.get("objective", {}).get("options", {}))
-    model = create_objective("supervised", load_backbone(run.path), int(run.num_classes or 0), **options)
+    model = create_objective("supervised", load_backbone(run.path, run.ema), int(run.num_classes or 0), **options)
     try:
         missing, unexpected = model.load_state_dict(heads, strict=False)
     except RuntimeError as exc:  # a tensor of another shape (heads of another class count)
-        raise VitxError(f"{run.path}/heads.safetensors does not fit its objective's head "
+        raise VitxError(f"{run.heads} does not fit its objective's head "
                         f"({str(exc).splitlines()[-1].strip()})") from None
     missing = [k for k in missing if not k.startswith("backbone.")]
     if missing or unexpected:
-        raise VitxError(f"{run.path}/heads.safetensors does not match its objective's head "
+        raise VitxError(f"{run.heads} does not match its objective's head "
                         f"(missing {missing[:2]}, unexpected {unexpected[:2]})")
     return model.eval()
 

@@ -21,6 +21,7 @@ class TransferConfig:
     report test accuracy. Each field is one option of `vitx transfer` (vitx/settings.py)."""
 
     start: str = setting("runs/pretrain", "A vitx run or checkpoint directory, a timm model folder (config.json + model.safetensors), timm:<name>, timm:hf-hub:REPO, or scratch.", MODEL, flag="--from")
+    use_ema: bool = shared("use_ema", False)
     model: str | None = setting(None, "Backbone for --from scratch (see `vitx models`).", MODEL)
     adapters: list[str] = setting([], "Adapter with options, repeatable, e.g. linear-probe or 'resize-posemb(mode=\"bilinear\")' (see `vitx adapters`); unnamed roles take the defaults.", MODEL, flag="--adapter", repeat=True, shown="resize-posemb, zero-head, finetune")
     image_size: int | None = setting(None, "Fine-tuning resolution; position embeddings are interpolated.", MODEL, above=0, limit=LIMITS["image_size"], shown="the start's")
@@ -56,6 +57,7 @@ class TransferConfig:
     weight_decay: float = shared("weight_decay", 0.0)
     layer_decay: float = shared("layer_decay", 1.0)
     drop_path: float = shared("drop_path", 0.0)
+    ema_decay: float = shared("ema_decay", 0.0)
     batch_size: int = setting(512, "Global batch per step.", OPTIMISATION, above=0, limit=LIMITS["batch_size"])
     grad_accum: int = setting(1, "Split each batch into this many accumulated micro-batches (memory).", OPTIMISATION, above=0, limit=LIMITS["grad_accum"], result=False)
     warmup: float = setting(0.1, "Warm-up, as a fraction of each run's steps.", SCHEDULE, min=0, below=1, says="is a fraction of the steps in [0, 1)")

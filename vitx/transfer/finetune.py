@@ -69,7 +69,7 @@ class Prepared:
 
 def prepare(cfg: TransferConfig, task: Task, splits: TaskSplits | None = None) -> Prepared:
     splits = splits or open_task(task, cfg.shots, cfg.data_dir, seed=cfg.seed, test_samples=cfg.test_samples)
-    start = load_start(cfg.start, cfg.model, cfg.seed)
+    start = load_start(cfg.start, cfg.model, cfg.seed, use_ema=cfg.use_ema)
     size = cfg.image_size or int(start.patch_embed.img_size[0])
     adapters = resolve_adapters(cfg.adapters)
     given = start_input(cfg.start, start)  # the start decides the input; --mean/--std/--interpolation override
@@ -119,7 +119,8 @@ def run_config(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_d
         model=str(record.get("name") or cfg.model or cfg.start),
         init="" if cfg.start == "scratch" else cfg.start, data=prep.splits.origin, image_size=cfg.image_size, batch_size=cfg.batch_size, steps=steps, lr=lr,
         warmup_steps=int(round(cfg.warmup * steps)), schedule="cosine", optimizer=cfg.optimizer,
-        weight_decay=cfg.weight_decay, layer_decay=cfg.layer_decay, drop_path=cfg.drop_path,
+        weight_decay=cfg.weight_decay, layer_decay=cfg.layer_decay, drop_path=cfg.drop_path, ema_decay=cfg.ema_decay,
+        use_ema=cfg.use_ema,
         grad_clip=cfg.grad_clip, precision=cfg.precision, grad_accum=cfg.grad_accum, output_dir=str(out_dir),
         seed=cfg.seed, save_every=min(cfg.save_every, steps), keep_checkpoints=1, log_every=min(cfg.log_every, steps),
         eval_samples=eval_samples, workers=cfg.workers, log_with="none", crop_scale=cfg.crop_scale, hflip=cfg.hflip,
@@ -167,11 +168,11 @@ def train_run(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_di
 
 
 @torch.no_grad()
-def closed_form(prep: Prepared, limit: int, start: str) -> dict[str, Any]:
+def closed_form(prep: Prepared, limit: int, start: str, use_ema: bool = False) -> dict[str, Any]:
     """Few-shot linear evaluation on the task: least squares on trainN ∪ valN pre-logits (`start`'s tanh
     representation layer when it has one), accuracy on test."""
     device = process_device()
-    features = representation(build_model(prep).backbone, start).to(device)
+    features = representation(build_model(prep).backbone, start, use_ema=use_ema).to(device)
     data = prep.train_val
     feats = extract_features(features, data.images, device=device, normalise=prep.preprocess.normalise)
     head = fit_least_squares(feats, data.labels.numpy(), prep.task.num_classes, prep.method.reg)

@@ -22,7 +22,7 @@ class Frozen:
         from ..runner.launch import process_device
         from ..runs.start import load_start, start_input
 
-        backbone = load_start(cfg.start, cfg.model, cfg.seed)
+        backbone = load_start(cfg.start, cfg.model, cfg.seed, use_ema=cfg.use_ema)
         self.cfg, self.size = cfg, cfg.image_size or int(backbone.patch_embed.img_size[0])
         self.given = start_input(cfg.start, backbone)  # the start's mean, std and interpolation
         self.normal = dict(mean=tuple(cfg.mean or self.given["mean"]), std=tuple(cfg.std or self.given["std"]),
@@ -60,7 +60,8 @@ class Frozen:
 
     def record(self, item: str, preprocess: Any, features: str) -> dict[str, Any]:
         """What every result says of its start, data and input."""
-        return {"from": self.cfg.start, "data": item, "image_size": self.size, "features": features,
+        return {"from": self.cfg.start, "use_ema": self.cfg.use_ema, "data": item, "image_size": self.size,
+                "features": features,
                 "input": {**self.normal, "crop_pct": preprocess.eval_crop_pct, "eval_resize": preprocess.eval_resize,
                           "squash": preprocess.squash, "from": self.given["source"]}}
 
@@ -98,7 +99,7 @@ def evaluate_fewshot(cfg: FewshotConfig, each: Each | None = None) -> list[dict[
     from ..runs.start import representation
 
     frozen = Frozen(cfg)
-    model = representation(frozen.backbone, cfg.start, cfg.features)
+    model = representation(frozen.backbone, cfg.start, cfg.features, cfg.use_ema)
     results = []
     for item, train, test, preprocess in frozen.datasets():
         result = evaluate_sources(model, train, test, preprocess, cfg.shots, range(cfg.seeds), cfg.reg,
@@ -115,7 +116,7 @@ def evaluate_knn(cfg: KnnConfig, each: Each | None = None) -> list[dict[str, Any
     from ..runs.start import representation
 
     frozen = Frozen(cfg)
-    model = representation(frozen.backbone, cfg.start, cfg.features)
+    model = representation(frozen.backbone, cfg.start, cfg.features, cfg.use_ema)
     results = []
     for item, train, test, preprocess in frozen.datasets():
         x_train, y_train, x_test, y_test = frozen.features(model, train, test, preprocess, cfg.train_samples)
@@ -154,7 +155,7 @@ def evaluate_linear(cfg: LinearConfig, each: Each | None = None) -> list[dict[st
     from ..runs.start import representation
 
     frozen = Frozen(cfg)
-    readouts = Readouts(frozen.backbone, representation(frozen.backbone, cfg.start, "pre-logits").layer)
+    readouts = Readouts(frozen.backbone, representation(frozen.backbone, cfg.start, "pre-logits", cfg.use_ema).layer)
     choices = linear_choices(cfg, readouts.slices)
     results = []
     for item, train, test, preprocess in frozen.datasets():

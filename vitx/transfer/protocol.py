@@ -154,7 +154,7 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
     began = time.perf_counter()
     prep, settings = _open(cfg, task, splits, console)
     if prep.method.closed_form:
-        metrics = closed_form(prep, cfg.test_samples, cfg.start)
+        metrics = closed_form(prep, cfg.test_samples, cfg.start, cfg.use_ema)
         result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": [], "chosen": None,
                   "selection": "closed form", **metrics, "seconds": time.perf_counter() - began}
         _write(root / "result.json", result)
@@ -186,7 +186,11 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
                                             "chosen": {"lr": best["lr"], "steps": best["steps"]}},
                            curves=cfg.curves and i == 0)
         console.print(f"{task.name}: evaluating on {cfg.test_samples or len(prep.test)} test images", soft_wrap=True)
-        per_seed.append(fitted.trainer.evaluate(prep.test, limit=cfg.test_samples or len(prep.test), prefix="test_"))
+        limit = cfg.test_samples or len(prep.test)
+        per_seed.append(fitted.trainer.evaluate(prep.test, limit=limit, prefix="test_"))
+        if fitted.trainer.s.ema is not None:  # --ema-decay: the average of the weights, tested beside them
+            per_seed[-1].update(fitted.trainer.evaluate(prep.test, limit=limit, prefix="ema_test_",
+                                                        model=fitted.trainer.s.ema.module))
     top1 = [t["test_top1"] for t in per_seed]
     result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": sweep,
               "chosen": {"lr": best["lr"], "steps": best["steps"]}, "selection": selection,
@@ -195,9 +199,15 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
               "test_samples": min(cfg.test_samples or len(prep.test), len(prep.test)), "seconds": time.perf_counter() - began}
     if len(seeds) > 1:
         result.update(seeds=seeds, test_top1_per_seed=top1, test_top1_std=statistics.stdev(top1))
+    if "ema_test_top1" in per_seed[0]:
+        averaged = [t["ema_test_top1"] for t in per_seed]
+        result.update(ema_test_top1=statistics.fmean(averaged), ema_test_top1_per_seed=averaged,
+                      **({"ema_test_top1_std": statistics.stdev(averaged)} if len(seeds) > 1 else {}))
     if fitted.main:
         _write(root / "result.json", result)
     spread = f" ± {result['test_top1_std']:.2%} over seeds {seeds}" if len(seeds) > 1 else ""
+    if "ema_test_top1" in result:
+        spread += f" (EMA of the weights: {result['ema_test_top1']:.2%})"
     console.print(f"{task.name}: test top-1 {result['test_top1']:.2%}{spread} with lr {best['lr']:g} × {best['steps']} "
                   f"steps ({selection} selection, {result['seconds']:.0f} s) → {root}/final", soft_wrap=True)
     return result
