@@ -14,7 +14,8 @@ FLOORS = [
     ("backbones", "plugins", "recipe"),
     ("data",),
     ("analysis", "evaluation", "objectives", "tasks"),
-    ("adapters", "runs"),
+    ("adapters",),
+    ("runs",),  # a saved transfer's backbone is rebuilt with its adapters' own weights (VPT's prompts)
     ("runner",),
     ("predict", "transfer"),
     ("export", "reproduce"),

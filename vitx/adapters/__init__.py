@@ -6,7 +6,7 @@ from typing import Iterable
 from ..errors import VitxError
 from ..registry import ADAPTERS
 from ..spec import parse_spec
-from . import head, methods, posemb  # noqa: F401  (registers the built-in adapters)
+from . import bitfit, head, methods, posemb, ssf, vpt  # noqa: F401  (registers the built-in adapters)
 from .base import ROLES, AdaptContext, Adapter, trainable_parameters
 from .posemb import resample_pos_embed, resize_backbone
 
@@ -20,6 +20,8 @@ def create_adapter(spec: str) -> Adapter:
     """Build an adapter from `name(option=value, ...)`."""
     name, options = parse_spec(spec)
     cls = ADAPTERS.get(name).obj
+    if options and isinstance(cls, type) and cls.__init__ is Adapter.__init__:  # no options of its own
+        raise VitxError(f"bad options for adapter '{name}': it takes none, got {', '.join(sorted(options))}")
     try:
         adapter = cls(**options)
     except TypeError as exc:

@@ -12,7 +12,7 @@ import typer
 from ..evaluation.config import FewshotConfig, KnnConfig, LinearConfig
 from ..recipe import resolve
 from ..runner.config import PretrainConfig
-from ..transfer.config import TransferConfig
+from ..transfer.config import TransferConfig, with_protocol
 from .options import command
 
 
@@ -24,7 +24,7 @@ def _pretrain(options: dict[str, Any], resume: bool, recipe: Optional[str], sets
 
 
 def _transfer(options: dict[str, Any], resume: bool, recipe: Optional[str], sets: list[str]) -> None:
-    chosen = resolve(TransferConfig, "transfer", recipe, sets, options)
+    chosen = with_protocol(resolve(TransferConfig, "transfer", recipe, sets, options))
     from ..transfer import transfer as run_transfer  # torch, timm, accelerate: seconds, so only here
 
     run_transfer(TransferConfig(**chosen), resume=resume)

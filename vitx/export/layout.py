@@ -184,6 +184,9 @@ def export_run(run: str | Path, to: str | Path, repo_id: str | None = None, forc
     num_classes = int(found.num_classes or 0) if head is not None else 0
     arch, args = timm_arch(found, num_classes)
     state = read_weights(found.weights)
+    if any(k.endswith(".vpt_prompt") for k in state):
+        raise VitxError(f"{found.path} was transferred with VPT: its prompt tokens have no place in timm's ViT, so "
+                        "timm could not load an export; use it with vitx (--from, vitx predict)")
     state.update(head or {})
     model = build_checked(arch, args, state)
     labels = found.class_names()[0] if num_classes else None

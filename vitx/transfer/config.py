@@ -12,6 +12,30 @@ from ..settings import check, result_settings as declared_result_settings, setti
 
 SELECT = ("auto", "suite", "task")  # auto: suite for more than one task (protocol.py)
 
+# --protocol: presets of settings, filled in where the command line, --set and the recipe leave a setting unset.
+# vtab: the ViT paper's (the config's own defaults). peft: what the parameter-efficient transfer papers on
+# VTAB-1k share, after NOAH (Zhang et al. 2022, github.com/ZhangYuanhan-AI/NOAH, configs/VTAB) and followed by
+# SSF, FacT, SPT and SNELL: AdamW, lr 1e-3, weight decay 1e-4, batch 64, 100 epochs of the 1000 training images
+# (steps = 100 · shots / batch) with 10 of warm-up, cosine decay, no gradient clipping, no augmentation or
+# smoothing, images resized whole; one point (no sweep), trained on train800val200 and tested.
+PROTOCOLS: dict[str, dict[str, Any]] = {
+    "vtab": {},
+    "peft": {"optimizer": "adamw", "lr": 1e-3, "weight_decay": 1e-4, "batch_size": 64, "warmup": 0.1,
+             "grad_clip": 0.0, "sweep": False, "augment": False, "label_smoothing": 0.0, "epochs": 100},
+}
+
+
+def with_protocol(chosen: dict[str, Any]) -> dict[str, Any]:
+    """The explicitly chosen settings completed by their --protocol's preset (explicit ones win); the preset's
+    `epochs` become --steps for the chosen shots and batch."""
+    preset = dict(PROTOCOLS.get(chosen.get("protocol", "vtab"), {}))
+    epochs = preset.pop("epochs", None)
+    out = {**preset, **chosen}
+    if epochs is not None and "steps" not in chosen:
+        shots = out.get("shots", TransferConfig.shots)
+        out["steps"] = max(1, round(epochs * shots / out["batch_size"]))
+    return out
+
 
 @dataclass
 class TransferConfig:
@@ -20,6 +44,7 @@ class TransferConfig:
     train800 → val200, choose one point for the whole suite on the mean val200 (`select`), retrain it on all 1000,
     report test accuracy. Each field is one option of `vitx transfer` (vitx/settings.py)."""
 
+    protocol: str = setting("vtab", "Preset of the settings not given: vtab (the ViT paper's VTAB-1k recipe, the defaults below) or peft (the parameter-efficient transfer papers': AdamW lr 1e-3, weight decay 1e-4, batch 64, 100 epochs, 10% warm-up, no sweep; see transfer/config.PROTOCOLS).", PROTOCOL, choices=tuple(PROTOCOLS))
     start: str = setting("runs/pretrain", "A vitx run or checkpoint directory, a timm model folder (config.json + model.safetensors), timm:<name>, timm:hf-hub:REPO, or scratch.", MODEL, flag="--from")
     use_ema: bool = shared("use_ema", False)
     model: str | None = setting(None, "Backbone for --from scratch (see `vitx models`).", MODEL)

@@ -1,0 +1,126 @@
+"""Parameter-efficient transfer methods (VPT shallow and deep, BitFit, SSF) and the --protocol peft preset: what
+each trains, that the saved weights read back to the same function, and the one-line errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vitx import create_backbone
+from vitx.adapters import AdaptContext, create_adapter, trainable_parameters
+from vitx.objectives.supervised import Supervised
+
+from .helpers import vitx_cli
+
+D, K, DEPTH = 64, 5, 4  # vit-nano/4: width 64, 4 blocks; a 5-class head
+
+
+def _adapted(spec: str) -> Supervised:
+    torch.manual_seed(0)
+    model = Supervised(create_backbone("vit-nano/4"), num_classes=K, head="linear")
+    create_adapter(spec).apply(model, AdaptContext(image_size=16, num_classes=K))
+    return model
+
+
+@pytest.mark.parametrize("spec,trained", [
+    ("bitfit", None),  # every bias of the backbone, counted below
+    ("vpt(tokens=10)", 10 * D),  # one set of prompts
+    ("vpt(tokens=10, deep=True)", DEPTH * 10 * D),  # a set per block
+    ("ssf", None),
+])
+def test_each_method_trains_its_own_weights_and_the_head(spec, trained):
+    model = _adapted(spec)
+    head = D * K + K
+    named = {n: p for n, p in model.backbone.named_parameters() if p.requires_grad}
+    if spec == "bitfit":
+        assert named and all(n.endswith(".bias") for n in named)
+        trained = sum(p.numel() for n, p in model.backbone.named_parameters() if n.endswith(".bias"))
+    if spec == "ssf":  # γ and β after patch_embed, 8 per block (norm1, qkv, proj, norm2, fc1, fc2), the final norm
+        assert all(n.endswith(("ssf_scale", "ssf_shift")) for n in named)
+        trained = 2 * (D + DEPTH * (D + 3 * D + D + D + 4 * D + D) + D)
+    assert trainable_parameters(model) == trained + head
+    assert model.head.weight.requires_grad
+
+
+def test_vpt_prompts_are_prefix_tokens_that_change_the_features():
+    x = torch.randn(2, 3, 16, 16)
+    plain = _adapted("finetune")
+    for deep in (False, True):
+        model = _adapted(f"vpt(tokens=3, deep={deep})")
+        assert model.backbone.num_prefix_tokens == 4  # [class] + 3 prompts: patch means skip them
+        tokens = model.backbone.forward_features(x)  # (2, 1 + 3 + 16, 64)
+        assert tokens.shape == (2, 20, D)
+        assert not torch.allclose(model.backbone(x), plain.backbone(x))  # same weights, prompts added
+        assert not model.backbone.training  # the frozen backbone stays in eval mode
+
+
+def test_ssf_folds_into_a_plain_backbone():
+    """The saved weights (scale and shift folded into each layer) are a plain vit-nano/4 computing the same
+    function as the adapted model."""
+    from vitx.checkpoint import export_state
+
+    model = _adapted("ssf").eval()
+    with torch.no_grad():
+        for p in (p for n, p in model.named_parameters() if "ssf_" in n):
+            p.add_(torch.randn_like(p) * 0.1)  # as if trained
+    state = export_state(model, model.state_dict())
+    assert not any("ssf_" in k for k in state)
+    plain = Supervised(create_backbone("vit-nano/4"), num_classes=K, head="linear").eval()
+    plain.load_state_dict(state)  # strictly: nothing left over
+    x = torch.randn(3, 3, 16, 16)
+    torch.testing.assert_close(plain.backbone(x), model.backbone(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_vpt_transfer_reads_back_predicts_and_refuses_export(tmp_path):
+    """A deep-VPT transfer saves its prompts in model.safetensors; `--from` and `vitx predict` rebuild them (the
+    same logits as the trained model), and `vitx export` says why timm cannot hold it."""
+    from PIL import Image
+
+    from vitx.runs.start import load_start
+    from vitx.transfer import TransferConfig, transfer
+
+    out = tmp_path / "t"
+    transfer(TransferConfig(start="scratch", model="vit-nano/4", adapters=["vpt(tokens=4, deep=True)"], sweep=False,
+                            lr=0.05, steps=4, shots=40, batch_size=8, test_samples=16, workers=0, curves=False,
+                            output_dir=str(out)))
+    final = out / "vtab-dsprites_loc" / "final"
+    backbone = load_start(str(final))
+    assert backbone.num_prefix_tokens == 5 and all(hasattr(b, "vpt_prompt") for b in backbone.blocks)
+    from safetensors.torch import load_file
+
+    saved = load_file(final / "model.safetensors")
+    assert all(torch.equal(v, saved[k]) for k, v in backbone.state_dict().items())
+    Image.new("RGB", (64, 64), (255, 255, 255)).save(tmp_path / "white.png")
+    proc = vitx_cli("predict", str(out), str(tmp_path / "white.png"), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = vitx_cli("export", str(out), "--to", str(tmp_path / "exported"))
+    assert proc.returncode == 2 and "was transferred with VPT: its prompt tokens have no place in timm's ViT" in \
+        proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_peft_protocol_fills_what_is_not_given():
+    from vitx.transfer.config import TransferConfig, with_protocol
+
+    chosen = with_protocol({"protocol": "peft", "shots": 200, "lr": 0.01})
+    cfg = TransferConfig(**chosen).validate()
+    assert (cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.batch_size, cfg.grad_clip, cfg.sweep) == \
+        ("adamw", 0.01, 1e-4, 64, 0.0, False)
+    assert cfg.steps == round(100 * 200 / 64) and cfg.warmup == 0.1  # 100 epochs of the 200 images
+    assert with_protocol({"protocol": "peft", "steps": 7})["steps"] == 7
+    assert with_protocol({"lr": 0.5}) == {"lr": 0.5}  # vtab: the defaults are the paper's
+
+
+@pytest.mark.parametrize("spec,needle", [
+    ("vpt(tokens=0)", "vpt tokens must be a positive integer, got 0"),
+    ("vpt(deep=2)", "vpt deep must be True or False, got 2"),
+    ("bitfit(rank=2)", "bad options for adapter 'bitfit': it takes none, got rank"),
+])
+def test_bad_method_options_are_one_line(spec, needle, tmp_path):
+    proc = vitx_cli("transfer", "--from", "scratch", "--model", "vit-nano/4", "--adapter", spec,
+                    "--output-dir", str(tmp_path / "t"))
+    assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_bad_protocol_is_one_line(tmp_path):
+    proc = vitx_cli("transfer", "--protocol", "lora", "--output-dir", str(tmp_path / "t"))
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: --protocol must be one of vtab, peft, got 'lora'"

@@ -1,0 +1,70 @@
+"""Visual Prompt Tuning (Jia et al. 2022): the pre-trained backbone stays frozen; `tokens` learned prompt tokens
+are inserted after the [class] token, before the first block (shallow), or a fresh set before every block, each
+replacing the last block's prompt outputs (deep). The head reads the [class] token as before; the prompts count
+as prefix tokens, so a mean over patch tokens leaves them out. Prompts are initialised as VPT's code does
+(uniform ± √(6 / (3·P² + D)) for patch size P and width D).
+
+The prompts are backbone weights (`blocks.<i>.vpt_prompt`): a transfer's model.safetensors holds them, and
+reading it back (`--from`, `vitx predict`) rebuilds them from the adapter its config.json records (`restore`).
+timm's ViT has no place for them, so `vitx export` refuses a prompted model."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ..errors import VitxError
+from ..registry import register_adapter
+from .base import AdaptContext, Adapter, freeze
+
+KEY = "vpt_prompt"
+
+
+def _prompt(block: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Forward pre-hook of a prompted block: insert its prompts after the prefix tokens, or replace the previous
+    block's prompt outputs with them. x: (B, prefix + N, D) → (B, prefix + p + N, D)."""
+    x = args[0]
+    prompts = getattr(block, KEY).expand(x.shape[0], -1, -1).to(x.dtype)  # (B, p, D)
+    after = block.vpt_after
+    rest = x[:, after:] if block.vpt_insert else x[:, after + prompts.shape[1]:]
+    return (torch.cat([x[:, :after], prompts, rest], dim=1), *args[1:])
+
+
+@register_adapter("vpt", description="frozen backbone; learned prompt tokens before the first block (shallow) "
+                                     "or every block (deep=True); the head trains")
+class VPT(Adapter):
+    def __init__(self, tokens: int = 10, deep: bool = False) -> None:
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
+            raise VitxError(f"vpt tokens must be a positive integer, got {tokens!r}")
+        if not isinstance(deep, bool):
+            raise VitxError(f"vpt deep must be True or False, got {deep!r}")
+        super().__init__(tokens=tokens, deep=deep)
+        self.tokens, self.deep = tokens, deep
+
+    def restore(self, backbone: nn.Module) -> None:
+        """The prompted structure (prompts zero until loaded), to read a saved prompted backbone."""
+        blocks = getattr(backbone, "blocks", None)
+        if not isinstance(blocks, nn.Sequential) or not hasattr(backbone, "num_prefix_tokens"):
+            raise VitxError("vpt needs a ViT backbone with blocks and prefix tokens (timm's VisionTransformer)")
+        after, dim = int(backbone.num_prefix_tokens), int(backbone.embed_dim)
+        device = backbone.pos_embed.device
+        for i, block in enumerate(blocks if self.deep else blocks[:1]):
+            setattr(block, KEY, nn.Parameter(torch.zeros(1, self.tokens, dim, device=device)))
+            block.vpt_after, block.vpt_insert = after, i == 0
+            block.register_forward_pre_hook(_prompt)
+        backbone.num_prefix_tokens = after + self.tokens  # pooling and patch means skip the prompts
+
+    def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
+        freeze(model.backbone)
+        self.restore(model.backbone)
+        patch = int(model.backbone.patch_embed.patch_size[0])
+        bound = math.sqrt(6.0 / (3 * patch * patch + int(model.backbone.embed_dim)))
+        for block in model.backbone.blocks:
+            if hasattr(block, KEY):
+                nn.init.uniform_(getattr(block, KEY), -bound, bound)
+        model.head.requires_grad_(True)
+
+
+__all__ = ["KEY", "VPT"]
