@@ -315,3 +315,36 @@ def test_published_rows_match_their_printed_means_and_print_beside_the_run():
     text = out.getvalue()
     assert "vit-l16-i21k" in text and "74.1%" in text and "95.6%" in text and "84.85%" not in text
     assert "printed mean over 19: 72.72 ± 0.21" in text
+
+
+def test_a_transfer_logs_each_point_to_the_trackers_grouped_by_task(tmp_path, monkeypatch):
+    """`--log-with wandb`: every sweep point and the final run start a tracker run of their own, named after
+    the point and grouped by the transfer and task (Accelerate's init_trackers, recorded here)."""
+    import accelerate
+
+    import vitx.runner.launch
+
+    calls = []
+
+    class Recorded(accelerate.Accelerator):  # wandb is not installed here: Accelerate would drop it
+        def __init__(self, *args, log_with=None, **kw):
+            super().__init__(*args, **kw)
+            self.log_with = list(log_with or [])
+
+        def init_trackers(self, project, config=None, init_kwargs=None):
+            calls.append((project, config, init_kwargs))
+
+        def log(self, values, step=None, log_kwargs=None):
+            pass
+
+        def end_training(self):
+            pass
+
+    monkeypatch.setattr(vitx.runner.launch, "Accelerator", Recorded)
+    cfg = TransferConfig(start="scratch", model="vit-nano/4", output_dir=str(tmp_path / "t"), log_with="wandb",
+                         **{**QUICK, "sweep_steps": [2], "lrs": [0.01, 0.1]})
+    transfer(cfg)
+    names = [kw["wandb"]["name"] for _, _, kw in calls]
+    assert names == ["vtab/dsprites_loc lr0.01_steps2", "vtab/dsprites_loc lr0.1_steps2", "vtab/dsprites_loc final"]
+    assert {kw["wandb"]["group"] for _, _, kw in calls} == {"t/vtab/dsprites_loc"}
+    assert all(config["log_with"] == "wandb" and config["lr"] in (0.01, 0.1) for _, config, _ in calls)

@@ -38,6 +38,7 @@ SHARED = {
     "drop_path": dict(help="Stochastic depth: the last block drops its residual branches with this probability, block i at i/(L−1) of it.", group=OPTIMISATION, min=0, below=1),
     "ema_decay": dict(help="Keep a moving average of the weights (timm's ModelEmaV3) with this decay, warmed up as timm does; evaluated and monitored beside the live weights (ema_* metrics) and saved beside them (ema.safetensors); 0: off.", group=OPTIMISATION, min=0, below=1),
     "use_ema": USE_EMA,
+    "log_with": dict(help="Accelerate tracker(s): auto (tensorboard if installed), none, tensorboard, wandb, mlflow, comet_ml, aim, clearml, dvclive; a transfer logs each sweep point and final run as its own run, grouped by task.", group=OUTPUT, result=False),
     "crop_scale": dict(help="Smallest random-crop area fraction.", group=DATA, above=0, max=1),
     "hflip": dict(help="Random horizontal flips of training images; off where a mirror image is another class (digits, text).", group=DATA),
     "randaugment": dict(help="timm augmentation policy for training images: rand-m9-mstd0.5-inc1 (RandAugment), original or v0 (AutoAugment), augmix-m5-w4-d2, or trivialaugment (TrivialAugment Wide).", group=DATA),
@@ -124,7 +125,9 @@ class PretrainConfig:
     stop_signals: str = setting("TERM,USR1", "On these signals, checkpoint at the next step and exit 75 (a second one exits at once); '' to leave them alone.", CHECKPOINTS, result=False)
     log_every: int = setting(10, "Log metrics every N steps.", OUTPUT, above=0, result=False)
     log_format: str = setting("auto", "Progress: auto (a bar on a terminal; a plain, flushed line every --log-every steps in a log file or pipe), bar, lines or json (a JSON object per line).", OUTPUT, choices=CHOICES["log_format"], result=False)
-    log_with: str = setting("auto", "Accelerate tracker: auto (tensorboard if installed), none, wandb, ...", OUTPUT, result=False)
+    log_with: str = shared("log_with", "auto")
+    tracker_run: str = setting("", "The tracker's name for this run (a transfer names each point and groups them).", OUTPUT, cli=False, result=False)
+    tracker_group: str = setting("", "The tracker's group of runs.", OUTPUT, cli=False, result=False)
     quiet: bool = setting(False, "Print nothing but errors (metrics.jsonl is written as always).", OUTPUT, result=False)
     curves: bool = setting(True, "At each checkpoint, draw curves.png (loss, accuracy, monitor, learning rate) from metrics.jsonl.", OUTPUT, result=False)
     compile: bool = setting(False, "torch.compile the training step's forward and backward (minutes of compilation first; pays off on long GPU runs).", SYSTEM)

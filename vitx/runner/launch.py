@@ -22,6 +22,15 @@ def _trackers(name: str) -> list[str] | None:
     return None if name == "none" else [name]
 
 
+def tracker_kwargs(cfg: PretrainConfig) -> dict[str, dict[str, str]]:
+    """Each tracker's own words for the run's name and group (a transfer's sweep points and final runs are
+    runs of one group per task); TensorBoard groups by folder (each run logs under its own --output-dir)."""
+    if not cfg.tracker_run:
+        return {}
+    return {"wandb": {"name": cfg.tracker_run, **({"group": cfg.tracker_group} if cfg.tracker_group else {})},
+            "mlflow": {"run_name": f"{cfg.tracker_group}/{cfg.tracker_run}" if cfg.tracker_group else cfg.tracker_run}}
+
+
 def _warn_single_process_cpu_launch() -> None:
     """`accelerate launch` asked for several processes without torchrun (`--cpu --num_processes N`, or a config
     file with `distributed_type: MULTI_CPU`) starts ONE process: Accelerate leaves several CPU processes to

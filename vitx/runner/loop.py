@@ -26,6 +26,7 @@ from ..evaluation import AUTO
 from ..evaluation.monitor import Evaluator, Monitors
 from ..evaluation.representation import read_as
 from .config import default_workers
+from .launch import tracker_kwargs
 from .agreement import Agreement
 from .ema import RAW as EMA_RAW
 from .preemption import StopRequests, parse_signals
@@ -399,7 +400,8 @@ class Trainer:
         resumed = self.step_count > 0
         log = MetricsLog(s.run.path / "metrics.jsonl", self.step_count if resumed else None) if main else None
         if acc.log_with:
-            acc.init_trackers("vitx", config={k: v for k, v in cfg.to_dict().items() if v is not None})
+            acc.init_trackers("vitx", config={k: v for k, v in cfg.to_dict().items() if v is not None},
+                              init_kwargs=tracker_kwargs(cfg))
         last: dict[str, float] = {}
         if cfg.monitor and not resumed and log:  # the starting point: what the monitor reads before any training
             log.write({"step": 0, **self.monitor()})

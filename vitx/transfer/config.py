@@ -93,6 +93,7 @@ class TransferConfig:
     output_dir: str = setting("runs/transfer", "Results, per-task runs and the final models.", CHECKPOINTS, result=False)
     save_every: int = setting(500, "Checkpoint each run every N steps (for --resume).", CHECKPOINTS, above=0, result=False)
     log_every: int = setting(25, "Log each run's metrics every N steps.", OUTPUT, above=0, result=False)
+    log_with: str = shared("log_with", "none")
     log_format: str = setting("auto", "Progress of each run: auto (a bar on a terminal; a plain, flushed line per log step in a log file or pipe), bar, lines or json.", OUTPUT, choices=CHOICES["log_format"], result=False)
     quiet: bool = setting(False, "Print nothing but errors (results are written as always).", OUTPUT, result=False)
     curves: bool = setting(True, "Draw sweep.png (validation top-1 per lr × steps) and the final run's curves.png.", OUTPUT, result=False)

@@ -123,7 +123,8 @@ def run_config(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_d
         use_ema=cfg.use_ema,
         grad_clip=cfg.grad_clip, precision=cfg.precision, grad_accum=cfg.grad_accum, output_dir=str(out_dir),
         seed=cfg.seed, save_every=min(cfg.save_every, steps), keep_checkpoints=1, log_every=min(cfg.log_every, steps),
-        eval_samples=eval_samples, workers=cfg.workers, log_with="none", crop_scale=cfg.crop_scale, hflip=cfg.hflip,
+        eval_samples=eval_samples, workers=cfg.workers, log_with=cfg.log_with,
+        tracker_run=f"{prep.task.name} {out_dir.name}", tracker_group=f"{Path(cfg.output_dir).name}/{prep.task.name}", crop_scale=cfg.crop_scale, hflip=cfg.hflip,
         randaugment=cfg.randaugment, random_erasing=cfg.random_erasing, compile=cfg.compile,
         tf32=cfg.tf32, curves=curves, log_format=cfg.log_format, quiet=cfg.quiet,
     ).validate()
