@@ -189,3 +189,30 @@ def test_monitor_feature_choices_are_the_few_shot_evaluations():
     from vitx.evaluation.representation import FEATURES
 
     assert CHOICES["monitor_features"] == ("auto", *FEATURES)
+
+
+def test_a_transfer_from_mpp_reads_the_patch_tokens_it_trained(mpp_run, tmp_path):
+    """--features auto from an MPP start: the head reads the mean patch token (timm's avg pooling, the final norm
+    kept), recorded so the saved classifier is rebuilt alike; --features backbone keeps the [class] token."""
+    import json
+
+    import torch
+
+    from vitx.runs.start import load_start
+    from vitx.runs.trained import load_classifier, resolve_run
+    from vitx.transfer import TransferConfig, transfer
+
+    for features, pool in (("auto", "avg"), ("backbone", "token")):
+        out = tmp_path / features
+        transfer(TransferConfig(start=str(mpp_run), features=features, sweep=False, lr=0.01, steps=2, shots=20,
+                                batch_size=8, test_samples=16, workers=0, curves=False, output_dir=str(out)))
+        final = out / "vtab-dsprites_loc" / "final"
+        record = json.loads((final / "config.json").read_text())["backbone"]
+        assert record["overrides"].get("global_pool", "token") == pool
+        backbone = load_start(str(final))
+        assert backbone.global_pool == pool
+        if pool == "avg":
+            x = torch.randn(2, 3, 32, 32)
+            with torch.no_grad():
+                torch.testing.assert_close(backbone.eval()(x), backbone.forward_features(x)[:, 1:].mean(1))
+            assert load_classifier(resolve_run(out)).backbone.global_pool == "avg"

@@ -47,6 +47,7 @@ class TransferConfig:
     protocol: str = setting("vtab", "Preset of the settings not given: vtab (the ViT paper's VTAB-1k recipe, the defaults below) or peft (the parameter-efficient transfer papers': AdamW lr 1e-3, weight decay 1e-4, batch 64, 100 epochs, 10% warm-up, no sweep; see transfer/config.PROTOCOLS).", PROTOCOL, choices=tuple(PROTOCOLS))
     start: str = setting("runs/pretrain", "A vitx run or checkpoint directory, a timm model folder (config.json + model.safetensors), timm:<name>, timm:hf-hub:REPO, or scratch.", MODEL, flag="--from")
     use_ema: bool = shared("use_ema", False)
+    features: str = setting("auto", "What the task head reads: auto (what the start's objective trains: the mean patch token after MPP or MAE, the \\[class] token otherwise), backbone (the \\[class] token after the final norm) or patch-mean (the mean patch token: MAE's fine-tuning and linear probe).", MODEL, choices=("auto", "backbone", "patch-mean"))
     model: str | None = setting(None, "Backbone for --from scratch (see `vitx models`).", MODEL)
     adapters: list[str] = setting([], "Adapter with options, repeatable, e.g. linear-probe or 'resize-posemb(mode=\"bilinear\")' (see `vitx adapters`); unnamed roles take the defaults.", MODEL, flag="--adapter", repeat=True, shown="resize-posemb, zero-head, finetune")
     image_size: int | None = setting(None, "Fine-tuning resolution; position embeddings are interpolated.", MODEL, above=0, limit=LIMITS["image_size"], shown="the start's")

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from ..adapters import AdaptContext, Adapter, resolve_adapters, trainable_parameters
 from ..backbones.droppath import set_drop_path
+from ..backbones.pooling import set_pooling
 from ..data import Preprocess, TensorSplit, decode_split
 from ..errors import VitxError
 from ..objectives.supervised import Supervised
@@ -29,7 +30,7 @@ from ..tasks.splits import task_class_names
 from .config import TransferConfig
 from ..evaluation.features import extract_features, source_features
 from ..evaluation.fewshot import fit_least_squares
-from ..runs.start import load_start, representation, start_input
+from ..runs.start import load_start, representation, start_features, start_input
 
 
 @dataclass
@@ -70,6 +71,9 @@ class Prepared:
 def prepare(cfg: TransferConfig, task: Task, splits: TaskSplits | None = None) -> Prepared:
     splits = splits or open_task(task, cfg.shots, cfg.data_dir, seed=cfg.seed, test_samples=cfg.test_samples)
     start = load_start(cfg.start, cfg.model, cfg.seed, use_ema=cfg.use_ema)
+    read = start_features(cfg.start) if cfg.features == "auto" else cfg.features
+    if read in ("backbone", "patch-mean"):  # what the head reads (auto, pre-logits: the start's own pooling)
+        set_pooling(start, read)
     size = cfg.image_size or int(start.patch_embed.img_size[0])
     adapters = resolve_adapters(cfg.adapters)
     given = start_input(cfg.start, start)  # the start decides the input; --mean/--std/--interpolation override

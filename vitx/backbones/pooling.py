@@ -1,0 +1,31 @@
+"""What a backbone's pooled output (`backbone(x)`, what a transfer head reads) is: the [class] token after the
+final norm (the paper's) or the mean of the patch tokens after it (what masked image modelling trains: MAE
+fine-tunes and probes on it). Set on a built backbone, and recorded so that a saved one is rebuilt the same."""
+from __future__ import annotations
+
+import torch.nn as nn
+
+from ..errors import VitxError
+
+POOLS = {"backbone": "token", "patch-mean": "avg"}  # frozen-feature names (evaluation.FEATURES) → timm's pooling
+
+
+def set_pooling(backbone: nn.Module, features: str) -> None:
+    """Pool `backbone` as `features` ("backbone": the [class] token; "patch-mean": the mean patch token), through
+    timm's `global_pool` with the final norm kept where it is (`fc_norm=False`: the same weights, a different
+    readout); its record says so, so a saved backbone is rebuilt pooled alike (in vitx and in timm)."""
+    pool = POOLS[features]
+    if getattr(backbone, "global_pool", None) == pool:
+        return
+    if not hasattr(backbone, "global_pool") or not isinstance(getattr(backbone, "fc_norm", None), nn.Identity):
+        raise VitxError(f"this backbone cannot pool as {features} (it is not a timm ViT with its final norm before "
+                        "pooling); pass --features backbone")
+    backbone.global_pool = pool
+    record = getattr(backbone, "vitx_record", None)
+    if record is not None:
+        record["overrides"] = {**record["overrides"], "global_pool": pool, "fc_norm": False}
+        if record.get("timm_kwargs") is not None:
+            record["timm_kwargs"] = {**record["timm_kwargs"], "global_pool": pool, "fc_norm": False}
+
+
+__all__ = ["POOLS", "set_pooling"]
