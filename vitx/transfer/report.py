@@ -117,16 +117,15 @@ def print_fewshot(result: dict[str, Any], cfg: Any) -> None:
 
 
 def print_knn(result: dict[str, Any], cfg: Any) -> None:
-    """One dataset's weighted kNN top-1 for each k."""
-    table = Table(title=f"weighted kNN: {result['data']} from {cfg.start}")
-    for col in ("k", "test top-1"):
-        table.add_column(col, justify="right")
-    for k, top1 in result["top1"].items():
-        table.add_row(k, f"{top1:.2%}")
-    table.caption = (f"{result['num_classes']} classes, chance {1 / result['num_classes']:.1%}; "
-                     f"{result['train_samples']} train, {result['test_samples']} test images; T {result['temperature']:g}; "
-                     f"{result['feature_dim']}-d features: {escape(result['features'])}")
+    """One dataset's weighted kNN top-1: a column for each k."""
+    table = Table(title=f"weighted kNN: {result['data']} from {cfg.start} (test top-1)")
+    for k in result["top1"]:
+        table.add_column(f"k = {k}", justify="right")
+    table.add_row(*(f"{top1:.2%}" for top1 in result["top1"].values()))
     Console().print(table)
+    Console().print(f"{result['num_classes']} classes, chance {1 / result['num_classes']:.1%}; {result['train_samples']} "
+                    f"train, {result['test_samples']} test images; T {result['temperature']:g}; "
+                    f"{result['feature_dim']}-d features: {escape(result['features'])}", soft_wrap=True)
 
 
 def print_linear(result: dict[str, Any], cfg: Any) -> None:
