@@ -2,6 +2,8 @@
 each trains, that the saved weights read back to the same function, and the one-line errors."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -124,3 +126,26 @@ def test_bad_method_options_are_one_line(spec, needle, tmp_path):
 def test_bad_protocol_is_one_line(tmp_path):
     proc = vitx_cli("transfer", "--protocol", "lora", "--output-dir", str(tmp_path / "t"))
     assert proc.returncode == 2 and proc.stderr.strip() == "error: --protocol must be one of vtab, peft, got 'lora'"
+
+
+def test_a_prompted_backbone_is_recorded_resized_and_read_back(tmp_path):
+    """The prompts are in the backbone's record: a resize keeps them (the position embeddings interpolated over
+    the patches alone), and a saved prompted backbone is rebuilt from its record alone."""
+    from vitx.adapters import resize_backbone
+    from vitx.checkpoint import save_weights
+    from vitx.runs.folder import load_backbone
+
+    model = _adapted("vpt(tokens=3, deep=True)")
+    backbone = model.backbone
+    assert backbone.vitx_record["prompts"] == {"tokens": 3, "deep": True}
+    bigger = resize_backbone(backbone, 32)
+    assert bigger.num_prefix_tokens == 4 and bigger.pos_embed.shape == (1, 1 + 64, D)
+    assert torch.equal(bigger.blocks[2].vpt_prompt, backbone.blocks[2].vpt_prompt)
+    assert bigger(torch.randn(2, 3, 32, 32)).shape == (2, D)
+    run = tmp_path / "run"
+    run.mkdir()
+    save_weights(backbone.state_dict(), run / "model.safetensors")
+    (run / "config.json").write_text(json.dumps({"backbone": backbone.vitx_record}))
+    again = load_backbone(run).eval()
+    x = torch.randn(2, 3, 16, 16)
+    torch.testing.assert_close(again(x), backbone.eval()(x))

@@ -146,3 +146,30 @@ def test_the_monitor_runs_the_probes_it_is_given(tmp_path):
 
     a, b = (load_file(tmp_path / name / "run" / "model.safetensors") for name in ("probed", "plain"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_probes_on_small_data_and_starts_without_a_class_token():
+    """Too few images for a probe is one clear error (not a division by zero); a backbone without a [class]
+    token offers no last-n readout; kNN over more test rows than one chunk gives the unchunked answer."""
+    from vitx.backbones import create_backbone
+    from vitx.errors import VitxError
+    from vitx.evaluation.knn import knn_accuracy
+    from vitx.evaluation.linear import linear_probe
+    from vitx.evaluation.representation import Readouts
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(20, 4)).astype(np.float32), np.arange(20) % 10
+    with pytest.raises(VitxError, match="needs at least 21 training images for 10 classes"):
+        linear_probe(x, y, x, y, 10, {"f": slice(0, 4)}, ["f"], epochs=1)
+    ok = linear_probe(x[:8], y[:8] % 2, x, y % 2, 2, {"f": slice(0, 4)}, ["f"], lrs=[0.1, 0.1, 0.01], epochs=2)
+    assert list(ok["grid"]["f"]) == ["0.01", "0.1"]  # distinct lrs, ascending
+    gap = create_backbone("vit-nano/4", class_token=False, global_pool="avg")
+    readouts = Readouts(gap)
+    assert "last4" not in readouts.slices and readouts(torch.randn(2, 3, 16, 16)).shape == (2, 128)
+    train, test = rng.normal(size=(300, 8)).astype(np.float32), rng.normal(size=(2500, 8)).astype(np.float32)
+    labels, truth = rng.integers(0, 3, 300), rng.integers(0, 3, 2500)
+    a = torch.nn.functional.normalize(torch.from_numpy(train), dim=1)
+    b = torch.nn.functional.normalize(torch.from_numpy(test), dim=1)
+    sim, idx = (b @ a.T).topk(20, dim=1)
+    votes = torch.zeros(2500, 3).scatter_add_(1, torch.from_numpy(labels)[idx], (sim / 0.07).exp())
+    assert knn_accuracy(train, labels, test, truth, 3) == float((votes.argmax(1).numpy() == truth).mean())

@@ -57,9 +57,14 @@ def resize_backbone(backbone: nn.Module, image_size: int | tuple[int, int], mode
     overrides: dict[str, Any] = {k: v for k, v in record["overrides"].items() if k != "pretrained"}
     overrides["img_size"] = size[0] if size[0] == size[1] else size
     resized = create_backbone(record["name"], **overrides)
+    if record.get("prompts"):  # a VPT-prompted backbone keeps its prompts
+        from .vpt import restore_prompts
+
+        restore_prompts(resized, record["prompts"])
     state = backbone.state_dict()
-    state["pos_embed"] = resample_pos_embed(state["pos_embed"], _grid(resized), _grid(backbone),
-                                            backbone.num_prefix_tokens, mode)
+    old = _grid(backbone)
+    prefix = state["pos_embed"].shape[1] - old[0] * old[1]  # embedded prefix tokens (prompts have none)
+    state["pos_embed"] = resample_pos_embed(state["pos_embed"], _grid(resized), old, prefix, mode)
     resized.load_state_dict(state, strict=True)
     return resized
 

@@ -26,7 +26,8 @@ def _scale_shift(module: nn.Module, args: Any, out: torch.Tensor) -> torch.Tenso
 
 
 def fold_ssf(state: dict[str, torch.Tensor], prefix: str) -> None:
-    """Fold γ and β into the layer's own weight and bias (`checkpoint.export_state` calls it when saving)."""
+    """Fold γ and β into the layer's own weight and bias (`checkpoint.export_state` calls it when saving); `apply`
+    adapts only layers that have both."""
     if not state:  # a process that holds no weights (sharded saves gather them on one)
         return
     scale, shift = state.pop(f"{prefix}ssf_scale"), state.pop(f"{prefix}ssf_shift")
@@ -45,7 +46,8 @@ class SSF(Adapter):
         adapted = 0
         for name, module in model.backbone.named_modules():
             if not (name == "patch_embed.proj" or name.rpartition(".")[2] in TARGETS) or \
-                    not isinstance(module, (nn.Linear, nn.LayerNorm, nn.Conv2d)):
+                    not isinstance(module, (nn.Linear, nn.LayerNorm, nn.Conv2d)) or \
+                    getattr(module, "bias", None) is None:  # no bias to fold the shift into (a LayerNorm without affine)
                 continue
             channels = module.out_channels if isinstance(module, nn.Conv2d) else \
                 module.out_features if isinstance(module, nn.Linear) else module.normalized_shape[0]

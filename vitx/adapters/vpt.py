@@ -55,6 +55,9 @@ class VPT(Adapter):
             block.vpt_after, block.vpt_insert = after, i == 0
             block.register_forward_pre_hook(_prompt)
         backbone.num_prefix_tokens = after + self.tokens  # pooling and patch means skip the prompts
+        record = getattr(backbone, "vitx_record", None)
+        if record is not None:  # config.json's backbone record: a saved prompted backbone is rebuilt with them
+            backbone.vitx_record = {**record, "prompts": {"tokens": self.tokens, "deep": self.deep}}
 
     def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
         freeze(model.backbone)
@@ -67,4 +70,12 @@ class VPT(Adapter):
         model.head.requires_grad_(True)
 
 
-__all__ = ["KEY", "VPT"]
+def restore_prompts(backbone: nn.Module, prompts: dict[str, Any]) -> None:
+    """The prompted structure a backbone record names (`{"tokens": p, "deep": bool}`), for its weights to load."""
+    try:
+        VPT(**prompts).restore(backbone)
+    except TypeError:
+        raise VitxError(f"the backbone record's prompts {prompts} are not VPT's (tokens, deep)") from None
+
+
+__all__ = ["KEY", "VPT", "restore_prompts"]

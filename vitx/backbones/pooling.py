@@ -17,9 +17,11 @@ def set_pooling(backbone: nn.Module, features: str) -> None:
     pool = POOLS[features]
     if getattr(backbone, "global_pool", None) == pool:
         return
-    if not hasattr(backbone, "global_pool") or not isinstance(getattr(backbone, "fc_norm", None), nn.Identity):
-        raise VitxError(f"this backbone cannot pool as {features} (it is not a timm ViT with its final norm before "
-                        "pooling); pass --features backbone")
+    if not hasattr(backbone, "global_pool") or getattr(backbone, "attn_pool", None) is not None or \
+            not isinstance(getattr(backbone, "fc_norm", None), nn.Identity):
+        other = "patch-mean" if features == "backbone" else "backbone"
+        raise VitxError(f"this backbone cannot pool as {features} (it is not a timm ViT pooling after its final norm: "
+                        f"it has attention pooling or a norm after pooling); pass --features auto or {other}")
     backbone.global_pool = pool
     record = getattr(backbone, "vitx_record", None)
     if record is not None:

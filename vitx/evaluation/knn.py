@@ -13,10 +13,13 @@ def knn_accuracy(train: np.ndarray, train_labels: np.ndarray, test: np.ndarray, 
     """Weighted k-nearest-neighbour accuracy on cosine similarity of (N, D) features."""
     a = torch.nn.functional.normalize(torch.from_numpy(train).float(), dim=1)  # (N, D)
     b = torch.nn.functional.normalize(torch.from_numpy(test).float(), dim=1)  # (M, D)
-    sim, idx = (b @ a.T).topk(min(k, a.shape[0]), dim=1)  # (M, k)
-    votes = torch.zeros(b.shape[0], num_classes).scatter_add_(
-        1, torch.from_numpy(train_labels)[idx], (sim / temperature).exp())  # (M, C)
-    return float((votes.argmax(1).numpy() == test_labels).mean())
+    labels = torch.from_numpy(np.asarray(train_labels))
+    predicted = []
+    for rows in b.split(1024):  # (m, N) similarities at a time: never (M, N) for a large train set
+        sim, idx = (rows @ a.T).topk(min(k, a.shape[0]), dim=1)  # (m, k)
+        votes = torch.zeros(rows.shape[0], num_classes).scatter_add_(1, labels[idx], (sim / temperature).exp())
+        predicted.append(votes.argmax(1))  # (m,)
+    return float((torch.cat(predicted).numpy() == np.asarray(test_labels)).mean()) if predicted else 0.0
 
 
 __all__ = ["knn_accuracy"]

@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 
 from ..data.draws import stratified_split
+from ..errors import VitxError
 from . import LINEAR_BATCH, LINEAR_EPOCHS, LINEAR_LRS, VAL_FRACTION
 
 
@@ -83,14 +84,18 @@ def linear_probe(train: np.ndarray, train_labels: np.ndarray, test: np.ndarray, 
     """The lr × features grid on a stratified, seeded train → validation split of the (N, ΣD) train features
     (`slices`: each choice's columns), the best validation top-1 chosen (ties: the earlier feature, the smaller
     lr), then retrained on all the train features with each seed and tested."""
-    held = max(num_classes, round(len(train) * val_fraction))
+    lrs = sorted(set(float(lr) for lr in lrs))  # ties go to the smaller lr; one head per distinct lr
+    held = min(max(num_classes, round(len(train) * val_fraction)), len(train) - 2 * num_classes)
+    if held < 1:
+        raise VitxError(f"a linear probe needs at least {2 * num_classes + 1} training images for {num_classes} "
+                        f"classes (two per class to fit, some to validate); this data has {len(train)}")
     kept, val = stratified_split(np.asarray(train_labels), held, [seeds[0], 7919])
     grid: dict[str, dict[str, float]] = {}
     for name in features:
         cols = slices[name]
         heads = fit_heads(train[kept][:, cols], train_labels[kept], num_classes, lrs, epochs, batch, batch_norm,
                           seeds[0], device)
-        grid[name] = {f"{lr:g}": acc for lr, acc in zip(lrs, head_accuracies(heads, train[val][:, cols],
+        grid[name] = {str(lr): acc for lr, acc in zip(lrs, head_accuracies(heads, train[val][:, cols],
                                                                              train_labels[val], device))}
     best_val, i, j = max((acc, -i, -j) for i, f in enumerate(features) for j, acc in enumerate(grid[f].values()))
     name, lr = features[-i], lrs[-j]

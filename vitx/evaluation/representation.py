@@ -62,7 +62,9 @@ class Readouts(nn.Module):
     def __init__(self, backbone: nn.Module, layer: nn.Module | None = None, last: int = 4) -> None:
         super().__init__()
         self.backbone, self.layer = backbone, layer
-        self.last = min(last, len(getattr(backbone, "blocks", ()))) if hasattr(backbone, "forward_intermediates") else 0
+        has_cls = getattr(backbone, "cls_token", None) is not None  # last<n> reads each block's [class] token
+        self.last = min(last, len(getattr(backbone, "blocks", ()))) \
+            if hasattr(backbone, "forward_intermediates") and has_cls else 0
         dim, widths = int(backbone.embed_dim), {}
         if layer is not None:
             widths["pre-logits"] = int(layer[0].out_features)

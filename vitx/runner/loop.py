@@ -400,7 +400,8 @@ class Trainer:
         resumed = self.step_count > 0
         log = MetricsLog(s.run.path / "metrics.jsonl", self.step_count if resumed else None) if main else None
         if acc.log_with:
-            acc.init_trackers("vitx", config={k: v for k, v in cfg.to_dict().items() if v is not None},
+            acc.init_trackers("vitx", config={k: ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v
+                                              for k, v in cfg.to_dict().items() if v is not None},  # hparams: scalars
                               init_kwargs=tracker_kwargs(cfg))
         last: dict[str, float] = {}
         if cfg.monitor and not resumed and log:  # the starting point: what the monitor reads before any training

@@ -25,8 +25,8 @@ from ..errors import VitxError
 
 PREFIX = "step_"
 NAME = re.compile(rf"{PREFIX}(\d+)")  # exactly step_<digits>: a user's step_old or step_00000020.bak is not ours
-TOP = ("model.safetensors", "heads.safetensors", "ema.safetensors", "ema_heads.safetensors", "config.json",
-       "curves.png")  # the latest checkpoint's, on top
+WEIGHTS = ("model.safetensors", "heads.safetensors", "ema.safetensors", "ema_heads.safetensors")  # live and average
+TOP = (*WEIGHTS, "config.json", "curves.png")  # the latest checkpoint's, on top
 MARKER = "trainer_state.json"  # written last, removed first: a checkpoint is complete exactly while it exists
 
 

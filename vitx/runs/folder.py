@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch.nn as nn
 
-from ..adapters import create_adapter
+from ..adapters.vpt import restore_prompts
 from ..checkpoint import read_config, read_weights
 from ..errors import VitxError
 from ..evaluation.representation import LAYER_KEY, tanh_layer
@@ -32,11 +32,8 @@ def load_backbone(run_dir: str | Path, ema: bool = False) -> nn.Module:
         model = create_backbone(record["name"], **record["overrides"])
     except KeyError as exc:
         raise VitxError(f"{run_dir}/config.json lacks {exc}; not a vitx checkpoint") from None
-    transfer = config.get("transfer") if isinstance(config.get("transfer"), dict) else {}
-    for spec in transfer.get("adapters") or []:  # an adapter that adds backbone weights (VPT's prompts) rebuilds them
-        restore = getattr(create_adapter(str(spec)), "restore", None)
-        if restore is not None:
-            restore(model)
+    if isinstance(record.get("prompts"), dict):  # VPT's prompt tokens are backbone weights: rebuilt, then loaded
+        restore_prompts(model, record["prompts"])
     path = weights_file(run_dir, ema)
     if ema and not path.is_file():
         raise VitxError(f"{run_dir} has no moving average of its weights (ema.safetensors: it was trained without "

@@ -44,7 +44,7 @@ class TransferConfig:
     train800 → val200, choose one point for the whole suite on the mean val200 (`select`), retrain it on all 1000,
     report test accuracy. Each field is one option of `vitx transfer` (vitx/settings.py)."""
 
-    protocol: str = setting("vtab", "Preset of the settings not given: vtab (the ViT paper's VTAB-1k recipe, the defaults below) or peft (the parameter-efficient transfer papers': AdamW lr 1e-3, weight decay 1e-4, batch 64, 100 epochs, 10% warm-up, no sweep; see transfer/config.PROTOCOLS).", PROTOCOL, choices=tuple(PROTOCOLS))
+    protocol: str = setting("vtab", "Preset of the settings not given: vtab (the ViT paper's VTAB-1k recipe, the defaults below) or peft (the parameter-efficient transfer papers': AdamW lr 1e-3, weight decay 1e-4, batch 64, 100 epochs, 10% warm-up, no sweep; see transfer/config.PROTOCOLS). In Python: TransferConfig(**with_protocol(settings)).", PROTOCOL, choices=tuple(PROTOCOLS))
     start: str = setting("runs/pretrain", "A vitx run or checkpoint directory, a timm model folder (config.json + model.safetensors), timm:<name>, timm:hf-hub:REPO, or scratch.", MODEL, flag="--from")
     use_ema: bool = shared("use_ema", False)
     features: str = setting("auto", "What the task head reads: auto (what the start's objective trains: the mean patch token after MPP or MAE, the \\[class] token otherwise), backbone (the \\[class] token after the final norm) or patch-mean (the mean patch token: MAE's fine-tuning and linear probe).", MODEL, choices=("auto", "backbone", "patch-mean"))

@@ -140,7 +140,9 @@ def linear_choices(cfg: LinearConfig, available: dict[str, slice]) -> list[str]:
     ordered = sorted(available, key=lambda name: READOUTS.index(name) if name in READOUTS else len(READOUTS))
     if "all" in cfg.features:
         return ordered
-    chosen = [start_features(cfg.start) if name == "auto" else name for name in cfg.features]
+    own = start_features(cfg.start)
+    own = own if own in available else "backbone"  # pre-logits without a representation layer: the pooled output
+    chosen = [own if name == "auto" else name for name in cfg.features]
     missing = [name for name in chosen if name not in available]
     if missing:
         raise VitxError(f"--features {missing[0]} is not available for this start (it has {', '.join(ordered)})")

@@ -34,6 +34,7 @@ from ..checkpoint import atomic_write_text, cannot_write, read_json_object
 from ..adapters import resolve_adapters
 from ..errors import VitxError
 from ..runner.launch import is_main_process
+from ..runner.rundir import WEIGHTS
 from ..runner.reporting import make_console
 from ..data.opener import DataOptions
 from ..tasks import GROUPS, Task, TaskSplits, open_task, select_tasks
@@ -122,7 +123,7 @@ def _sweep(cfg: TransferConfig, prep: Prepared, root: Path, settings: dict[str, 
             if fitted.main:
                 _write(point_dir / "point.json", point)
                 shutil.rmtree(point_dir / "checkpoints", ignore_errors=True)  # weights of a sweep point: not needed
-                for name in ("model.safetensors", "heads.safetensors"):
+                for name in WEIGHTS:
                     (point_dir / name).unlink(missing_ok=True)
         sweep.append(point)
     return sweep
