@@ -20,6 +20,14 @@ def weights_file(run_dir: str | Path, ema: bool = False, heads: bool = False) ->
         Path(run_dir) / f"{'ema_' if ema else ''}heads.safetensors"
 
 
+def require_ema(run_dir: str | Path, named: str | None = None) -> None:
+    """One line when a run saved no moving average of its weights (`--use-ema` without `--ema-decay`); `named`:
+    how the run was given (`--from DIR`), default its path."""
+    if not weights_file(run_dir, ema=True).is_file():
+        raise VitxError(f"{named or run_dir} has no moving average of its weights (ema.safetensors: it was trained "
+                        "without --ema-decay); drop --use-ema")
+
+
 def load_backbone(run_dir: str | Path, ema: bool = False) -> nn.Module:
     """Rebuild the backbone saved in a vitx run or checkpoint directory and load its weights (strictly), the
     moving average of them with `ema`."""
@@ -34,10 +42,9 @@ def load_backbone(run_dir: str | Path, ema: bool = False) -> nn.Module:
         raise VitxError(f"{run_dir}/config.json lacks {exc}; not a vitx checkpoint") from None
     if isinstance(record.get("prompts"), dict):  # VPT's prompt tokens are backbone weights: rebuilt, then loaded
         restore_prompts(model, record["prompts"])
+    if ema:
+        require_ema(run_dir)
     path = weights_file(run_dir, ema)
-    if ema and not path.is_file():
-        raise VitxError(f"{run_dir} has no moving average of its weights (ema.safetensors: it was trained without "
-                        "--ema-decay); drop --use-ema")
     state = read_weights(path)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
@@ -56,4 +63,4 @@ def saved_layer(run_dir: str | Path, ema: bool = False) -> nn.Sequential | None:
     return tanh_layer(heads[f"{LAYER_KEY}.weight"], heads[f"{LAYER_KEY}.bias"])
 
 
-__all__ = ["load_backbone", "saved_layer", "weights_file"]
+__all__ = ["load_backbone", "require_ema", "saved_layer", "weights_file"]

@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from ..backbones import create_backbone
 from ..checkpoint import read_config, read_json_object
-from .folder import load_backbone, saved_layer, weights_file
+from .folder import load_backbone, require_ema, saved_layer
 from ..errors import VitxError
 from ..evaluation.representation import Representation, read_as
 from ..spec import parse_spec
@@ -64,9 +64,8 @@ def load_start(start: str, model: str | None = None, seed: int = 0, flag: str = 
                 raise VitxError(f"--use-ema reads a vitx run's moving average of its weights; {flag} {start} is a "
                                 "timm model folder (export the run with --use-ema to put its average there)")
             return load_start(f"timm:local-dir:{path}", None, seed, flag)
-        if use_ema and not weights_file(path, ema=True).is_file() and (path / "config.json").is_file():
-            raise VitxError(f"{flag} {start} has no moving average of its weights (ema.safetensors: it was trained "
-                            "without --ema-decay); drop --use-ema")
+        if use_ema and (path / "config.json").is_file():
+            require_ema(path, f"{flag} {start}")
         backbone = load_backbone(path, use_ema)
     if not all(hasattr(backbone, name) for name in ("pos_embed", "patch_embed", "embed_dim")):
         raise VitxError(f"{flag} {start} is not a Vision Transformer (no patch_embed / pos_embed)")

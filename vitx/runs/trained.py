@@ -157,9 +157,9 @@ def resolve_run(run: str | Path, ema: bool = False) -> TrainedRun:
     found = _resolve(run)
     if not ema:
         return found
-    if not found.weights.with_name("ema.safetensors").is_file():
-        raise VitxError(f"{found.path} has no moving average of its weights (ema.safetensors: it was trained "
-                        "without --ema-decay); drop --use-ema")
+    from .folder import require_ema
+
+    require_ema(found.path)
     return replace(found, ema=True)
 
 
