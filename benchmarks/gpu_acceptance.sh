@@ -13,7 +13,7 @@ if [[ " $* " != *" --dry-run "* ]]; then
         export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
     fi
     timeout 300 python3 -m pip install -q --no-index --no-deps --no-build-isolation \
-        -e . -e plugins/vitx-mae -e plugins/vitx-simclr
+        -e . -e plugins/vitx-mae -e plugins/vitx-simclr -e plugins/vitx-dino
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 fi
 timeout 1500 python3 benchmarks/gpu_acceptance.py "$@"

@@ -140,6 +140,8 @@ KILL_9 = {  # objective → data: every built-in and first-party objective, each
     "mpp": "embedded:leaves",
     "mae(decoder_dim=32, decoder_depth=1, decoder_heads=2)": "embedded:leaves",
     "simclr(temperature=0.2)": "embedded:shapes",
+    # multi-crop views from the loader's workers, an EMA teacher, centres and iBOT masks
+    "dino(out_dim=256, hidden_dim=64, bottleneck_dim=32, local_crops=4, ibot=0.5, koleo=0.1)": "embedded:shapes",
 }
 
 

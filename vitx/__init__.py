@@ -20,10 +20,11 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from .backbones import create_backbone
     from .runs import load_backbone
     from .objectives import Objective, create_objective
+    from .data.views import View
 
 __all__ = ["__version__", "ADAPTERS", "BACKBONES", "OBJECTIVES", "TASKS", "register_adapter", "register_task",
-           "temporary", "Objective", "Registry", "VitxError", "create_backbone",
+           "temporary", "Objective", "Registry", "View", "VitxError", "create_backbone",
            "create_objective", "load_backbone", "register_backbone", "register_objective"]
 __getattr__, __dir__ = lazy_exports(__name__, {
     "create_backbone": ".backbones", "load_backbone": ".runs", "Objective": ".objectives",
-    "create_objective": ".objectives"})
+    "create_objective": ".objectives", "View": ".data.views"})

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import itertools
+import math
 import os
 import signal
 import sys
@@ -30,6 +31,7 @@ from ..errors import CorruptImageError, VitxError
 from .decoding import decode
 from .sources import ImageSource
 from .transforms import Preprocess
+from .views import View, make_view, view_rng
 
 Key = tuple[Any, Any]  # (sample index or a stream's (image, label) record, stream position or None for eval)
 
@@ -60,12 +62,16 @@ class StreamSampler(Sampler[list[Key]]):
 class Batches(Dataset):
     """Turns a micro-batch's keys into a batch {"image": (B, 3, S, S) uint8, "label": (B,) or (B, K),
     "skipped": (B,)}: decoded, randomly cropped (keys with a position) or centre-cropped (position None).
+    With `views` (an objective's, expanded: `views.expand`) the batch holds {"views": [(B, 3, S_v, S_v) uint8,
+    one per crop]} in place of "image", each crop seeded by (seed, position or index, view).
 
     A corrupt image stops the run with its name, or with `skip_corrupt` is replaced and counted: by the next
     decodable sample of the source, or, for a stream's record, by another record of the same batch."""
 
-    def __init__(self, source: ImageSource, preprocess: Preprocess, seed: int = 0, skip_corrupt: bool = False) -> None:
+    def __init__(self, source: ImageSource, preprocess: Preprocess, seed: int = 0, skip_corrupt: bool = False,
+                 views: Sequence[View] = ()) -> None:
         self.source, self.pre, self.seed, self.skip_corrupt = source, preprocess, seed, skip_corrupt
+        self.views = list(views)
 
     def __len__(self) -> int:
         return len(self.source)
@@ -73,7 +79,9 @@ class Batches(Dataset):
     def __getitem__(self, key: Key) -> dict[str, torch.Tensor]:
         return self.__getitems__([key])
 
-    def __getitems__(self, keys: Sequence[Key]) -> dict[str, torch.Tensor]:
+    def __getitems__(self, keys: Sequence[Key]) -> dict[str, Any]:
+        if self.views:
+            return self._views(keys)
         size = self.pre.image_size
         images = torch.empty((len(keys), 3, size, size), dtype=torch.uint8)  # (B, 3, S, S)
         labels, skipped = [], torch.zeros(len(keys), dtype=torch.long)
@@ -85,6 +93,17 @@ class Batches(Dataset):
                 images[j] = self.pre.train(image, np.random.default_rng([self.seed, position]))
             labels.append(-1 if label is None else label)
         return {"image": images, "label": torch.as_tensor(labels), "skipped": skipped}
+
+    def _views(self, keys: Sequence[Key]) -> dict[str, Any]:
+        crops = [torch.empty((len(keys), 3, v.size, v.size), dtype=torch.uint8) for v in self.views]  # (B, 3, S_v, S_v)
+        labels, skipped = [], torch.zeros(len(keys), dtype=torch.long)
+        for j, (item, position) in enumerate(keys):
+            image, label, skipped[j] = self._load(item, keys, j)
+            index = int(item) if isinstance(item, (int, np.integer)) else j
+            for v, view in enumerate(self.views):
+                crops[v][j] = make_view(image, view, self.pre.interpolation, view_rng(self.seed, position, index, v))
+            labels.append(-1 if label is None else label)
+        return {"views": crops, "label": torch.as_tensor(labels), "skipped": skipped}
 
     def _load(self, item: Any, keys: Sequence[Key], j: int) -> tuple[torch.Tensor, Any, int]:
         """Decode `item` (an index, or a stream record), falling through to a replacement when skipping."""
@@ -175,30 +194,34 @@ def make_loader(data: Batches, sampler: Iterable[list[Key]], *, workers: int, pi
 
 
 def train_loader(source: Any, preprocess: Preprocess, *, global_micro_batch: int, rank: int, world: int,
-                 seed: int, start_micro_step: int, workers: int, skip_corrupt: bool, pin: bool = False) -> DataLoader:
+                 seed: int, start_micro_step: int, workers: int, skip_corrupt: bool, pin: bool = False,
+                 views: Sequence[View] = ()) -> DataLoader:
     """An endless loader of this process's share of each global micro-batch (`source`: an ImageSource, a
-    TensorSplit, or a `StreamSource`)."""
+    TensorSplit, or a `StreamSource`); `views`: the objective's crops (expanded), else one crop per image."""
     if hasattr(source, "micro_batches"):  # a stream: its own reader yields the keys
         sampler = source.micro_batches(global_micro_batch, rank, world, seed, start_micro_step)
     else:
         sampler = StreamSampler(len(source), global_micro_batch, rank, world, seed, start_micro_step)
-    check_shared_memory(global_micro_batch // world, preprocess.image_size, workers)
-    return make_loader(Batches(source, preprocess, seed, skip_corrupt), sampler, workers=workers, pin=pin)
+    side = math.sqrt(sum(v.size ** 2 for v in views)) if views else preprocess.image_size  # pixels per sample
+    check_shared_memory(global_micro_batch // world, math.ceil(side), workers)
+    return make_loader(Batches(source, preprocess, seed, skip_corrupt, views), sampler, workers=workers, pin=pin)
 
 
 def eval_loader(source: ImageSource, preprocess: Preprocess, *, batch: int, rank: int, world: int, limit: int,
-                workers: int, skip_corrupt: bool, pin: bool = False) -> DataLoader:
-    """This process's strided share of the first `limit` samples, centre-cropped, in batches."""
+                workers: int, skip_corrupt: bool, pin: bool = False, seed: int = 0,
+                views: Sequence[View] = ()) -> DataLoader:
+    """This process's strided share of the first `limit` samples, centre-cropped (or, with `views`, cropped as
+    the objective declares, the same crops at every evaluation), in batches."""
     mine = list(range(rank, min(len(source), limit), world))
     chunks = [[(i, None) for i in mine[k:k + batch]] for k in range(0, len(mine), batch)]
-    return make_loader(Batches(source, preprocess, skip_corrupt=skip_corrupt), chunks, workers=workers, pin=pin)
+    return make_loader(Batches(source, preprocess, seed, skip_corrupt, views), chunks, workers=workers, pin=pin)
 
 
-def first_sample_batch(source: ImageSource, preprocess: Preprocess) -> dict[str, torch.Tensor]:
+def first_sample_batch(source: ImageSource, preprocess: Preprocess, views: Sequence[View] = ()) -> dict[str, Any]:
     """A batch of one: the split's first sample, as evaluation sees it. A process whose share of an evaluation
     ran out forwards it (and counts it for nothing) so that every process runs the same number of forwards,
     which sharded models (FSDP) need."""
-    return Batches(source, preprocess, skip_corrupt=True).__getitems__([(0, None)])
+    return Batches(source, preprocess, skip_corrupt=True, views=views).__getitems__([(0, None)])
 
 
 def check_shared_memory(batch: int, size: int, workers: int, prefetch: int = 2) -> None:

@@ -161,30 +161,39 @@ class Preprocess:
         scale, shift = _affine(self.mean, self.std, x.device)  # (3, 1, 1) each, made once per device
         return torch.addcmul(shift, x.float(), scale)  # x·(1/(255·std)) − mean/std
 
-    def _resize(self, image: torch.Tensor) -> torch.Tensor:
-        from torchvision.transforms.v2 import InterpolationMode
-        from torchvision.transforms.v2.functional import resize
-
-        size = self.image_size
-        if tuple(image.shape[-2:]) == (size, size):
-            return image.contiguous()
-        mode = InterpolationMode(self.interpolation)
-        return resize(image, [size, size], interpolation=mode, antialias=mode != InterpolationMode.NEAREST)
+    def _resize(self, image: torch.Tensor, size: int | None = None) -> torch.Tensor:
+        return resize_square(image, size or self.image_size, self.interpolation)
 
     def _random_box(self, size: tuple[int, int], rng: np.random.Generator) -> tuple[int, int, int, int]:
-        """Inception-style crop (top, left, height, width): area in [crop_scale, 1], log-uniform aspect ratio;
-        centre square after 10 misses."""
-        h, w = int(size[0]), int(size[1])
-        log_lo, log_hi = math.log(self.crop_ratio[0]), math.log(self.crop_ratio[1])
-        for _ in range(10):
-            target = w * h * rng.uniform(self.crop_scale, 1.0)
-            ratio = math.exp(rng.uniform(log_lo, log_hi))
-            cw, ch = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
-            if 0 < cw <= w and 0 < ch <= h:
-                left, top = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
-                return top, left, ch, cw
-        side = min(w, h)
-        return (h - side) // 2, (w - side) // 2, side, side
+        return random_box(size, (self.crop_scale, 1.0), self.crop_ratio, rng)
+
+
+def resize_square(image: torch.Tensor, size: int, interpolation: str) -> torch.Tensor:
+    """(3, H, W) uint8 → (3, size, size) uint8 with torchvision's v2 kernel (antialiased unless nearest)."""
+    from torchvision.transforms.v2 import InterpolationMode
+    from torchvision.transforms.v2.functional import resize
+
+    if tuple(image.shape[-2:]) == (size, size):
+        return image.contiguous()
+    mode = InterpolationMode(interpolation)
+    return resize(image, [size, size], interpolation=mode, antialias=mode != InterpolationMode.NEAREST)
+
+
+def random_box(size: tuple[int, int], scale: tuple[float, float], ratio: tuple[float, float],
+               rng: np.random.Generator) -> tuple[int, int, int, int]:
+    """Inception-style crop (top, left, height, width), as torchvision's RandomResizedCrop draws it: area in
+    `scale` of the image's, log-uniform aspect ratio in `ratio`; the centre square after 10 misses."""
+    h, w = int(size[0]), int(size[1])
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    for _ in range(10):
+        target = w * h * rng.uniform(scale[0], scale[1])
+        aspect = math.exp(rng.uniform(log_lo, log_hi))
+        cw, ch = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
+        if 0 < cw <= w and 0 < ch <= h:
+            left, top = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+            return top, left, ch, cw
+    side = min(w, h)
+    return (h - side) // 2, (w - side) // 2, side, side
 
 
 @lru_cache(maxsize=8)

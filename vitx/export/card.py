@@ -45,6 +45,9 @@ def _training(run: TrainedRun) -> list[tuple[str, str]]:
             ("optimiser", f"{cfg.get('optimizer')} lr {cfg.get('lr')}, {cfg.get('schedule')} decay, "
                           f"{cfg.get('warmup_steps')} warm-up steps, weight decay {cfg.get('weight_decay')}, "
                           f"precision {cfg.get('precision')}, seed {cfg.get('seed')}")]
+    if run.teacher:
+        rows.append(("weights", "the objective's teacher (the student's moving average, which DINO evaluates), "
+                                "not the student"))
     if run.ema:
         rows.append(("weights", f"the moving average of the weights (EMA, decay {cfg.get('ema_decay')}, timm's "
                                 "ModelEmaV3 with warm-up), not the last step's"))

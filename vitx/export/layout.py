@@ -173,14 +173,14 @@ class Exported:
 
 
 def export_run(run: str | Path, to: str | Path, repo_id: str | None = None, force: bool = False,
-               ema: bool = False) -> Exported:
+               ema: bool = False, teacher: bool = False) -> Exported:
     """Write RUN's export to `to` (the model card names `repo_id` when it will be pushed there). `to` is new or
     empty; with `force` it may hold other files, which are kept (only the export's own are replaced). `ema`:
-    the run's moving average of its weights instead of its live weights."""
-    found = resolve_run(run, ema)
+    the run's moving average of its weights instead of its live weights; `teacher`: its objective's teacher."""
+    found = resolve_run(run, ema, teacher)
     to = Path(to).expanduser()
     _check_target(to, [Path(run).expanduser(), found.path, *([found.task_dir] if found.task_dir else [])], force)
-    head = linear_head(found)
+    head = None if teacher else linear_head(found)
     num_classes = int(found.num_classes or 0) if head is not None else 0
     arch, args = timm_arch(found, num_classes)
     state = read_weights(found.weights)

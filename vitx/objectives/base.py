@@ -12,13 +12,19 @@ import torch.nn as nn
 
 if TYPE_CHECKING:
     from ..data.transforms import Preprocess
+    from ..data.views import View
 
 
 class Objective(nn.Module):
     """Base class. Subclasses set `needs_labels` and implement `forward`, which takes `{"image": (B, 3, H, W)
-    float, "label": (B,) or (B, K)}` and returns a dict of scalar tensors: `"loss"` (minimised) and any metrics
+    float, "label": (B,) or (B, K)}` (with `views()` declared: `{"views": [(B, 3, S_v, S_v) float, one per
+    crop], "label": ...}`) and returns a dict of scalar tensors: `"loss"` (minimised) and any metrics
     (averaged over the logging interval and processes). Weights under `backbone.` are the transferable backbone;
-    everything else is the objective's heads."""
+    everything else is the objective's heads.
+
+    State the optimiser must not train (an EMA teacher, a centre, a queue) is a submodule or buffer whose
+    parameters do not require gradients: it is saved and resumed with the objective, never optimised, and
+    kept out of the exported backbone (`teacher_backbone` names a teacher a user may export instead)."""
 
     needs_labels: ClassVar[bool] = False
     # the representation this objective trains, which frozen-feature evaluation reads unless told otherwise
@@ -38,11 +44,27 @@ class Objective(nn.Module):
         e.g. MPP reads the normalisation to recover pixel colours for its targets."""
         return preprocess
 
+    def views(self) -> "tuple[View, ...]":
+        """The crops of each image to train on, made in the loader's workers (`data/views.py`); (): one
+        random resized crop, `batch["image"]`."""
+        return ()
+
+    def on_fit_start(self, step: int, steps: int) -> None:
+        """Called before the first step of a run (fresh at step 0, or resumed at `step`) of `steps` in all:
+        schedules of the objective's own (a teacher's momentum, a temperature warm-up) are functions of these,
+        so a resumed run follows them exactly."""
+
     def on_after_backward(self) -> None:
         """Called once per optimiser step, after gradients are complete and before clipping."""
 
     def on_step_end(self, step: int) -> None:
         """Called after each optimiser step (EMA teachers, schedules of the objective's own)."""
+
+    def teacher_backbone(self) -> nn.Module | None:
+        """A backbone the objective keeps besides the trained one (a self-distillation teacher), saved as
+        teacher.safetensors with every checkpoint, monitored beside the student, exported with
+        `vitx export --export-teacher`; None: no teacher."""
+        return None
 
     def representation_layer(self) -> nn.Module | None:
         """The layer between the backbone's pooled output and the logits whose output is the pre-logits (the

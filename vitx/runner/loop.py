@@ -21,6 +21,7 @@ from .. import __version__
 from ..checkpoint import cannot_write, export_state, save_weights
 from ..data import TensorSplit, eval_loader, first_sample_batch, train_loader
 from ..data.loader import close, iterate
+from ..data.views import expand
 from ..errors import DISK_STATE_ERRNOS, Preempted, VitxError
 from ..evaluation import AUTO
 from ..evaluation.monitor import Evaluator, Monitors
@@ -32,7 +33,7 @@ from .ema import RAW as EMA_RAW
 from .preemption import StopRequests, parse_signals
 from .randomness import EVAL, TRAIN, seed_position
 from .reporting import MetricsLog, Progress, make_console
-from .rundir import PREFIX, RunDir, step_number
+from .rundir import PREFIX, TEACHER, RunDir, step_number
 from .setup import Setup, build, config_record, resolve_config
 
 
@@ -78,6 +79,8 @@ class Trainer:
         # Accelerate keeps preparing, accumulating and saving the module itself). Evaluation stays eager: its
         # batch sizes vary and it runs in eval mode, each of which would be another compilation.
         self.forward = compiled(setup.model) if cfg.compile else setup.model
+        # the objective's crops (data/views.py), one entry per crop; none: one random resized crop per image
+        self.views = expand(setup.objective.views(), setup.preprocess.image_size)
         self.skipped = torch.zeros((), dtype=torch.long)
         self.nonfinite = 0  # optimiser steps skipped for a non-finite loss or gradient norm (read at log steps)
         self.agreement = Agreement(acc, cfg.save_every_minutes)  # skip / stop / save, the same on every process
@@ -93,10 +96,15 @@ class Trainer:
             loader = train_loader(source, self.s.preprocess, global_micro_batch=self.micro * acc.num_processes,
                                   rank=acc.process_index, world=acc.num_processes, seed=cfg.seed,
                                   start_micro_step=self.step_count * cfg.grad_accum,
-                                  workers=0 if isinstance(source, TensorSplit) else self.workers,
-                                  skip_corrupt=cfg.skip_corrupt, pin=acc.device.type == "cuda")
+                                  workers=self._workers(source), skip_corrupt=cfg.skip_corrupt,
+                                  pin=acc.device.type == "cuda", views=self.views)
             self._batches = iter(loader)
         return self._batches
+
+    def _workers(self, source: Any) -> int:
+        """Loader workers for `source`: none for a split held in memory (nothing to decode), unless the
+        objective's crops are to be made (multi-crop augmentation is the work workers exist for)."""
+        return 0 if isinstance(source, TensorSplit) and not self.views else self.workers
 
     def close(self) -> None:
         """Stop the training stream's loader workers (the end of every run, sweep point and failure)."""
@@ -108,10 +116,13 @@ class Trainer:
         """Host uint8 batch → the model's input on the device: images normalised there (a quarter of float32's
         transfer, and no float image on the host), then randomly erased when training asks for it."""
         device, pre = self.s.accelerator.device, self.s.preprocess
+        label = batch["label"].to(device, non_blocking=True)
+        if "views" in batch:  # the objective's crops: [(B, 3, S_v, S_v) float32, one per crop]
+            return {"views": [pre.normalise(v.to(device, non_blocking=True)) for v in batch["views"]], "label": label}
         image = pre.normalise(batch["image"].to(device, non_blocking=True))  # (B, 3, S, S) float32
         if train:
             image = pre.erase(image)
-        return {"image": image, "label": batch["label"].to(device, non_blocking=True)}
+        return {"image": image, "label": label}
 
     def step(self, micro_batches: list[dict[str, Any]] | None = None) -> None:
         """One optimiser step over `grad_accum` micro-batches (drawn from the stream when not given).
@@ -225,16 +236,30 @@ class Trainer:
         return dict(sorted(zip(keys + ["lr"], values[:-1])))
 
     # ---- evaluation and checkpoints ----------------------------------------------------------------------
-    def monitor(self, objective: torch.nn.Module | None = None) -> dict[str, float]:
-        """The --monitor probes on the current backbone, or on `objective`'s (the EMA's) (their data decoded at
-        the first call; `fit` makes that call before the first step, so a bad --monitor fails at once)."""
+    def monitored(self) -> dict[str, float]:
+        """The --monitor probes on the student, the objective's teacher (`teacher_monitor_*`) and the EMA
+        (`ema_monitor_*`)."""
+        s = self.s
+        metrics = self.monitor()
+        teacher = s.objective.teacher_backbone()
+        if teacher is not None:
+            metrics.update({f"teacher_{k}": v for k, v in self.monitor(s.objective, teacher).items()})
+        if s.ema is not None:
+            metrics.update({f"ema_{k}": v for k, v in self.monitor(s.ema.module).items()})
+        return metrics
+
+    def monitor(self, objective: torch.nn.Module | None = None,
+                backbone: torch.nn.Module | None = None) -> dict[str, float]:
+        """The --monitor probes on the current backbone, or on `objective`'s (the EMA's), or on `backbone` read
+        as `objective` reads its own (a teacher) (their data decoded at the first call; `fit` makes that call
+        before the first step, so a bad --monitor fails at once)."""
         if self._monitor is None:
             pre = self.s.preprocess
             self._monitor = Monitors(self.s.cfg.monitor, pre.image_size, mean=pre.mean, std=pre.std,
                                      probes=tuple(self.s.cfg.monitor_probes))
         objective = objective or self.s.accelerator.unwrap_model(self.s.model)
         chosen = self.s.cfg.monitor_features
-        features = read_as(objective.backbone, objective.features if chosen == AUTO else chosen,
+        features = read_as(backbone or objective.backbone, objective.features if chosen == AUTO else chosen,
                            objective.representation_layer())
         return self._monitor(features, self.s.accelerator.device)
 
@@ -251,8 +276,8 @@ class Trainer:
             return {}
         loader = eval_loader(source, s.preprocess, batch=max(self.micro, 256) if isinstance(source, TensorSplit)
                              else self.micro, rank=acc.process_index, world=acc.num_processes, limit=limit,
-                             workers=0 if isinstance(source, TensorSplit) else self.workers,
-                             skip_corrupt=s.cfg.skip_corrupt, pin=acc.device.type == "cuda")
+                             workers=self._workers(source), skip_corrupt=s.cfg.skip_corrupt,
+                             pin=acc.device.type == "cuda", seed=s.cfg.seed, views=self.views)
         net.eval()
         seed_position(s.cfg.seed, acc.process_index, self.step_count, EVAL)  # e.g. MPP's corruption at evaluation
         sums: dict[str, torch.Tensor] = {}
@@ -267,7 +292,7 @@ class Trainer:
         forwards = 0
         with iterate(loader) as batches:
             for batch in batches:
-                n = batch["image"].shape[0]
+                n = batch["label"].shape[0]
                 forward(batch, n)
                 count += n
                 forwards += 1
@@ -276,7 +301,7 @@ class Trainer:
         # on every process); the weighted sums then equal a 1-process evaluation
         most = int(acc.gather(torch.tensor([forwards], device=acc.device)).max())
         if most > forwards:
-            filler = first_sample_batch(source, s.preprocess)
+            filler = first_sample_batch(source, s.preprocess, self.views)
             for _ in range(most - forwards):
                 forward(filler, 0)
         s.model.train()  # (the EMA's module stays in eval mode)
@@ -333,6 +358,9 @@ class Trainer:
             heads = {k: v for k, v in state.items() if not k.startswith("backbone.")}
             meta = {"vitx_step": str(step)}
             save_weights(back, staged / "model.safetensors", meta)
+            teacher = s.objective.teacher_backbone()
+            if teacher is not None:  # laid out as model.safetensors: `vitx export --export-teacher` reads it
+                save_weights(teacher.state_dict(), staged / TEACHER, meta)
             if heads:
                 save_weights(heads, staged / "heads.safetensors", meta)
             if s.ema is not None:  # as it is (for --resume), and laid out as the live weights (for --use-ema)
@@ -404,8 +432,9 @@ class Trainer:
                                               for k, v in cfg.to_dict().items() if v is not None},  # hparams: scalars
                               init_kwargs=tracker_kwargs(cfg))
         last: dict[str, float] = {}
+        s.objective.on_fit_start(self.step_count, cfg.steps)
         if cfg.monitor and not resumed and log:  # the starting point: what the monitor reads before any training
-            log.write({"step": 0, **self.monitor()})
+            log.write({"step": 0, **self.monitored()})
         elif cfg.monitor:
             self.monitor()  # decode its data now: a bad --monitor fails before the first step
         tick, done_at_tick = time.perf_counter(), self.step_count
@@ -437,9 +466,7 @@ class Trainer:
                         if s.ema is not None:
                             metrics.update(self.evaluate(prefix="ema_val_", model=s.ema.module))
                     if monitoring:
-                        metrics.update(self.monitor())
-                        if s.ema is not None:
-                            metrics.update({f"ema_{k}": v for k, v in self.monitor(s.ema.module).items()})
+                        metrics.update(self.monitored())
                     last = {"step": step, **metrics}
                     if log:
                         log.write(last)

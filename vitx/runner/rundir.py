@@ -25,7 +25,8 @@ from ..errors import VitxError
 
 PREFIX = "step_"
 NAME = re.compile(rf"{PREFIX}(\d+)")  # exactly step_<digits>: a user's step_old or step_00000020.bak is not ours
-WEIGHTS = ("model.safetensors", "heads.safetensors", "ema.safetensors", "ema_heads.safetensors")  # live and average
+TEACHER = "teacher.safetensors"  # an objective's teacher backbone (self-distillation), laid out as model.safetensors
+WEIGHTS = ("model.safetensors", "heads.safetensors", "ema.safetensors", "ema_heads.safetensors", TEACHER)
 TOP = (*WEIGHTS, "config.json", "curves.png")  # the latest checkpoint's, on top
 MARKER = "trainer_state.json"  # written last, removed first: a checkpoint is complete exactly while it exists
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import DistributedType
 from safetensors import SafetensorError
 
 from .. import __version__
@@ -84,6 +85,12 @@ def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective
     Only parameters that require gradients are optimised (frozen backbones, adapters). `record` is extra
     config.json content (e.g. how a transfer run was set up).
     """
+    teacher = objective.teacher_backbone()
+    if teacher is not None and accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        raise VitxError(f"{cfg.objective} keeps a whole teacher beside the student on every process, which "
+                        f"{accelerator.distributed_type.value} shards; use DDP (or one process) for it")
+    for number, view in enumerate(objective.views()):
+        view.check(f"{cfg.objective}: view {number}")
     optimizer = build_optimizer(objective, cfg.optimizer, cfg.lr, cfg.weight_decay, accelerator.device,
                                 cfg.layer_decay)
     scheduler = build_schedule(optimizer, cfg.steps, cfg.warmup_steps, cfg.schedule)
@@ -222,6 +229,7 @@ def config_record(s: Setup, step: int) -> dict[str, Any]:
         "preprocess": s.preprocess.to_dict(),
         "objective": {"name": obj_name, "options": obj_opts},
         "features": s.objective.features,  # what the objective trains: evaluation reads it by default
+        **({"views": [v.to_dict() for v in s.objective.views()]} if s.objective.views() else {}),
         "data": s.data_info,
         "run": s.cfg.to_dict(),
         **s.record,

@@ -13,11 +13,21 @@ from ..errors import VitxError
 from ..evaluation.representation import LAYER_KEY, tanh_layer
 
 
-def weights_file(run_dir: str | Path, ema: bool = False, heads: bool = False) -> Path:
+def weights_file(run_dir: str | Path, ema: bool = False, heads: bool = False, teacher: bool = False) -> Path:
     """A run's live weights (model.safetensors, heads.safetensors), or with `ema` the moving average saved beside
-    them (--ema-decay: ema.safetensors, ema_heads.safetensors)."""
+    them (--ema-decay: ema.safetensors, ema_heads.safetensors), or with `teacher` the objective's teacher
+    backbone (teacher.safetensors: self-distillation)."""
+    if teacher:
+        return Path(run_dir) / "teacher.safetensors"
     return Path(run_dir) / f"{'ema' if ema else 'model'}.safetensors" if not heads else \
         Path(run_dir) / f"{'ema_' if ema else ''}heads.safetensors"
+
+
+def require_teacher(run_dir: str | Path) -> None:
+    """One line when a run's objective kept no teacher (`--export-teacher` of a run without one)."""
+    if not weights_file(run_dir, teacher=True).is_file():
+        raise VitxError(f"{run_dir} has no teacher (teacher.safetensors: its objective keeps none, as DINO's "
+                        "does); drop --export-teacher")
 
 
 def require_ema(run_dir: str | Path, named: str | None = None) -> None:
@@ -63,4 +73,4 @@ def saved_layer(run_dir: str | Path, ema: bool = False) -> nn.Sequential | None:
     return tanh_layer(heads[f"{LAYER_KEY}.weight"], heads[f"{LAYER_KEY}.bias"])
 
 
-__all__ = ["load_backbone", "require_ema", "saved_layer", "weights_file"]
+__all__ = ["load_backbone", "require_ema", "require_teacher", "saved_layer", "weights_file"]

@@ -33,13 +33,14 @@ class TrainedRun:
     config: dict[str, Any]
     task_dir: Path | None = None
     ema: bool = False  # --use-ema: the moving average of the weights (ema.safetensors, ema_heads.safetensors)
+    teacher: bool = False  # --export-teacher: the objective's teacher backbone (teacher.safetensors)
 
     @property
     def weights(self) -> Path:
-        """The backbone's weights: model.safetensors, or the average's ema.safetensors."""
+        """The backbone's weights: model.safetensors, the average's ema.safetensors, or the teacher's."""
         from .folder import weights_file
 
-        return weights_file(self.path, self.ema)
+        return weights_file(self.path, self.ema, teacher=self.teacher)
 
     @property
     def heads(self) -> Path:
@@ -152,15 +153,19 @@ def _task_dir(path: Path) -> TrainedRun:
     return TrainedRun(run.path, run.config, path)
 
 
-def resolve_run(run: str | Path, ema: bool = False) -> TrainedRun:
-    """Find the model a RUN argument names (see `RUN_HELP`); with `ema`, its moving average of the weights."""
-    found = _resolve(run)
-    if not ema:
-        return found
-    from .folder import require_ema
+def resolve_run(run: str | Path, ema: bool = False, teacher: bool = False) -> TrainedRun:
+    """Find the model a RUN argument names (see `RUN_HELP`); with `ema`, its moving average of the weights; with
+    `teacher`, its objective's teacher backbone."""
+    from .folder import require_ema, require_teacher
 
-    require_ema(found.path)
-    return replace(found, ema=True)
+    found = _resolve(run)
+    if ema and teacher:
+        raise VitxError("give --use-ema or --export-teacher, not both")
+    if ema:
+        require_ema(found.path)
+    if teacher:
+        require_teacher(found.path)
+    return replace(found, ema=ema, teacher=teacher)
 
 
 def _resolve(run: str | Path) -> TrainedRun:

@@ -1,0 +1,244 @@
+"""DINO as a vitx objective (Caron et al. 2021), in one file, on lightly's `DINOProjectionHead`, `DINOLoss`,
+`IBOTPatchLoss`, `KoLeoLoss`, `update_momentum` and `cosine_schedule`.
+
+The student (the vitx backbone and a projection head) sees every crop of an image: 2 global crops at the run's
+image size and N local crops at 96/224 of it, made in the loader's workers (`views()`: crop scale, flip, colour
+jitter, grayscale, blur and solarisation as DINO's transform has them, seeded per sample and crop). The teacher
+(a copy of both, never optimised) sees the global crops; its weights follow the student's by an exponential
+moving average whose momentum rises from `momentum` to 1 on a cosine over the run. The loss is the
+cross-entropy between the teacher's centred, sharpened output and the student's, for every pair of
+different crops; the teacher temperature warms up linearly. Options:
+
+- `ibot` (weight, 0: off): iBOT's masked-patch self-distillation. A `mask_ratio` of the student's global-crop
+  patches become a learned [mask] token; the student's patch outputs there are distilled from the teacher's
+  (unmasked) patch outputs through a second head pair (DINOv2's separate iBOT head).
+- `koleo` (weight, 0: off): DINOv2's KoLeo regulariser on the student's global [class] tokens, spreading them.
+
+Teacher, centres and the [mask] token live in this module: saved with every checkpoint, resumed bit for bit,
+never optimised (`requires_grad` off); the teacher's backbone is also saved as teacher.safetensors, monitored
+beside the student, and exported with `vitx export --export-teacher` (DINO evaluates the teacher).
+
+    vitx pretrain --objective 'dino(local_crops=6)' --data embedded:digits
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from vitx import Objective, View, VitxError, register_objective
+
+DINO_JITTER = (0.4, 0.4, 0.2, 0.1)  # DINO's ColorJitter(brightness, contrast, saturation, hue), p = 0.8
+LOCAL_FRACTION = 96 / 224  # local crops: 96px beside 224px global crops
+
+
+@register_objective("dino", description="DINO (lightly): multi-crop self-distillation from an EMA teacher; "
+                                        "iBOT and KoLeo options")
+class DINO(Objective):
+    features = "backbone"  # the [class] token is what the DINO head reads (and what DINO evaluates)
+
+    def __init__(self, backbone: nn.Module, out_dim: int = 65536, hidden_dim: int = 2048, bottleneck_dim: int = 256,
+                 norm_last_layer: bool = True, freeze_last_layer: int = 0, global_crops: int = 2,
+                 local_crops: int = 6, local_size: int = 0, global_scale: float = 0.4, local_scale: float = 0.05,
+                 momentum: float = 0.996, teacher_temp: float = 0.04, warmup_teacher_temp: float = 0.04,
+                 warmup_teacher_temp_steps: int = 0, student_temp: float = 0.1, center_momentum: float = 0.9,
+                 ibot: float = 0.0, mask_ratio: float = 0.3, koleo: float = 0.0, **options: Any) -> None:
+        if options:
+            raise VitxError(f"dino has no option(s) {', '.join(sorted(options))}")
+        counts = {"out_dim": out_dim, "hidden_dim": hidden_dim, "bottleneck_dim": bottleneck_dim,
+                  "global_crops": global_crops}
+        if any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in counts.values()):
+            raise VitxError(f"dino {', '.join(counts)} must be positive integers")
+        steps = {"freeze_last_layer": freeze_last_layer, "local_crops": local_crops, "local_size": local_size,
+                 "warmup_teacher_temp_steps": warmup_teacher_temp_steps}
+        if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in steps.values()):
+            raise VitxError(f"dino {', '.join(steps)} must be integers ≥ 0")
+        if global_crops + local_crops < 2:
+            raise VitxError("dino needs at least two crops in all (global_crops + local_crops ≥ 2)")
+        if not 0 < local_scale < global_scale <= 1:
+            raise VitxError(f"dino needs 0 < local_scale < global_scale <= 1, got {local_scale} and {global_scale}")
+        if not 0 <= momentum <= 1 or not 0 <= center_momentum < 1:
+            raise VitxError("dino momentum must be in [0, 1] and center_momentum in [0, 1)")
+        if min(teacher_temp, warmup_teacher_temp, student_temp) <= 0:
+            raise VitxError("dino temperatures must be above 0")
+        if ibot < 0 or koleo < 0 or not 0 < mask_ratio < 1:
+            raise VitxError("dino ibot and koleo are weights ≥ 0 (0: off), mask_ratio in (0, 1)")
+        super().__init__(backbone, out_dim=out_dim, hidden_dim=hidden_dim, bottleneck_dim=bottleneck_dim,
+                         norm_last_layer=norm_last_layer, freeze_last_layer=freeze_last_layer,
+                         global_crops=global_crops, local_crops=local_crops, local_size=local_size,
+                         global_scale=global_scale, local_scale=local_scale, momentum=momentum,
+                         teacher_temp=teacher_temp, warmup_teacher_temp=warmup_teacher_temp,
+                         warmup_teacher_temp_steps=warmup_teacher_temp_steps, student_temp=student_temp,
+                         center_momentum=center_momentum, ibot=ibot, mask_ratio=mask_ratio, koleo=koleo)
+        # lightly (and torchvision through it) takes seconds to import: only when a DINO is built
+        from lightly.loss import DINOLoss, IBOTPatchLoss, KoLeoLoss
+        from lightly.models.modules import DINOProjectionHead
+
+        self.patch = int(backbone.patch_embed.patch_size[0])
+        self.image_size = int(backbone.patch_embed.img_size[0])
+        self.local_size = local_size or max(self.patch, round(self.image_size * LOCAL_FRACTION / self.patch) * self.patch)
+        if local_crops and self.local_size % self.patch:
+            raise VitxError(f"dino local_size must be a multiple of the patch size {self.patch}, got {local_size}")
+        backbone.patch_embed.strict_img_size = False  # local crops are smaller: position embeddings are resampled
+
+        def head(like: nn.Module | None = None) -> nn.Module:
+            """A projection head; with `like`, a copy of it (weight-normed layers refuse `copy.deepcopy`)."""
+            with warnings.catch_warnings():  # lightly's head uses torch's older weight_norm (a FutureWarning)
+                warnings.simplefilter("ignore", FutureWarning)
+                made = DINOProjectionHead(backbone.embed_dim, hidden_dim, bottleneck_dim, out_dim,
+                                          freeze_last_layer=freeze_last_layer, norm_last_layer=norm_last_layer)
+            if like is not None:
+                made.load_state_dict(like.state_dict())
+            return made
+
+        self.head = head()
+        self.criterion = DINOLoss(out_dim, warmup_teacher_temp, teacher_temp, max(1, warmup_teacher_temp_steps),
+                                  student_temp, center_momentum)
+        teacher = {"backbone": copy.deepcopy(backbone), "head": head(self.head)}
+        if ibot > 0:
+            self.mask_token = nn.Parameter(torch.zeros(backbone.embed_dim))  # (D,) trained with the student
+            nn.init.trunc_normal_(self.mask_token, std=0.02)
+            self.ibot_head = head()
+            teacher["ibot_head"] = head(self.ibot_head)
+            self.ibot_criterion = IBOTPatchLoss(out_dim, teacher_temp, student_temp, center_momentum=center_momentum)
+        self.koleo_criterion = KoLeoLoss() if koleo > 0 else None
+        # the teacher is the student's moving average: saved and resumed with the objective, never optimised
+        self.teacher = nn.ModuleDict(teacher).requires_grad_(False)
+        self.step, self.steps = 0, 1  # the next step and the run's length (`on_fit_start`): the schedules' clock
+
+    # ---- what the loader makes ------------------------------------------------------------------------------
+    def views(self) -> tuple[View, ...]:
+        """DINO's DataAugmentationDINO: global crop 1 always blurred, global crop 2 blurred 10% and solarised 20%,
+        local crops blurred half the time; blur sigmas scale with the crop (0.1–2 px at 224)."""
+        o, size = self.options, self.image_size
+        common = {"jitter": DINO_JITTER, "jitter_p": 0.8, "gray": 0.2, "flip": 0.5}
+
+        def sigma(side: int) -> tuple[float, float]:
+            return 0.1 * side / 224, 2.0 * side / 224
+
+        big = {"size": size, "scale": (o["global_scale"], 1.0), "sigma": sigma(size), **common}
+        first = [View(blur=1.0, **big)] if o["global_crops"] >= 1 else []
+        second = [View(count=o["global_crops"] - 1, blur=0.1, solarize=0.2, **big)] if o["global_crops"] > 1 else []
+        local = [View(count=o["local_crops"], size=self.local_size, scale=(o["local_scale"], o["global_scale"]),
+                      blur=0.5, sigma=sigma(self.local_size), **common)] if o["local_crops"] else []
+        return tuple(first + second + local)
+
+    # ---- schedules -----------------------------------------------------------------------------------------
+    def on_fit_start(self, step: int, steps: int) -> None:
+        self.step, self.steps = step, max(1, steps)
+
+    def teacher_temperature(self) -> float:
+        """Linear warm-up from `warmup_teacher_temp` over `warmup_teacher_temp_steps`, then `teacher_temp`."""
+        o = self.options
+        warm = o["warmup_teacher_temp_steps"]
+        if self.step >= warm:
+            return float(o["teacher_temp"])
+        return float(o["warmup_teacher_temp"] + (o["teacher_temp"] - o["warmup_teacher_temp"]) * self.step / warm)
+
+    def teacher_momentum(self, step: int) -> float:
+        """The EMA momentum after optimiser step `step` (0-based): `momentum` → 1 on a cosine over the run."""
+        from lightly.utils.scheduler import cosine_schedule
+
+        return cosine_schedule(step, self.steps, self.options["momentum"], 1.0)
+
+    def on_after_backward(self) -> None:
+        self.head.cancel_last_layer_gradients(self.step)  # DINO keeps the last layer fixed for the first steps
+        if self.options["ibot"] > 0:
+            self.ibot_head.cancel_last_layer_gradients(self.step)
+
+    @torch.no_grad()
+    def on_step_end(self, step: int) -> None:
+        from lightly.models.utils import update_momentum
+
+        m = self.teacher_momentum(step - 1)
+        update_momentum(self.backbone, self.teacher["backbone"], m)
+        update_momentum(self.head, self.teacher["head"], m)
+        if self.options["ibot"] > 0:
+            update_momentum(self.ibot_head, self.teacher["ibot_head"], m)
+        self.step = step
+
+    def teacher_backbone(self) -> nn.Module:
+        return self.teacher["backbone"]
+
+    # ---- the forward ---------------------------------------------------------------------------------------
+    def encode(self, backbone: nn.Module, images: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, 3, S, S) at any multiple of the patch → (B, prefix + N, D) after the final norm; position
+        embeddings resampled to the crop's grid; `mask` (B, N) bool: those patches become the [mask] token."""
+        from timm.layers import resample_abs_pos_embed
+        from timm.models._manipulate import checkpoint_seq
+
+        bb = backbone
+        x = bb.patch_embed(images)  # (B, N, D)
+        if mask is not None:
+            x = torch.where(mask[..., None], self.mask_token.to(x.dtype), x)
+        grid = (images.shape[-2] // self.patch, images.shape[-1] // self.patch)
+        if grid == tuple(bb.patch_embed.grid_size):
+            x = bb._pos_embed(x)  # (B, prefix + N, D)
+        else:
+            prefix = 0 if bb.no_embed_class else bb.num_prefix_tokens
+            pos = resample_abs_pos_embed(bb.pos_embed, list(grid), list(bb.patch_embed.grid_size),
+                                         num_prefix_tokens=prefix)
+            tokens = [t.expand(x.shape[0], -1, -1) for t in (bb.cls_token, bb.reg_token) if t is not None]
+            x = torch.cat(tokens + [x + pos], 1) if bb.no_embed_class else torch.cat(tokens + [x], 1) + pos
+            x = bb.pos_drop(x)
+        x = bb.norm_pre(bb.patch_drop(x))
+        x = checkpoint_seq(bb.blocks, x) if getattr(bb, "grad_checkpointing", False) else bb.blocks(x)
+        return bb.norm(x)
+
+    def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        views = batch["views"]  # [(B, 3, S, S)] × global crops + [(B, 3, s, s)] × local crops
+        g = self.options["global_crops"]
+        prefix = int(self.backbone.num_prefix_tokens)
+        glob = torch.cat(views[:g])  # (g·B, 3, S, S): same-sized crops in one forward, as DINO batches them
+        mask = None
+        if self.options["ibot"] > 0:  # a random `mask_ratio` of each global crop's patches (torch's seeded RNG)
+            n = self.backbone.patch_embed.num_patches
+            mask = torch.rand(glob.shape[0], n, device=glob.device).argsort(1) < round(self.options["mask_ratio"] * n)
+
+        with torch.no_grad():
+            t_tokens = self.encode(self.teacher["backbone"], glob)  # (g·B, prefix + N, D)
+            t_out = self.teacher["head"](self.teacher["backbone"].forward_head(t_tokens, pre_logits=True))
+        s_tokens = self.encode(self.backbone, glob, mask)  # (g·B, prefix + N, D)
+        s_cls = self.backbone.forward_head(s_tokens, pre_logits=True)  # (g·B, D)
+        s_out = [self.head(s_cls)]
+        if len(views) > g:
+            local = torch.cat(views[g:])  # (l·B, 3, s, s)
+            s_out.append(self.head(self.backbone.forward_head(self.encode(self.backbone, local), pre_logits=True)))
+        student = list(torch.cat(s_out).chunk(len(views)))  # [(B, out_dim)] per crop, globals first
+        teacher = list(t_out.chunk(g))  # [(B, out_dim)] per global crop
+        temp = self.teacher_temperature()
+        keep = None if self.training else self.criterion.center.clone()  # evaluation leaves the centre as it was
+        dino = self.criterion(teacher, student, teacher_temp=temp)
+        out = {"dino_loss": dino.detach()}
+        if self.training:  # the schedules' values at this step (evaluation has none of its own)
+            out["teacher_temp"] = torch.tensor(temp, device=dino.device)
+            out["momentum"] = torch.tensor(self.teacher_momentum(self.step), device=dino.device)
+        loss = dino
+        if mask is not None:
+            with torch.no_grad():
+                t_patch = self.teacher["ibot_head"](t_tokens[:, prefix:][mask])  # (M, out_dim)
+            s_patch = self.ibot_head(s_tokens[:, prefix:][mask])  # (M, out_dim)
+            grid = self.backbone.patch_embed.grid_size
+            kept = None if self.training else self.ibot_criterion.center.center.clone()
+            ibot = self.ibot_criterion(t_patch, s_patch, mask.view(-1, *grid), teacher_temp=temp)
+            if kept is not None:
+                self.ibot_criterion.center.center = kept
+            loss = loss + self.options["ibot"] * ibot
+            out["ibot_loss"] = ibot.detach()
+        if self.koleo_criterion is not None:
+            koleo = sum(self.koleo_criterion(c) for c in s_cls.chunk(g)) / g
+            loss = loss + self.options["koleo"] * koleo
+            out["koleo_loss"] = koleo.detach()
+        if keep is not None:
+            self.criterion.center.copy_(keep)
+        with torch.no_grad():  # a collapsing teacher puts all its mass on one dimension (entropy → 0)
+            p = torch.softmax((t_out.float() - self.criterion.center.view(1, -1)) / temp, dim=-1)
+            out["teacher_entropy"] = -(p * p.clamp_min(1e-12).log()).sum(-1).mean()
+        out["loss"] = loss
+        return out
+
+
+__all__ = ["DINO"]
