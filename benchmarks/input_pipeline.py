@@ -1,7 +1,7 @@
 """Input pipeline throughput against bare decoding of the same files, in one run.
 
     python benchmarks/input_pipeline.py [--folder DIR] [--images 600] [--workers 1,15] [--batch 64]
-                                        [--decoders pil,torchvision,torchcodec]
+                                        [--decoders pil,torchvision,torchcodec] [--multi-crop 2x224+6x96]
 
 Writes (once) a folder of 500×375 JPEGs at quality 90 in `class/xxx.jpg` layout (photo-like content: smooth
 colour fields, occluding discs, sensor noise; ~55 KB each) unless --folder names one, then measures:
@@ -11,6 +11,9 @@ colour fields, occluding discs, sensor noise; ~55 KB each) unless --folder names
   --decoders        each named decoder alone on the files' bytes in memory, one core, best of 2: `pil`
                     (Image.open + convert("RGB")), `torchvision` (torchvision.io.decode_jpeg, deprecated since
                     0.29), `torchcodec` (torchcodec.decoders.decode_jpeg, its replacement; when installed)
+  --multi-crop      the loader again, making an objective's views instead of one crop: N×S+M×s crops per image
+                    (default DINO's 2 global 224px + 6 local 96px, with its flip, colour jitter, grayscale, blur
+                    and solarisation: the vitx-dino plugin's views); img/s counts images, not crops
 The ratio vitx(1 worker) / bare PIL is the issue-13 figure (target ≥ 0.6).
 """
 from __future__ import annotations
@@ -90,20 +93,31 @@ def bare_decoder(files: list[Path], name: str) -> float:
     return best
 
 
-def vitx_loader(folder: Path, workers: int, batch: int, size: int, batches: int, device: torch.device) -> float:
+def dino_views(spec: str) -> list:
+    """`2x224+6x96` → the vitx-dino plugin's views (DINO's augmentation), expanded: one entry per crop."""
+    from vitx.data.views import expand
+    from vitx_dino import dino_views as views
+
+    (n_global, big), (n_local, small) = [tuple(int(v) for v in part.split("x")) for part in spec.split("+")]
+    return expand(views(big, small, n_global, n_local), big)
+
+
+def vitx_loader(folder: Path, workers: int, batch: int, size: int, batches: int, device: torch.device,
+                views: list | None = None) -> float:
     from vitx.data import Preprocess, open_source, train_loader
 
     source = open_source(str(folder), "train")
     loader = train_loader(source, Preprocess(image_size=size, crop_scale=0.08), global_micro_batch=batch, rank=0,
                           world=1, seed=0, start_micro_step=0, workers=workers, skip_corrupt=False,
-                          pin=device.type == "cuda")
+                          pin=device.type == "cuda", **({"views": views} if views else {}))
     it = iter(loader)
     for _ in range(2 + workers):  # warm-up: start the workers, fill the prefetch queue once
         next(it)
     start = time.perf_counter()
     for _ in range(batches):
         b = next(it)
-        x = b["image"].to(device, non_blocking=True)  # (B, 3, S, S) uint8: the negligible model
+        crops = b["views"] if views else [b["image"]]
+        x = [c.to(device, non_blocking=True) for c in crops][0]  # (B, 3, S, S) uint8: the negligible model
     if device.type == "cuda":
         torch.cuda.synchronize()
     rate = batches * batch / (time.perf_counter() - start)
@@ -120,6 +134,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--batches", type=int, default=0, help="batches timed per worker count (default: 2 passes)")
+    parser.add_argument("--multi-crop", default="2x224+6x96", help="views per image for the multi-crop line ('': skip)")
     parser.add_argument("--decoders", default="", help="also time these decoders alone: pil,torchvision,torchcodec")
     args = parser.parse_args()
     folder = Path(args.folder)
@@ -140,6 +155,10 @@ def main() -> None:
         rate = vitx_loader(folder, w, args.batch, args.size, batches, device)
         print(f"vitx train loader, {w} worker(s), {args.size}px: {rate:.0f} img/s = {rate / pil:.2f}x bare PIL "
               f"(per worker {rate / w / pil:.2f}x)", flush=True)
+        if args.multi_crop:
+            rate = vitx_loader(folder, w, args.batch, args.size, batches, device, dino_views(args.multi_crop))
+            print(f"vitx train loader, {w} worker(s), multi-crop {args.multi_crop} (DINO's augmentation): "
+                  f"{rate:.0f} img/s = {rate / w:.0f} per worker", flush=True)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ def reproduce(
     quick: bool = typer.Option(False, "--quick", help="Same as --plan quick."),
     set_: List[str] = SET,
 ) -> None:
-    """Pre-train (supervised, MPP; MAE and SimCLR when their plugins are installed), transfer (scratch, each
+    """Pre-train (supervised, MPP; MAE, SimCLR and DINO when their plugins are installed), transfer (scratch, each
     pre-training, MPP part-way; higher resolution), inspect, and report which of the paper's findings reproduce."""
     from ..recipe import parse_sets
     from ..reproduce import PLANS, Plan, reproduce as run_reproduce

@@ -1,4 +1,4 @@
-"""The small-scale reproduction, run end to end: pre-train (supervised, MPP, and MAE and SimCLR when their
+"""The small-scale reproduction, run end to end: pre-train (supervised, MPP, and MAE, SimCLR and DINO when their
 plugins are installed), transfer (from scratch, from each pre-training, from MPP part-way; then at a higher
 resolution), inspect, judge, report. Every step resumes: a finished run is kept,
 so a second call after a crash only does what is missing."""

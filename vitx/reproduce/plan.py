@@ -58,6 +58,10 @@ class Plan:
         "mpp": Pretraining("mpp(corrupt_rate=0.5)", 3e-3),  # the paper's: 3-bit mean colour of 50% corrupted patches
         "mae": Pretraining("mae(decoder_dim=64,decoder_depth=1,decoder_heads=2)", 3e-3, plugin="vitx-mae"),
         "simclr": Pretraining("simclr(temperature=0.2)", 2e-3, plugin="vitx-simclr", steps=750),  # 2 views: 2× a step
+        # DINO's settings with a head sized for 0.2M parameters (recipes/cpu/pretrain-dino.toml); 2 global + 4 local
+        # crops and a teacher: about 3× a step
+        "dino": Pretraining("dino(out_dim=1024,hidden_dim=256,bottleneck_dim=64,local_crops=4)", 5e-4,
+                            plugin="vitx-dino", steps=500),
     })
     compute_points: list[float] = setting([1 / 3], "Fractions of MPP's steps whose checkpoints are also transferred.", SCHEDULE, above=0, below=1, says="are fractions of MPP's steps in (0, 1)", cli=False)
     monitor: str = setting("embedded:digits", "The representation monitor during MPP pre-training.", EVALUATION, cli=False)
@@ -109,6 +113,8 @@ GPU = replace(  # not yet run in this setting: the last GPU run (GPU.md) was of 
         "mpp": Pretraining("mpp(corrupt_rate=0.5)", 1e-3),
         "mae": Pretraining("mae(decoder_dim=128,decoder_depth=2,decoder_heads=4)", 1.5e-3, plugin="vitx-mae"),
         "simclr": Pretraining("simclr(temperature=0.2)", 1e-3, plugin="vitx-simclr", steps=2000),
+        "dino": Pretraining("dino(out_dim=4096,hidden_dim=512,bottleneck_dim=128,local_crops=6)", 5e-4,
+                            plugin="vitx-dino", steps=1500),
     },
     compute_points=[0.1, 0.3], transfer_lrs=[0.03, 0.1], transfer_steps=[300], seeds=list(range(8)),
     hires_seeds=4, jobs=8)

@@ -92,7 +92,7 @@ def _monitor_table(results: dict[str, Any]) -> list[str]:
 def _other_objectives(results: dict[str, Any]) -> list[str]:
     skipped = [k for k in results["plan"]["pretrainings"] if k not in results["pretrain"]]
     lines = []
-    for name in ("mae", "simclr"):
+    for name in ("mae", "simclr", "dino"):
         if name in results["pretrain"]:
             r = results["pretrain"][name]
             lines.append(f"- `{results['plan']['pretrainings'][name]['objective']}`: loss {r['first']['loss']:.3f} → "

@@ -35,13 +35,31 @@ DINO_JITTER = (0.4, 0.4, 0.2, 0.1)  # DINO's ColorJitter(brightness, contrast, s
 LOCAL_FRACTION = 96 / 224  # local crops: 96px beside 224px global crops
 
 
+def dino_views(size: int, local_size: int, global_crops: int = 2, local_crops: int = 6, global_scale: float = 0.4,
+               local_scale: float = 0.05) -> tuple[View, ...]:
+    """DINO's DataAugmentationDINO as views: global crop 1 always blurred, global crop 2 blurred 10% and solarised
+    20%, local crops blurred half the time; all flipped, colour-jittered and turned gray as DINO does; blur
+    sigmas scale with the crop (0.1–2 px at 224)."""
+    common = {"jitter": DINO_JITTER, "jitter_p": 0.8, "gray": 0.2, "flip": 0.5}
+
+    def sigma(side: int) -> tuple[float, float]:
+        return 0.1 * side / 224, 2.0 * side / 224
+
+    big = {"size": size, "scale": (global_scale, 1.0), "sigma": sigma(size), **common}
+    first = [View(blur=1.0, **big)] if global_crops >= 1 else []
+    second = [View(count=global_crops - 1, blur=0.1, solarize=0.2, **big)] if global_crops > 1 else []
+    local = [View(count=local_crops, size=local_size, scale=(local_scale, global_scale), blur=0.5,
+                  sigma=sigma(local_size), **common)] if local_crops else []
+    return tuple(first + second + local)
+
+
 @register_objective("dino", description="DINO (lightly): multi-crop self-distillation from an EMA teacher; "
                                         "iBOT and KoLeo options")
 class DINO(Objective):
     features = "backbone"  # the [class] token is what the DINO head reads (and what DINO evaluates)
 
     def __init__(self, backbone: nn.Module, out_dim: int = 65536, hidden_dim: int = 2048, bottleneck_dim: int = 256,
-                 norm_last_layer: bool = True, freeze_last_layer: int = 0, global_crops: int = 2,
+                 norm_last_layer: bool = True, batch_norm: bool = False, freeze_last_layer: int = 0, global_crops: int = 2,
                  local_crops: int = 6, local_size: int = 0, global_scale: float = 0.4, local_scale: float = 0.05,
                  momentum: float = 0.996, teacher_temp: float = 0.04, warmup_teacher_temp: float = 0.04,
                  warmup_teacher_temp_steps: int = 0, student_temp: float = 0.1, center_momentum: float = 0.9,
@@ -67,7 +85,7 @@ class DINO(Objective):
         if ibot < 0 or koleo < 0 or not 0 < mask_ratio < 1:
             raise VitxError("dino ibot and koleo are weights ≥ 0 (0: off), mask_ratio in (0, 1)")
         super().__init__(backbone, out_dim=out_dim, hidden_dim=hidden_dim, bottleneck_dim=bottleneck_dim,
-                         norm_last_layer=norm_last_layer, freeze_last_layer=freeze_last_layer,
+                         norm_last_layer=norm_last_layer, batch_norm=batch_norm, freeze_last_layer=freeze_last_layer,
                          global_crops=global_crops, local_crops=local_crops, local_size=local_size,
                          global_scale=global_scale, local_scale=local_scale, momentum=momentum,
                          teacher_temp=teacher_temp, warmup_teacher_temp=warmup_teacher_temp,
@@ -88,7 +106,7 @@ class DINO(Objective):
             """A projection head; with `like`, a copy of it (weight-normed layers refuse `copy.deepcopy`)."""
             with warnings.catch_warnings():  # lightly's head uses torch's older weight_norm (a FutureWarning)
                 warnings.simplefilter("ignore", FutureWarning)
-                made = DINOProjectionHead(backbone.embed_dim, hidden_dim, bottleneck_dim, out_dim,
+                made = DINOProjectionHead(backbone.embed_dim, hidden_dim, bottleneck_dim, out_dim, batch_norm,
                                           freeze_last_layer=freeze_last_layer, norm_last_layer=norm_last_layer)
             if like is not None:
                 made.load_state_dict(like.state_dict())
@@ -111,20 +129,9 @@ class DINO(Objective):
 
     # ---- what the loader makes ------------------------------------------------------------------------------
     def views(self) -> tuple[View, ...]:
-        """DINO's DataAugmentationDINO: global crop 1 always blurred, global crop 2 blurred 10% and solarised 20%,
-        local crops blurred half the time; blur sigmas scale with the crop (0.1–2 px at 224)."""
-        o, size = self.options, self.image_size
-        common = {"jitter": DINO_JITTER, "jitter_p": 0.8, "gray": 0.2, "flip": 0.5}
-
-        def sigma(side: int) -> tuple[float, float]:
-            return 0.1 * side / 224, 2.0 * side / 224
-
-        big = {"size": size, "scale": (o["global_scale"], 1.0), "sigma": sigma(size), **common}
-        first = [View(blur=1.0, **big)] if o["global_crops"] >= 1 else []
-        second = [View(count=o["global_crops"] - 1, blur=0.1, solarize=0.2, **big)] if o["global_crops"] > 1 else []
-        local = [View(count=o["local_crops"], size=self.local_size, scale=(o["local_scale"], o["global_scale"]),
-                      blur=0.5, sigma=sigma(self.local_size), **common)] if o["local_crops"] else []
-        return tuple(first + second + local)
+        o = self.options
+        return dino_views(self.image_size, self.local_size, o["global_crops"], o["local_crops"], o["global_scale"],
+                          o["local_scale"])
 
     # ---- schedules -----------------------------------------------------------------------------------------
     def on_fit_start(self, step: int, steps: int) -> None:
@@ -241,4 +248,4 @@ class DINO(Objective):
         return out
 
 
-__all__ = ["DINO"]
+__all__ = ["DINO", "dino_views"]
