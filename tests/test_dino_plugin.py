@@ -139,3 +139,11 @@ def test_export_teacher_of_a_run_without_one_is_one_line(pretrained_run, tmp_pat
 def test_bad_options_are_one_line_errors(options, needle):
     with pytest.raises(vitx.VitxError, match=needle):
         dino(**options)
+
+
+def test_an_ema_beside_the_teacher_is_refused_in_one_line(tmp_path):
+    res = vitx_cli("pretrain", "--objective", "dino(out_dim=32,hidden_dim=16,bottleneck_dim=8,local_crops=1)",
+                   "--model", "vit-nano/4", "--data", "embedded:shapes", "--steps", "2", "--ema-decay", "0.9",
+                   "--output-dir", str(tmp_path / "run"))
+    assert res.returncode != 0 and res.stderr.count("\n") == 1 and "its own moving average" in res.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()

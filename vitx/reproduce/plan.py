@@ -1,8 +1,8 @@
 """The small-scale reproduction as data: what is trained, on what, for how long.
 
-`CPU` fits about 20 minutes on 2 cores; `GPU` is meant for about 10 minutes on one H100 (a 27× larger model
-on a 16×16 grid, more steps at twice the batch, an lr sweep, transfers run side by side); `QUICK` is the CPU
-plan with token budgets, for tests. Grids are at least 8×8 tokens: the smallest where masked patch
+`CPU` takes about 40 minutes on 2 cores (DINO's row about 10 of them); `GPU` is meant for about 10 minutes on
+one H100 (a 27× larger model on a 16×16 grid, more steps at twice the batch, an lr sweep, transfers run side by
+side); `QUICK` is the CPU plan with token budgets, for tests. Grids are at least 8×8 tokens: the smallest where masked patch
 prediction has context to predict a patch from.
 """
 from __future__ import annotations

@@ -26,6 +26,9 @@ def make_ema(objective: torch.nn.Module, decay: float, distributed: DistributedT
     if distributed in (DistributedType.FSDP, DistributedType.DEEPSPEED):
         raise VitxError(f"--ema-decay keeps a whole copy of the model on every process, which {distributed.value} "
                         "shards; use DDP (or one process) for a run with an EMA")
+    if getattr(objective, "teacher_backbone", lambda: None)() is not None:
+        raise VitxError("this objective keeps its own moving average of the weights (its teacher: teacher.safetensors, "
+                        "`vitx export --export-teacher`); drop --ema-decay")
     from timm.utils import ModelEmaV3
 
     return ModelEmaV3(objective, decay=decay, use_warmup=True)
