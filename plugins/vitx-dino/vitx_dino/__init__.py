@@ -14,8 +14,8 @@ different crops; the teacher temperature warms up linearly. Options:
   (unmasked) patch outputs through a second head pair (DINOv2's separate iBOT head).
 - `koleo` (weight, 0: off): DINOv2's KoLeo regulariser on the student's global [class] tokens, spreading them.
 
-Teacher, centres and the [mask] token live in this module: saved with every checkpoint, resumed bit for bit,
-never optimised (`requires_grad` off); the teacher's backbone is also saved as teacher.safetensors, monitored
+Teacher and centres live in this module: saved with every checkpoint, resumed bit for bit, never optimised
+(`requires_grad` off; iBOT's [mask] token is trained with the student); the teacher's backbone is also saved as teacher.safetensors, monitored
 beside the student, and exported with `vitx export --export-teacher` (DINO evaluates the teacher).
 
     vitx pretrain --objective 'dino(local_crops=6)' --data embedded:digits
@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 
 from vitx import Objective, View, VitxError, register_objective
+from vitx.backbones.droppath import set_drop_path
 
 DINO_JITTER = (0.4, 0.4, 0.2, 0.1)  # DINO's ColorJitter(brightness, contrast, saturation, hue), p = 0.8
 LOCAL_FRACTION = 96 / 224  # local crops: 96px beside 224px global crops
@@ -82,6 +83,8 @@ class DINO(Objective):
             raise VitxError("dino momentum must be in [0, 1] and center_momentum in [0, 1)")
         if min(teacher_temp, warmup_teacher_temp, student_temp) <= 0:
             raise VitxError("dino temperatures must be above 0")
+        if ibot > 0 and round(mask_ratio * backbone.patch_embed.num_patches) < 1:
+            raise VitxError(f"dino mask_ratio {mask_ratio} masks no patch of {backbone.patch_embed.num_patches}; raise it")
         if ibot < 0 or koleo < 0 or not 0 < mask_ratio < 1:
             raise VitxError("dino ibot and koleo are weights ≥ 0 (0: off), mask_ratio in (0, 1)")
         super().__init__(backbone, out_dim=out_dim, hidden_dim=hidden_dim, bottleneck_dim=bottleneck_dim,
@@ -115,7 +118,10 @@ class DINO(Objective):
         self.head = head()
         self.criterion = DINOLoss(out_dim, warmup_teacher_temp, teacher_temp, max(1, warmup_teacher_temp_steps),
                                   student_temp, center_momentum)
-        teacher = {"backbone": copy.deepcopy(backbone), "head": head(self.head)}
+        teacher_backbone = copy.deepcopy(backbone)
+        set_drop_path(teacher_backbone, 0.0)  # DINO's teacher sees its inputs whole: no stochastic depth
+        teacher_backbone.set_grad_checkpointing(False)  # (it computes no gradients)
+        teacher = {"backbone": teacher_backbone, "head": head(self.head)}
         if ibot > 0:
             self.mask_token = nn.Parameter(torch.zeros(backbone.embed_dim))  # (D,) trained with the student
             nn.init.trunc_normal_(self.mask_token, std=0.02)
