@@ -25,6 +25,21 @@ def tiny(tmp_path: Path, **changes) -> dict:
     return {**TINY, "output_dir": str(tmp_path / "run"), **changes}
 
 
+def resumed_copy(run: Path, tmp_path: Path, options: dict, dropped: tuple[int, ...]) -> Path:
+    """A copy of the tiny run `run` (made with `options`) whose checkpoints at steps `dropped` are deleted, resumed
+    to its end in this process: what it saves must equal the uninterrupted run's."""
+    import shutil
+
+    from vitx.runner import pretrain
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    for step in dropped:
+        shutil.rmtree(copy / "checkpoints" / f"step_{step:08d}")
+    pretrain(tiny(tmp_path, **options), resume=True)
+    return copy
+
+
 def as_flags(options: dict) -> list[str]:
     """Turn a config dict into `vitx pretrain` flags."""
     flags = []

@@ -3,7 +3,6 @@ saved, resumed bit for bit and exported on request, iBOT and KoLeo options, and 
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch
@@ -12,7 +11,7 @@ from safetensors.torch import load_file
 import vitx
 from vitx.registry import OBJECTIVES
 
-from .helpers import metrics, tiny, vitx_cli
+from .helpers import metrics, resumed_copy, tiny, vitx_cli
 
 SPEC = "dino(out_dim=64,hidden_dim=32,bottleneck_dim=16,local_crops=2,momentum=0.9,ibot=0.5,koleo=0.1," \
        "warmup_teacher_temp=0.02,warmup_teacher_temp_steps=4)"
@@ -102,13 +101,7 @@ def test_evaluation_leaves_the_centres_as_they_were():
 
 
 def test_resuming_continues_student_teacher_and_centres_bit_for_bit(dino_run, tmp_path):
-    from vitx.runner import pretrain
-
-    copy = tmp_path / "run"
-    shutil.copytree(dino_run, copy)
-    for step in (5, 6):
-        shutil.rmtree(copy / "checkpoints" / f"step_{step:08d}")
-    pretrain(tiny(tmp_path, **OPTIONS), resume=True)
+    copy = resumed_copy(dino_run, tmp_path, OPTIONS, dropped=(5, 6))
     for name in ("model.safetensors", "teacher.safetensors", "heads.safetensors"):
         a, b = load_file(dino_run / name), load_file(copy / name)
         assert a.keys() == b.keys()

@@ -3,13 +3,12 @@ and that `--use-ema` reads it wherever a start is read."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from .helpers import metrics, tiny, vitx_cli
+from .helpers import metrics, resumed_copy, tiny, vitx_cli
 
 DECAY = 0.9
 
@@ -58,13 +57,7 @@ def test_the_average_is_evaluated_and_monitored_beside_the_live_weights(ema_run)
 def test_resuming_continues_the_average_bit_for_bit(ema_run, tmp_path):
     """Drop the last two checkpoints of a copy and resume it from step 4: live and average weights are the
     uninterrupted run's exactly."""
-    from vitx.runner import pretrain
-
-    copy = tmp_path / "run"
-    shutil.copytree(ema_run, copy)
-    for step in (5, 6):
-        shutil.rmtree(copy / "checkpoints" / f"step_{step:08d}")
-    pretrain(tiny(tmp_path, **OPTIONS), resume=True)
+    copy = resumed_copy(ema_run, tmp_path, OPTIONS, dropped=(5, 6))
     for name in ("model.safetensors", "ema.safetensors", "ema_heads.safetensors"):
         a, b = load_file(ema_run / name), load_file(copy / name)
         assert max(float((a[k] - b[k]).abs().max()) for k in a) == 0.0, name
