@@ -84,15 +84,11 @@ DETERMINISTIC = HERE / "deterministic_plugin.py"
 
 
 def flags(options: dict) -> list[str]:
-    """A config dict as `vitx pretrain` flags (booleans as --x / --no-x)."""
-    out = []
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            out.append(flag if value else "--no-" + key.replace("_", "-"))
-        else:
-            out += [flag, str(value)]
-    return out
+    """A config dict as `vitx pretrain` flags (the settings' own rule: `vitx.settings.as_flags`)."""
+    from vitx.runner.config import PretrainConfig
+    from vitx.settings import as_flags
+
+    return as_flags(options, PretrainConfig)
 
 
 @dataclass

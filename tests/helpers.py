@@ -41,15 +41,11 @@ def resumed_copy(run: Path, tmp_path: Path, options: dict, dropped: tuple[int, .
 
 
 def as_flags(options: dict) -> list[str]:
-    """Turn a config dict into `vitx pretrain` flags."""
-    flags = []
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            flags.append(flag if value else "--no-" + key.replace("_", "-"))
-        else:
-            flags += [flag, str(value)]
-    return flags
+    """Turn a config dict into `vitx pretrain` flags (the settings' own rule: `vitx.settings.as_flags`)."""
+    from vitx.runner.config import PretrainConfig
+    from vitx.settings import as_flags as settings_flags
+
+    return settings_flags(options, PretrainConfig)
 
 
 @dataclass

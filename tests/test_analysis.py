@@ -144,6 +144,26 @@ def test_vitx_inspect_user_errors_are_one_line(tmp_path, pretrained_run):
         assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("limit", [50_000, 100_000])
+def test_inspect_refuses_an_image_claiming_too_many_pixels_in_one_line(tmp_path, monkeypatch, limit):
+    """--image is read as `vitx predict` and training read files: a 20000x20000 PNG (here 400x300 against a limit
+    lowered to keep the test small) is one line naming it. Above twice PIL's limit inspect raised PIL's
+    DecompressionBombError as a traceback; between once and twice it decoded the whole image, warning only."""
+    Image.new("1", (400, 300)).save(tmp_path / "bomb.png")  # 120,000 pixels in a few hundred bytes
+    (tmp_path / "notes.png").write_text("not a picture")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", limit)
+    shown = "120,000 pixels" if limit == 50_000 else "400x300 pixels"  # above twice the limit, PIL's own count
+    for name, line in (("bomb.png", f"image {tmp_path / 'bomb.png'} is {shown}, more than the {limit:,} pixels vitx "
+                                    "decodes (PIL.Image.MAX_IMAGE_PIXELS, a guard against decompression bombs); "
+                                    "resize it first"),
+                       ("notes.png", f"cannot decode image {tmp_path / 'notes.png'}: cannot identify image file")):
+        proc = vitx_cli("inspect", "scratch", "--model", "vit-nano/4", "--image", str(tmp_path / name), "--samples",
+                        "4", "--output-dir", str(tmp_path / "out"))
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip() == f"error: {line}"
+    assert not (tmp_path / "out" / "analysis.json").exists()
+
+
 def test_a_backbone_without_class_token_skips_only_the_rollout(tmp_path):
     from vitx.analysis import inspect_backbone
 

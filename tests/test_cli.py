@@ -111,6 +111,36 @@ def test_help_texts_keep_their_square_brackets():
     assert "[class]" in shown and "[default:" in shown
 
 
+def test_a_shared_setting_is_declared_once_and_reaches_every_command_that_composes_its_group():
+    """Settings several commands take live in groups (settings/groups.py) that each config composes: the same
+    declaration (help, panel, bounds, resume rule) everywhere, only the default a config's own, and the option
+    in every such command's --help. A shared setting declared a second time in a config would fail here."""
+    import dataclasses
+
+    from vitx.evaluators.linear import LinearConfig
+    from vitx.runner.config import PretrainConfig
+    from vitx.settings import flag_of, groups_of
+    from vitx.transfer.config import TransferConfig
+
+    configs = {"pretrain": PretrainConfig, "transfer": TransferConfig, "eval linear": LinearConfig}
+    helps = {name: vitx_cli(*name.split(), "--help").stdout for name in configs}
+    checked = 0
+    for group in {g for cls in configs.values() for g in groups_of(cls)}:
+        users = [name for name, cls in configs.items() if group in groups_of(cls)]
+        for declared in dataclasses.fields(group):
+            for name in users:
+                field = {f.name: f for f in dataclasses.fields(configs[name])}[declared.name]
+                assert dict(field.metadata) == dict(declared.metadata), (name, declared.name)
+                assert flag_of(field) in helps[name], (name, flag_of(field))
+                checked += 1
+    assert checked == 24 + 28 + 7  # the group settings of pretrain, transfer (with Input) and eval
+    own = {f.name for f in dataclasses.fields(TransferConfig)} & {f.name for f in dataclasses.fields(PretrainConfig)}
+    in_groups = {f.name for g in groups_of(TransferConfig) for f in dataclasses.fields(g)}
+    # what the two commands share outside the groups means something different in each (the run's own)
+    assert own - in_groups == {"model", "image_size", "stream", "lr", "steps", "seed", "output_dir", "save_every"}
+    assert (TransferConfig().optimizer, PretrainConfig().optimizer) == ("sgd", "adamw")  # own defaults
+
+
 def test_console_script_answers_without_the_training_stack():
     """The installed `vitx` script (not an entry function): --version, and that neither it nor `vitx models`
     imports torch, timm, datasets or matplotlib (what made every command take 5 s to start)."""

@@ -102,7 +102,7 @@ def test_a_figure_that_cannot_be_drawn_is_a_warning_not_a_crash(tmp_path):
     assert try_draw("x.png", lambda: 1 / 0, warn=lines.append) is None
     assert lines == ["warning: x.png not drawn (ZeroDivisionError: division by zero)"]
     printed: list[str] = []  # the runner's own call, on a run whose metrics.jsonl is missing
-    trainer = SimpleNamespace(s=SimpleNamespace(cfg=PretrainConfig(), run=SimpleNamespace(path=tmp_path)),
+    trainer = SimpleNamespace(setup=SimpleNamespace(cfg=PretrainConfig(), run=SimpleNamespace(path=tmp_path)),
                               step_count=3, console=SimpleNamespace(print=lambda line, **kw: printed.append(line)))
     Trainer.draw_curves(trainer, tmp_path / "curves.png")
     assert len(printed) == 1 and "curves.png not drawn" in printed[0] and not (tmp_path / "curves.png").exists()

@@ -43,8 +43,8 @@ def test_an_exported_pretraining_loads_in_timm_with_the_runs_features(pretrained
     val = metrics(pretrained_run)[-1]["val_top1"]
     assert f"| val_top1 | {val:.4g} |" in card and "pipeline_tag: image-feature-extraction" in card
     # the fixture ran from Python: the command is rebuilt from config.json's settings
-    assert "vitx pretrain --objective supervised --model vit-nano/4 --data embedded:digits --workers 0 " \
-        "--batch-size 64 --steps 150" in card and f"--output-dir {pretrained_run}" in card
+    assert "vitx pretrain --objective supervised --model vit-nano/4 --data embedded:digits --steps 150 " \
+        "--workers 0 --batch-size 64" in card and f"--output-dir {pretrained_run}" in card
 
 
 def test_an_exported_transfer_keeps_its_classifier_and_labels(transfer_run, tmp_path):
@@ -187,3 +187,36 @@ def test_push_uploads_the_exports_files_alone(pretrained_run, tmp_path, monkeypa
     proc = vitx_cli("export", str(pretrained_run), "--to", str(folder), "--force", "--push", "me/tiny")
     assert proc.returncode == 0, proc.stderr
     assert sorted(calls[0]["allow_patterns"]) == ["README.md", "config.json", "curves.png", "model.safetensors"]
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_staging_folder(pretrained_run, tmp_path, monkeypatch):
+    """The disk fills up while the weights are written (safetensors raises its own error, not an OSError): one
+    line saying so, `--to` not made, and the staging folder beside it removed."""
+    import vitx.checkpoint as checkpoint
+    from safetensors import SafetensorError
+
+    def full(tensors, path, metadata=None):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(checkpoint, "save_file", full)
+    out = tmp_path / "exports"
+    out.mkdir()
+    proc = vitx_cli("export", str(pretrained_run), "--to", str(out / "exp"))
+    _one_line(proc, f"--to {out / 'exp'}: cannot write the export (no space left on the device)")
+    assert list(out.iterdir()) == []  # neither the export nor its .exp.tmp-* staging folder
+
+
+def test_a_tampered_config_is_one_line_not_a_model_card(pretrained_run, tmp_path):
+    """config.json is read as flags are: an edited `"step": "abc"` (which the card printed as "steps: abc"), a
+    learning rate that is not a number, and a file nested 200,000 deep (a RecursionError) are one line each,
+    and nothing is exported."""
+    run = _copy_run(pretrained_run, tmp_path / "run")
+    config = json.loads((run / "config.json").read_text())
+    cases = [({**config, "step": "abc"}, f'{run}/config.json: step must be a whole number of steps, got "abc"'),
+             ({**config, "run": {**config["run"], "lr": "fast"}}, f'{run}/config.json: run.lr must be a number, '
+                                                                  'got "fast"'),
+             ("[" * 200_000 + "]" * 200_000, f"{run}/config.json is not valid JSON (nested too deeply to read")]
+    for i, (tampered, said) in enumerate(cases):
+        (run / "config.json").write_text(tampered if isinstance(tampered, str) else json.dumps(tampered))
+        _one_line(vitx_cli("export", str(run), "--to", str(tmp_path / f"exp{i}")), said)
+        assert not (tmp_path / f"exp{i}").exists()

@@ -17,7 +17,7 @@ FLOORS = [
     ("adapters",),
     ("runs",),  # a saved transfer's backbone is rebuilt with its adapters' own weights (VPT's prompts)
     ("runner",),
-    ("predict", "transfer"),
+    ("evaluators", "predict", "transfer"),  # evaluators: one file each, found by name (vitx eval, the monitor)
     ("export", "reproduce"),
     ("cli",),
     ("__main__",),

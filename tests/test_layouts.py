@@ -396,6 +396,23 @@ def test_shots_are_a_seeded_class_balanced_draw(data, name, test_from, val_from,
     assert [bytes(other.train.load(i)[0].data) for i in range(12)] != images[:12]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_shots_that_leave_a_class_without_training_images_are_refused(data, stream):
+    """`--shots 3` of 3 classes: a balanced draw of 1 each, of which 1 is held out to validate, so one class had
+    no training image at all (train per class [0, 1, 1]) and its test images could never be right. Refused;
+    `--shots 4`, the smallest whose 4/5 covers 3 classes, trains every class."""
+    from vitx.data.opener import DataOptions as Options
+    from vitx.errors import VitxError
+    from vitx.tasks import open_task, select_tasks
+
+    spec = str(data / LAYOUTS["image-folder"][0])
+    for seed in range(3):
+        with pytest.raises(VitxError, match=r"--shots 3 leaves 1 of 3 classes without a training image"):
+            open_task(select_tasks(spec, Options(stream=stream))[0], 3, seed=seed)
+        record = open_task(select_tasks(spec, Options(stream=stream))[0], 4, seed=seed).record
+        assert record["train_per_class"] == [1, 1, 1] and sum(record["val_per_class"]) == 1
+
+
 def test_streamed_shots_are_drawn_as_the_stream_is_read(data):
     """`--stream`: the same class-balanced counts, read from a seeded shuffle of the stream; the test split is
     held encoded (a seeded sample with --test-samples)."""
@@ -458,6 +475,9 @@ def read_once(path: Path) -> str:
      [r"--task .*unlabelled needs labelled images", r"looked for a ClassLabel column", r"--label-key$"]),
     ("shots", lambda d, t: tiny_transfer(t, read_once(d / "image-folder"), "--shots", "40"),
      [r"--shots 40 is more than .*image-folder holds \(18 train images\): pass --shots 18 or less"]),
+    ("shots-leave-a-class-out", lambda d, t: tiny_transfer(t, read_once(d / "image-folder"), "--shots", "3"),
+     [r"--shots 3 leaves 1 of 3 classes without a training image \((blue|green|red); train per class "
+      r"\[(0, 1, 1|1, 0, 1|1, 1, 0)\]\): pass --shots 4 or more \(4/5 of them train\)$"]),
 ])
 def test_refusals_are_one_line(data, tmp_path, case, args, expected):
     line = refused(vitx_cli(*args(data, tmp_path)))

@@ -113,10 +113,14 @@ def test_log_lines_when_output_is_not_a_terminal(tmp_path):
 
 
 def test_log_format_json_and_quiet(tmp_path):
+    """--log-format json: stdout is one JSON object per line and nothing else (`| jq` reads it); the lines for
+    people (header, data, done) go to stderr."""
     proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, log_every=2, output_dir=str(tmp_path / "a"))),
                     "--log-format", "json")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    records = [json.loads(line) for line in proc.stdout.splitlines()]  # every line: a JSON object
+    assert all(isinstance(r, dict) for r in records)
+    assert [line.split(":")[0] for line in proc.stderr.splitlines()] == ["vitx 0.1.0", "data", "done"]
     assert [r["step"] for r in records] == [2, 3, 4, 6]
     assert all(r["run"] == "pretrain" and r["total"] == 6 and r["loss"] > 0 and r["eta_s"] >= 0 for r in records)
     assert records[-1]["eta_s"] == 0 and "val_top1" in records[-1]
@@ -128,6 +132,18 @@ def test_log_format_json_and_quiet(tmp_path):
     bad = vitx_cli("pretrain", "--log-format", "xml", "--output-dir", str(tmp_path / "c"))
     assert bad.returncode == 2 and bad.stderr.strip() == \
         "error: --log-format must be one of auto, bar, lines, json, got 'xml'"
+
+
+def test_a_transfer_in_json_prints_only_json_on_stdout(tmp_path):
+    """The same for `vitx transfer`: each run's records on stdout, the task's lines and the results table on
+    stderr."""
+    proc = vitx_cli("transfer", "--from", "scratch", "--model", "vit-nano/4", "--shots", "20", "--batch-size", "8",
+                    "--no-sweep", "--steps", "2", "--test-samples", "8", "--workers", "0", "--no-curves",
+                    "--log-format", "json", "--output-dir", str(tmp_path / "t"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(r["run"], r["step"], r["total"]) for r in records] == [("vtab/dsprites_loc final lr 0.01 × 2 on 20", 2, 2)]
+    assert "vtab/dsprites_loc: test top-1" in proc.stderr and "transfer results (test top-1)" in proc.stderr
 
 
 def test_a_full_or_read_only_disk_is_one_line_in_every_command(monkeypatch):

@@ -97,7 +97,8 @@ def test_eval_linear_and_knn_on_two_datasets_in_one_call(tmp_path, mpp_run):
                     "--test-samples", "100", "--output", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(out.read_text())["datasets"]
-    assert [list(r["top1"]) for r in results] == [["5", "20", "1000"]] * 2
+    assert [list(r["top1"]) for r in results] == [["5", "20", "1000"], ["5", "20", "300"]]  # k used: at most train
+    assert results[1]["k_capped"] == {"1000": 300} and "k_capped" not in results[0]
     assert all(r["features"].startswith("patch-mean") and r["temperature"] == 0.07 for r in results)
     assert results[0]["top1"]["5"] > 0.3  # digits, chance 0.10
     assert proc.stdout.count("weighted kNN") == 2
@@ -115,6 +116,9 @@ def test_eval_linear_and_knn_on_two_datasets_in_one_call(tmp_path, mpp_run):
     ("linear", ["--batch-size", "1"], "--batch-size must be above 1, got 1"),
     ("linear", ["--val-fraction", "1"], "--val-fraction must be in (0, 1), got 1"),
     ("linear", ["--seeds", "-1"], "--seeds must not be negative, got -1"),
+    ("linear", ["--seeds", "0,0"], "--seeds takes distinct values, e.g. 0,1,2; got 0 twice in 0,0"),
+    ("knn", ["--train-samples", "5"], "--train-samples 5 leaves 5 of the 10 classes of the train split without an "
+                                      "image: pass --train-samples 10 or more (or 0: all)"),
     ("knn", ["--k", "0"], "--k are neighbour counts and must be positive, got 0"),
     ("knn", ["--temperature", "0"], "--temperature must be positive, got 0"),
     ("knn", ["--train-samples", "-1"], "--train-samples must not be negative, got -1"),
@@ -126,6 +130,50 @@ def test_probe_options_are_checked_in_one_line(command, args, needle, tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip() == f"error: {needle}"
     assert not (tmp_path / "out.json").exists()
+
+
+def test_repeated_seeds_are_refused_alike_by_eval_linear_and_transfer(tmp_path):
+    """`eval linear --seeds 0,0` reported "± 0.00% over seeds 0,0" (one run counted twice) where `transfer
+    --seeds 0,0` was refused: one declared rule (`setting(distinct=True)`) now refuses both, in the same words."""
+    lines = [vitx_cli(*args, "--from", "scratch", "--model", "vit-nano/4", "--seeds", "3,1,3").stderr.strip()
+             for args in (["eval", "linear"], ["transfer", "--output-dir", str(tmp_path / "out")])]
+    assert lines == ["error: --seeds takes distinct values, e.g. 0,1,2; got 3 twice in 3,1,3"] * 2
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["fewshot", "knn", "linear"])
+def test_an_output_that_is_a_folder_is_refused_before_any_work(command, tmp_path, monkeypatch):
+    """`--output DIR` with DIR an existing folder was an IsADirectoryError after the whole evaluation; a file in
+    place of one of its folders, a NotADirectoryError. Both are one line, before the start is even read."""
+    import vitx.evaluators.frozen as frozen
+
+    monkeypatch.setattr(frozen, "Frozen", None)  # any work at all would fail loudly
+    (tmp_path / "notes.txt").write_text("mine")
+    for output, line in ((tmp_path, f"--output {tmp_path} is a folder; give a file to write, e.g. --output "
+                                     f"{tmp_path / 'results.json'}"),
+                         (tmp_path / "notes.txt" / "r.json", f"--output {tmp_path / 'notes.txt' / 'r.json'}: "
+                                                             f"{tmp_path / 'notes.txt'} is a file, not a folder")):
+        result = vitx_cli("eval", command, "--from", "scratch", "--model", "vit-nano/4", "--output", str(output))
+        assert (result.returncode, result.stderr.strip()) == (2, f"error: {line}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # nothing written beside it
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_knn_labels_the_k_that_voted(tmp_path):
+    """`--k 100000` on 300 train images: the vote uses all 300, so the table and JSON say k = 300 (and which --k
+    were capped), with the same top-1 as asking for k = 300 itself; k below the train images are as asked."""
+    data = "embedded:shapes(length=300)"
+    common = ("eval", "knn", "--from", "scratch", "--model", "vit-nano/4", "--data", data, "--test-samples", "60")
+    result = vitx_cli(*common, "--k", "20,1000,100000", "--output", str(tmp_path / "big.json"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    big = json.loads((tmp_path / "big.json").read_text())
+    assert list(big["top1"]) == ["20", "300"] and big["train_samples"] == 300
+    assert big["k_requested"] == [20, 1000, 100000] and big["k_capped"] == {"1000": 300, "100000": 300}
+    assert "k = 300" in result.stdout and "k = 100000" not in result.stdout and "k = 1000 " not in result.stdout
+    assert "--k 1000, 100000: more than the 300 train images, so k = 300 (every train image votes)" in result.stdout
+    exact = vitx_cli(*common, "--k", "20,300", "--output", str(tmp_path / "exact.json"))
+    assert exact.returncode == 0, exact.stderr[-2000:]
+    assert json.loads((tmp_path / "exact.json").read_text())["top1"] == big["top1"]
 
 
 def test_the_monitor_runs_the_probes_it_is_given(tmp_path):
@@ -173,3 +221,69 @@ def test_probes_on_small_data_and_starts_without_a_class_token():
     sim, idx = (b @ a.T).topk(20, dim=1)
     votes = torch.zeros(2500, 3).scatter_add_(1, torch.from_numpy(labels)[idx], (sim / 0.07).exp())
     assert knn_accuracy(train, labels, test, truth, 3) == float((votes.argmax(1).numpy() == truth).mean())
+
+
+NEAREST_CLASS_MEAN = '''
+"""A made-up evaluator in one file: nearest class mean of L2-normalised frozen features."""
+from dataclasses import dataclass
+
+from vitx.evaluation.config import FrozenConfig
+from vitx.evaluators import Evaluator, register_evaluator
+from vitx.settings import EVALUATION, setting
+
+
+@dataclass
+class NcmConfig(FrozenConfig):
+    train_samples: int = setting(0, "Train images that make the class means; 0: all.", EVALUATION, min=0)
+
+
+def accuracy(x_train, y_train, x_test, y_test, num_classes):
+    import numpy as np
+
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)
+    means = np.stack([unit(x_train)[y_train == c].mean(0) for c in range(num_classes)])  # (K, D)
+    return float(((unit(x_test) @ means.T).argmax(1) == y_test).mean())
+
+
+@register_evaluator("ncm")
+class NearestClassMean(Evaluator):
+    config = NcmConfig
+    summary = "Nearest class mean of frozen features."
+
+    def evaluate(self, frozen, model, train, test, preprocess):
+        x_train, y_train, x_test, y_test = frozen.features(model, train, test, preprocess, self.cfg.train_samples)
+        return {"top1": accuracy(x_train, y_train, x_test, y_test, int(train.num_classes)),
+                "train_samples": len(y_train), "test_samples": len(y_test)}
+
+    def monitor(self, x_train, y_train, x_test, y_test, num_classes, device):
+        return {"ncm": accuracy(x_train, y_train, x_test, y_test, num_classes)}
+'''
+
+
+def test_an_evaluator_in_one_file_is_a_command_and_a_monitor_probe(tmp_path):
+    """Evaluators are a kind in the registry: one file (here a plugin's) is `vitx eval NAME` with its own
+    options, runs standalone on a start, and runs in the monitor by `--monitor-probes NAME`; no other file
+    changes. After the command its registration is gone (the built-ins are unchanged)."""
+    from .helpers import as_flags, metrics, tiny
+
+    plugin = tmp_path / "ncm.py"
+    plugin.write_text(NEAREST_CLASS_MEAN)
+    listed = vitx_cli("--plugin", str(plugin), "eval", "--help").stdout
+    assert "ncm" in listed and "Nearest class mean" in listed and "linear" in listed
+    assert "--train-samples" in vitx_cli("--plugin", str(plugin), "eval", "ncm", "--help").stdout
+    data = "embedded:shapes(length=300, eval_length=90)"
+    done = vitx_cli("--plugin", str(plugin), "eval", "ncm", "--from", "scratch", "--model", "vit-nano/4", "--data",
+                    data, "--train-samples", "150", "--output", str(tmp_path / "ncm.json"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "ncm.json").read_text())
+    assert (result["train_samples"], result["test_samples"], result["data"]) == (150, 90, data)
+    assert 0.1 < result["top1"] <= 1  # 10 classes: the shapes' features are better than chance even untrained
+    run = tiny(tmp_path, monitor="embedded:digits(length=400, eval_length=100)", steps=3, save_every=3)
+    trained = vitx_cli("--plugin", str(plugin), "pretrain", *as_flags(run), "--monitor-probes", "knn,ncm")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    rows = [r for r in metrics(tmp_path / "run") if "monitor_ncm" in r]
+    assert [r["step"] for r in rows] == [0, 3] and all(0 < r["monitor_ncm"] <= 1 and "monitor_knn" in r for r in rows)
+    unknown = vitx_cli("pretrain", *as_flags(tiny(tmp_path / "other")), "--monitor-probes", "knn,ncn")
+    assert (unknown.returncode, unknown.stderr.strip()) == (
+        2, "error: --monitor-probes: unknown evaluator 'ncn'; did you mean knn?")
+    assert "ncm" not in vitx_cli("eval", "--help").stdout  # the plugin's command went with its registration

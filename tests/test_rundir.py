@@ -18,7 +18,7 @@ from safetensors import SafetensorError
 import vitx
 from vitx.runner import pretrain
 from vitx.runner.config import PretrainConfig
-from vitx.runner.rundir import RunDir
+from vitx.runs.rundir import OWNED, RUN_MARK, RunDir
 
 from .helpers import as_flags, metrics, tiny, vitx_cli
 
@@ -31,9 +31,14 @@ def _errors(proc) -> list[str]:
     return [line for line in proc.stderr.splitlines() if line.startswith("error:")]
 
 
-def _fake_checkpoint(run: RunDir, step: int, complete: bool = True) -> Path:
+def _fake_checkpoint(run: RunDir, step: int, complete: bool = True, marked: bool = True) -> Path:
+    """A checkpoint folder as vitx lays one out (`marked`: with the marker vitx writes first; False: as vitx wrote
+    them before the marker existed)."""
     path = run.checkpoints / f"step_{step:08d}"
-    path.mkdir(parents=True)
+    (path / "accelerate").mkdir(parents=True)
+    (path / "accelerate" / "optimizer.bin").write_text(f"optimizer of step {step}")
+    if marked:
+        (path / OWNED).write_text("")
     for name in ("model.safetensors", "config.json"):
         (path / name).write_text(f"{name} of step {step}")
     if complete:
@@ -44,7 +49,7 @@ def _fake_checkpoint(run: RunDir, step: int, complete: bool = True) -> Path:
 def test_a_run_that_finished_while_another_was_setting_up_is_never_overwritten(tmp_path, monkeypatch):
     """Run B looks at the folder (empty), spends its setup indexing data; run A completes there meanwhile; B
     reaches the lock: it refuses in one line and A's run is as A left it."""
-    import vitx.runner.loop as loop
+    import vitx.runner.entry as loop
 
     real = loop.build
     finished: dict[str, bytes] = {}
@@ -105,7 +110,7 @@ def test_a_start_repairs_the_top_level_and_removes_half_pruned_checkpoints(tmp_p
 
 def test_pruning_removes_the_completeness_marker_first(tmp_path, monkeypatch):
     """A kill while pruning the oldest checkpoint must never leave its marker over missing weights."""
-    import vitx.runner.rundir as rundir
+    import vitx.runs.rundir as rundir
 
     run = RunDir(tmp_path / "run")
     _fake_checkpoint(run, 2)
@@ -120,16 +125,22 @@ def test_pruning_removes_the_completeness_marker_first(tmp_path, monkeypatch):
     monkeypatch.setattr(rundir.shutil, "rmtree", killed_rmtree)
     with pytest.raises(KeyboardInterrupt):
         run.publish(staged, 6, {"step": 6}, keep=2)
-    monkeypatch.setattr(rundir.shutil, "rmtree", shutil.rmtree)
+    monkeypatch.undo()  # (rundir.shutil is shutil: the patched rmtree is shutil.rmtree until undone)
     for p in run.checkpoints.iterdir():
         assert (p / "model.safetensors").exists() or not (p / "trainer_state.json").exists(), p.name
     assert run.latest().name == "step_00000006"
+    half = run.checkpoints / "step_00000002"
+    assert sorted(p.name for p in half.iterdir()) == [OWNED, "accelerate"]  # vitx's marker goes last
+    run.clean_partial()  # so the next start recognises the half-removed folder as its own, and finishes the job
+    assert sorted(p.name for p in run.checkpoints.iterdir()) == ["step_00000004", "step_00000006"]
 
 
 def test_names_that_are_not_checkpoints_are_left_alone(tmp_path):
     """A user's step_old or step_00000020.bak (even with a trainer_state.json in it) is neither the latest
     checkpoint nor pruned, and crashes nothing."""
     out = tmp_path / "run"
+    pretrain(tiny(tmp_path, **SHORT))
+    shutil.rmtree(out / "checkpoints" / "step_00000004")  # resumed from step 2 among the strays
     stray = [out / "checkpoints" / name for name in ("step_old", "step_00000020.bak", "step_")]
     for p in stray:
         p.mkdir(parents=True)
@@ -281,3 +292,142 @@ def test_a_resume_that_found_nothing_records_the_command_without_resume(tmp_path
     assert proc.returncode == 0, proc.stderr[-2000:]
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["command"] == shlex.join(["vitx", "pretrain", *flags]) and "resumed_with" not in config
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (hidden ones too), by relative path, with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_folder_of_the_users_files_is_never_written_over(tmp_path):
+    """--output-dir naming a folder that holds the user's files and no vitx run: pretrain and transfer refuse in
+    one line and change nothing there; a new folder, an empty one and a vitx run's own (resumed) still work."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"mine": true}')
+    (mine / "NOTES.md").write_text("my notes")
+    before = _tree(mine)
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, output_dir=str(mine), **SHORT)))
+    assert proc.returncode == 2 and _errors(proc) == [
+        f"error: --output-dir {mine} is not empty and holds no vitx run (it holds NOTES.md, config.json); vitx would "
+        "write over files there: give a new or empty folder"], proc.stderr
+    proc = vitx_cli("transfer", "--task", "embedded/digits", "--from", "scratch", "--model", "vit-nano/4",
+                    "--image-size", "16", "--shots", "10", "--output-dir", str(mine))
+    assert proc.returncode == 2 and len(_errors(proc)) == 1 and "holds no vitx run" in proc.stderr, proc.stderr
+    assert _tree(mine) == before and sorted(p.name for p in mine.iterdir()) == ["NOTES.md", "config.json"]
+
+    (tmp_path / "empty").mkdir()
+    pretrain(tiny(tmp_path, output_dir=str(tmp_path / "empty"), **SHORT))
+    assert (tmp_path / "empty" / RUN_MARK).is_file() and RunDir(tmp_path / "empty").latest().name == "step_00000004"
+    shutil.rmtree(tmp_path / "empty" / "checkpoints" / "step_00000004")
+    (tmp_path / "empty" / "NOTES.md").write_text("the user's notes, in their run")  # still the run's folder
+    assert pretrain(tiny(tmp_path, output_dir=str(tmp_path / "empty"), **SHORT), resume=True)["step"] == 4
+    assert (tmp_path / "empty" / "NOTES.md").read_text() == "the user's notes, in their run"
+
+
+def test_runs_written_before_the_marker_are_still_vitx_s(tmp_path):
+    """A run folder written before `.vitx-run` existed is known by its complete checkpoint, or, killed before the
+    first one, by its lock holding a pid; a `.lock` of someone else's (not a pid) is not."""
+    from vitx.runs.ownership import check_output_dir, is_vitx_folder
+
+    finished = RunDir(tmp_path / "finished")
+    _fake_checkpoint(finished, 2, marked=False)
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / ".lock").write_text("12345\n")
+    (killed / "metrics.jsonl").write_text('{"step": 1}\n')
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".lock").write_text("held by my editor")
+    assert [is_vitx_folder(p) for p in (finished.path, killed, other)] == [True, True, False]
+    check_output_dir(killed)
+    with pytest.raises(vitx.VitxError, match="holds no vitx run"):
+        check_output_dir(other)
+
+
+def test_start_up_cleanup_removes_only_what_vitx_wrote(tmp_path):
+    """checkpoints/ holding a git repository, a notebook's .ipynb_checkpoints, the user's step_5 and a folder of
+    vitx's name without its marker: cleanup and pruning remove only vitx's own unfinished and old checkpoints,
+    and an older vitx's complete checkpoint stays readable."""
+    run = RunDir(tmp_path / "run")
+    legacy = _fake_checkpoint(run, 1, marked=False)  # complete, from before the marker: read, never removed
+    _fake_checkpoint(run, 2)
+    half = _fake_checkpoint(run, 3, complete=False)  # vitx's, killed half-way: removed
+    staged = run.staging(4)  # vitx's, a save killed half-way: removed
+    users = {".git/HEAD": "ref: refs/heads/main\n", ".ipynb_checkpoints/notes-checkpoint.ipynb": "{}",
+             "step_5/mine.txt": "mine", "step_00000006/model.safetensors": "my weights",
+             ".step_00000007.partial/mine.txt": "mine too"}
+    for name, text in users.items():
+        (run.checkpoints / name).parent.mkdir(parents=True, exist_ok=True)
+        (run.checkpoints / name).write_text(text)
+    run.clean_partial()
+    assert not half.exists() and not staged.exists()
+    for name, text in users.items():
+        assert (run.checkpoints / name).read_text() == text, name
+    assert run.latest().name == "step_00000002" and legacy.is_dir()
+
+    newest = run.staging(8)  # pruning to 1 checkpoint: only vitx's marked older one goes
+    assert run.publish(newest, 8, {"step": 8}, keep=1) == run.checkpoints / "step_00000008"
+    assert sorted(p.name for p in run.checkpoints.iterdir()) == [
+        ".git", ".ipynb_checkpoints", ".step_00000007.partial", "step_00000001", "step_00000006", "step_00000008",
+        "step_5"]
+    for name, text in users.items():
+        assert (run.checkpoints / name).read_text() == text, name
+
+    for step in (6, 7):  # a folder of the user's where vitx would write: refused as a file in the way, kept
+        with pytest.raises(FileExistsError, match="not"):
+            run.publish(run.staging(step), step, {"step": step}, keep=1) if step == 6 else run.staging(step)
+        run.clean_partial()
+    assert (run.checkpoints / "step_00000006" / "model.safetensors").read_text() == "my weights"
+    assert (run.checkpoints / ".step_00000007.partial" / "mine.txt").read_text() == "mine too"
+
+
+def test_a_resumed_run_keeps_the_users_files_in_checkpoints(tmp_path):
+    """The reported case, end to end: a run's checkpoints/ holding .git/ and step_5/mine.txt, resumed: both stay
+    byte for byte, and the run finishes."""
+    pretrain(tiny(tmp_path, **SHORT))
+    checkpoints = tmp_path / "run" / "checkpoints"
+    shutil.rmtree(checkpoints / "step_00000004")
+    for name in (".git/HEAD", ".git/config", "step_5/mine.txt"):
+        (checkpoints / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkpoints / name).write_text(f"the user's {name}")
+    before = {k: v for k, v in _tree(checkpoints).items() if k.startswith((".git", "step_5"))}
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, **SHORT)), "--resume")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {k: v for k, v in _tree(checkpoints).items() if k.startswith((".git", "step_5"))} == before
+    assert RunDir(tmp_path / "run").latest().name == "step_00000004"
+
+
+@pytest.mark.parametrize("state, shown", [('{"step": "abc"}', '"abc"'), ('{"step": -5}', "-5"),
+                                          ('{"step": 3}', "3"), ('{"step": true}', "true"), ("[1, 2]", "none"),
+                                          ('{"step": ', None), ("[" * 200_000 + "]" * 200_000, None)],
+                         ids=["text", "negative", "another-step", "bool", "not-an-object", "torn", "nested-200000"])
+def test_a_damaged_trainer_state_is_one_line(tmp_path, state, shown):
+    """trainer_state.json is read as a flag is: a step that is not the checkpoint's own whole number (or not
+    JSON at all) is one line naming the file, never a resume at step -5."""
+    pretrain(tiny(tmp_path, **SHORT))
+    out = tmp_path / "run"
+    shutil.rmtree(out / "checkpoints" / "step_00000004")
+    state_file = out / "checkpoints" / "step_00000002" / "trainer_state.json"
+    state_file.write_text(state)
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, **SHORT)), "--resume")
+    assert proc.returncode == 2 and len(_errors(proc)) == 1, proc.stderr[-2000:]
+    if shown is None:
+        assert f"error: {state_file} is not valid JSON" in proc.stderr
+    else:
+        assert _errors(proc) == [f"error: {state_file} is damaged (step {shown}, in the folder step_00000002); "
+                                 "delete that checkpoint to resume from the one before it"]
+    assert "resuming" not in proc.stdout
+
+
+def test_a_tampered_run_record_is_one_line_on_resume(tmp_path):
+    """The settings a resume reads back from the checkpoint's config.json are type-checked as their flags are:
+    `"steps": "abc"` is one line naming the file (it was a TypeError comparing steps)."""
+    pretrain(tiny(tmp_path, **SHORT))
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_00000002"
+    shutil.rmtree(checkpoint.parent / "step_00000004")
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, "run": {**config["run"], "steps": "abc"}}))
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, **SHORT)), "--resume")
+    assert proc.returncode == 2 and _errors(proc) == [
+        f"error: {checkpoint}/config.json run: steps must be an integer, got 'abc'"], proc.stderr[-2000:]

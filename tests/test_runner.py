@@ -71,7 +71,7 @@ def test_existing_run_is_never_overwritten(tmp_path):
 
 def test_kill_during_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
     """A crash in the middle of writing checkpoint 6 leaves checkpoint 3 complete and resumable."""
-    import vitx.runner.loop as loop
+    import vitx.runs.rundir as loop  # where the weight files are written
 
     real = loop.save_weights
     calls = {"n": 0}
@@ -392,11 +392,33 @@ def test_stop_signals_are_checked_and_restored(tmp_path):
     assert signal.getsignal(signal.SIGUSR1) is before
 
 
+def test_a_stop_signal_delivered_twice_is_one_request_and_a_second_one_says_it_exits():
+    """SIGTERM twice 50 ms apart (a scheduler signals the process group and the launcher forwards it again) is one
+    request: the process lives on to checkpoint. A second request later exits at once with the signal's status,
+    after one line saying so (it used to die with 143 and no word)."""
+    script = ("import os, signal, time\n"
+              "from vitx.runner import preemption\n"
+              "with preemption.StopRequests([signal.SIGTERM]) as requests:\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    time.sleep(0.05)\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    print(requests.received, flush=True)\n"
+              "    time.sleep(preemption.REPEAT_S + 0.2)\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    time.sleep(5)\n"
+              "print('not reached', flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == -signal.SIGTERM and proc.stdout == "SIGTERM\n", (proc.stdout, proc.stderr[-2000:])
+    assert proc.stderr == ("stopped: a second stop signal (SIGTERM): exiting at once, without a checkpoint of this "
+                           "step; the checkpoints already written are intact (run the same command with --resume "
+                           "to continue from the last)\n")
+
+
 def test_two_runs_cannot_write_one_directory(tmp_path):
     """While a run holds its directory, a second one started on it stops in one line and writes nothing; once
     the first is gone (killed, even), the directory is free."""
     out = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom vitx.runner.rundir import RunDir\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom vitx.runs.rundir import RunDir\n"
                                f"with RunDir({str(out)!r}).exclusive() as owned:\n"
                                "    print(owned, flush=True); time.sleep(600)"],
                               stdout=subprocess.PIPE, text=True, cwd=ROOT)  # holds the lock as a training run does
@@ -441,3 +463,34 @@ def test_save_every_minutes_checkpoints_on_the_clock(tmp_path):
     pretrain(tiny(tmp_path, steps=4, save_every=1000, save_every_minutes=1e-9, keep_checkpoints=10,
                   eval_samples=0, output_dir=str(out)))
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [f"step_{s:08d}" for s in (1, 2, 3, 4)]
+
+
+@pytest.mark.parametrize("tracker, modules, install", [
+    ("tensorboard", ("tensorboard", "tensorboardX"), "pip install tensorboard"),
+    ("wandb", ("wandb",), "pip install wandb"),
+    ("mlflow", ("mlflow",), "pip install mlflow"),
+])
+def test_a_tracker_that_cannot_start_is_one_line_before_the_run(tracker, modules, install, tmp_path, monkeypatch):
+    """`--log-with X` where X does not import (made so here, whatever is installed): one line naming what to
+    install, exit 2, and nothing written, for pretrain and transfer alike (Accelerate alone warns and trains on
+    without it)."""
+    for module in modules:
+        monkeypatch.setitem(sys.modules, module, None)  # `import X` now raises ModuleNotFoundError
+    out = tmp_path / "run"
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, output_dir=str(out), log_with=tracker)))
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (f"error: --log-with {tracker}: {modules[0]} is not installed here; {install} (or choose "
+                           "another tracker, or --log-with none)\n")
+    assert not out.exists()
+    proc = vitx_cli("transfer", "--from", "scratch", "--model", "vit-nano/4", "--log-with", tracker,
+                    "--output-dir", str(out))
+    assert proc.returncode == 2 and proc.stderr.startswith(f"error: --log-with {tracker}: {modules[0]} is not")
+    assert not out.exists()
+
+
+def test_an_unknown_tracker_is_one_line():
+    proc = vitx_cli("pretrain", "--log-with", "tensorbord", "--output-dir", "never-written")
+    assert proc.returncode == 2 and proc.stderr == (
+        "error: --log-with must be auto, none or one or more of tensorboard, wandb, mlflow, comet_ml, aim, clearml, "
+        "dvclive, got 'tensorbord'\n")
+    assert not (ROOT / "never-written").exists()

@@ -63,6 +63,89 @@ def test_the_start_decides_the_input_pixel_for_pixel_as_timm(deit_folder):
             assert (model(theirs) - model(ours)).abs().max() < 1e-5
 
 
+CROP_STARTS = {  # crop mode -> the timm pretrained_cfg it is taken from (at 32px here), and its crop_pct
+    "center": ("deit_tiny_patch16_224.fb_in1k", 0.875),  # the short side to floor(S / 0.875), a centre crop
+    "squash": ("vit_medium_patch16_gap_384.sw_in12k_ft_in1k", 0.95),  # both sides to floor(S / 0.95), aspect lost
+    "border": ("deit_tiny_patch16_224.fb_in1k", 0.9),  # the long side to floor(S / 0.9), padded with the mean colour
+}
+
+
+@pytest.fixture(scope="module")
+def crop_starts(tmp_path_factory):
+    """A timm-layout folder (save_for_hf) per crop mode: a 1-block DeiT-Ti at 32px with random weights, whose
+    pretrained_cfg is the named tag's (squash: vit_medium_patch16_gap_384.sw_in12k_ft_in1k's), resized to 32px."""
+    from timm.models import get_pretrained_cfg, save_for_hf
+
+    root, folders = tmp_path_factory.mktemp("crops"), {}
+    for mode, (tag, crop_pct) in CROP_STARTS.items():
+        given = {k: v for k, v in get_pretrained_cfg(tag).to_dict().items()
+                 if k in ("mean", "std", "interpolation", "crop_pct", "crop_mode")}  # the tag's input
+        cfg = {**get_pretrained_cfg("deit_tiny_patch16_224.fb_in1k").to_dict(), **given, "input_size": (3, 32, 32),
+               "crop_mode": mode, "crop_pct": crop_pct}
+        torch.manual_seed(0)
+        model = timm.create_model("deit_tiny_patch16_224", img_size=32, depth=1, num_classes=0, pretrained_cfg=cfg)
+        save_for_hf(model, str(root / mode), model_args={"img_size": 32, "depth": 1}, safe_serialization=True)
+        folders[mode] = root / mode
+    return folders
+
+
+@pytest.fixture(scope="module")
+def photo_folder(tmp_path_factory):
+    """An image folder of JPEGs and PNGs of several aspect ratios (2 classes; 8 train, 4 test images)."""
+    root = tmp_path_factory.mktemp("photos")
+    rng = np.random.default_rng(0)
+    sides = [(48, 64), (64, 48), (37, 50), (50, 33), (40, 40), (36, 64), (43, 64), (61, 61)]
+    for split, count in (("train", 4), ("test", 2)):
+        for k, name in enumerate(("cat", "dog")):
+            (root / split / name).mkdir(parents=True)
+            for i in range(count):
+                h, w = sides[(2 * i + k + (3 if split == "test" else 0)) % len(sides)]
+                picture = Image.fromarray((rng.random((h, w, 3)) * 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(1))
+                suffix = ("jpg", "png")[i % 2]
+                picture.save(root / split / name / f"{i}.{suffix}", **({"quality": 90} if suffix == "jpg" else {}))
+    return root
+
+
+@pytest.mark.parametrize("mode", list(CROP_STARTS))
+def test_eval_input_is_timm_s_own_for_every_crop_mode(crop_starts, photo_folder, mode, monkeypatch, tmp_path):
+    """`vitx eval linear --data FOLDER` from a timm start: every image the probe extracts features of is the one
+    timm's `create_transform(**resolve_data_config(model=m))` makes of the file, to the level (0 levels of 255;
+    the normalised floats to rounding), in centre-crop, squash and border mode alike. Before, squash and border
+    starts were centre-cropped, and no non-square image matched its file."""
+    import vitx.evaluation.features as features
+    from timm.data import create_transform, resolve_data_config
+
+    seen = []  # (N, 3, S, S) uint8 batches, as extracted
+
+    def spy(backbone, images, batch=256, device="cpu", normalise=None):
+        seen.append((images.clone(), normalise(images)))
+        return extract(backbone, images, batch, device, normalise)
+
+    extract = features.extract_features
+    monkeypatch.setattr(features, "extract_features", spy)
+    out = tmp_path / "linear.json"
+    result = vitx_cli("eval", "linear", "--from", str(crop_starts[mode]), "--data", str(photo_folder), "--epochs", "1",
+                      "--lrs", "0.1", "--seeds", "0", "--features", "backbone", "--output", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    model = timm.create_model("deit_tiny_patch16_224", img_size=32, depth=1, num_classes=0,
+                              pretrained_cfg=json.loads((crop_starts[mode] / "config.json").read_text())["pretrained_cfg"])
+    config = resolve_data_config(model=model)
+    assert config["crop_mode"] == mode
+    theirs = create_transform(**config)  # (3, S, S) normalised, timm's input
+    pixels = create_transform(**config, use_prefetcher=True)  # (3, S, S) uint8, the same before normalising
+    for split, (ours, ours_normalised) in zip(("train", "test"), seen):
+        files = sorted(p for p in (photo_folder / split).rglob("*.*"))
+        expected = torch.stack([pixels(Image.open(f).convert("RGB")) for f in files])  # (N, 3, S, S) uint8
+        levels = (ours[:, None].int() - expected[None].int()).abs().amax(dim=(2, 3, 4))  # (N ours, N files)
+        match = levels.argmin(1)
+        assert sorted(match.tolist()) == list(range(len(files)))  # each file once
+        assert levels.min(1).values.max().item() == 0  # 0 levels apart, every image
+        normalised = torch.stack([theirs(Image.open(files[int(j)]).convert("RGB")) for j in match])
+        assert (normalised - ours_normalised).abs().max().item() < 1e-5
+    recorded = json.loads(out.read_text())["input"]
+    assert (recorded["crop_mode"], recorded["crop_pct"]) == (mode, CROP_STARTS[mode][1])
+
+
 def test_eval_and_transfer_record_the_starts_input(deit_folder, tmp_path):
     result = vitx_cli("eval", "fewshot", "--from", str(deit_folder), "--data", "embedded:digits", "--shots", "1",
                       "--seeds", "1", "--test-samples", "20", "--output", str(tmp_path / "fs.json"))

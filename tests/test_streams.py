@@ -118,6 +118,33 @@ def test_a_shard_cut_at_a_sample_boundary_is_refused_not_read_short(shards, tmp_
         open_source(str(half / "train-{0000..0003}.tar"), "train")
 
 
+def test_a_cut_shard_whose_last_kib_is_zeros_is_refused(tmp_path):
+    """Samples whose last member ends in zeros (a mask saved as .npy): cut at the 21st sample, the file still
+    ends in 1 KiB of zeros, as a whole tar does, and a reader sees 20 of 60 samples without an error. The tar's
+    structure tells: the end-of-archive marker is missing after the last member."""
+    whole, cut_dir = tmp_path / "whole", tmp_path / "cut"
+    whole.mkdir()
+    cut_dir.mkdir()
+    mask = io.BytesIO()
+    np.save(mask, np.zeros((32, 32), np.uint8))  # a 128-byte header, then 1,024 zero bytes
+    with tarfile.open(whole / "train-0000.tar", "w") as tar:
+        for n in range(60):
+            for ext, data in (("cls", str(n % 3).encode()), ("jpg", _jpeg(n)), ("npy", mask.getvalue())):
+                info = tarfile.TarInfo(f"s{n:05d}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    with tarfile.open(whole / "train-0000.tar") as tar:
+        cut = tar.getmember("s00020.cls").offset  # the 21st sample's first header
+    (cut_dir / "train-0000.tar").write_bytes((whole / "train-0000.tar").read_bytes()[:cut])
+    raw = (cut_dir / "train-0000.tar").read_bytes()
+    assert not any(raw[-1024:])  # what the tail check looked at: zeros, as at the end of a whole tar
+    with tarfile.open(cut_dir / "train-0000.tar") as tar:
+        assert len(tar.getmembers()) == 60  # 20 whole samples, no error
+    assert open_source(str(whole), "train").num_shards == 1
+    with pytest.raises(VitxError, match=r"shard .*cut/train-0000\.tar is cut short .*after member s00019\.npy"):
+        open_source(str(cut_dir), "train")
+
+
 @pytest.mark.parametrize("kind", ["shards", "hub"])
 def test_each_process_reads_its_own_shards_and_resumes_at_its_position(kind, shards, hub_copy, monkeypatch):
     monkeypatch.setattr("datasets.config.SLEEP_TIME_ON_THREADS_SHUTDOWN", 0)  # 5 s at a shuffled epoch's end

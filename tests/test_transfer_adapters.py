@@ -78,3 +78,54 @@ def test_adapter_resolution_errors():
         resolve_adapters(["linear-prob"])
     with pytest.raises(VitxError, match="bicubic, bilinear"):
         resolve_adapters(["resize-posemb(mode='nearest')"])
+
+
+def test_a_setting_the_method_ignores_is_refused_in_one_line(tmp_path):
+    """`--adapter fewshot --mixup 0.8`: the closed-form fit cannot use mixup, so it is refused before anything
+    runs (result.json recorded `"mixup": 0.8` as if used)."""
+    from .helpers import vitx_cli
+
+    out = tmp_path / "t"
+    proc = vitx_cli("transfer", "--from", "scratch", "--model", "vit-nano/4", "--adapter", "fewshot", "--mixup", "0.8",
+                    "--shots", "20", "--test-samples", "8", "--workers", "0", "--output-dir", str(out))
+    assert (proc.returncode, proc.stderr) == (2, "error: --adapter fewshot solves for the head in closed form and "
+                                                 "trains nothing: --mixup 0.8 would have no effect; leave it out\n")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"adapters": ["fewshot"], "protocol": "peft", "hflip": False, "lrs": [0.1, 0.2], "label_smoothing": 0.1},
+     "--adapter fewshot solves for the head in closed form and trains nothing: --protocol peft, --lrs 0.1,0.2, "
+     "--no-hflip, --label-smoothing 0.1 would have no effect; leave them out"),
+    ({"adapters": ["linear-probe"], "layer_decay": 0.65, "drop_path": 0.1, "mixup": 0.8},
+     "--adapter linear-probe trains only the head, on a frozen backbone in eval mode: --drop-path 0.1, "
+     "--layer-decay 0.65 would have no effect; leave them out"),
+    ({"adapters": ["vpt(tokens=2)"], "drop_path": 0.1},
+     "--adapter vpt keeps the backbone frozen in eval mode (no stochastic depth): --drop-path 0.1 would have no "
+     "effect; leave it out"),
+])
+def test_every_ignored_setting_is_named(settings, message):
+    """All the settings a method ignores that were given, in one line (a --protocol preset counts as given)."""
+    from vitx.transfer.config import TransferConfig, with_protocol
+
+    with pytest.raises(VitxError) as refused:
+        TransferConfig(**with_protocol(settings)).validate()
+    assert str(refused.value) == message
+
+
+def test_what_a_method_ignores_is_declared_once_and_defaults_pass():
+    """Each method names the settings it ignores (TransferConfig fields, declared on the adapter); their defaults,
+    the --protocol preset's, or an explicit default value pass, and what the method does read passes."""
+    from dataclasses import fields
+
+    from vitx.adapters.base import TRAINING
+    from vitx.transfer.config import TransferConfig, with_protocol
+
+    names = {f.name for f in fields(TransferConfig)}
+    for spec in ("fewshot", "linear-probe", "vpt", "finetune", "bitfit", "ssf", "resize-posemb", "zero-head"):
+        assert set(create_adapter(spec).ignores) <= names, spec
+    assert create_adapter("fewshot").ignores == TRAINING and create_adapter("finetune").ignores == ()
+    TransferConfig(adapters=["fewshot"], mixup=0.0, lr=0.01, hflip=True).validate()  # the defaults, given
+    TransferConfig(**with_protocol({"protocol": "peft", "adapters": ["vpt"]})).validate()  # the preset's values
+    TransferConfig(adapters=["linear-probe"], mixup=0.8, weight_decay=0.1, ema_decay=0.99).validate()  # all read
+    TransferConfig(mixup=0.8, drop_path=0.1, layer_decay=0.65).validate()  # full fine-tuning reads them all

@@ -3,6 +3,8 @@ directory it leaves, --resume, linear probing, learning above chance, and one-li
 from __future__ import annotations
 
 import json
+import sys
+import types
 
 import pytest
 import torch
@@ -91,7 +93,9 @@ def test_linear_probe_leaves_the_backbone_unchanged(pretrained_run, tmp_path):
 
 
 def test_fewshot_adapter_in_closed_form(pretrained_run, tmp_path):
-    cfg = TransferConfig(start=str(pretrained_run), adapters=["fewshot"], output_dir=str(tmp_path / "fs"), **QUICK)
+    """The closed-form head takes no training settings (they are refused: tests/test_transfer_adapters.py)."""
+    used = {k: QUICK[k] for k in ("task", "shots", "test_samples", "workers", "curves")}
+    cfg = TransferConfig(start=str(pretrained_run), adapters=["fewshot"], output_dir=str(tmp_path / "fs"), **used)
     result = transfer(cfg)["tasks"][0]
     assert result["chosen"] is None and result["sweep"] == [] and result["test_samples"] == 64
 
@@ -341,6 +345,8 @@ def test_a_transfer_logs_each_point_to_the_trackers_grouped_by_task(tmp_path, mo
             pass
 
     monkeypatch.setattr(vitx.runner.launch, "Accelerator", Recorded)
+    monkeypatch.setitem(sys.modules, "wandb", types.ModuleType("wandb"))  # as if installed: --log-with takes it
+    monkeypatch.setattr(accelerate.utils.imports, "is_wandb_available", lambda: True)
     cfg = TransferConfig(start="scratch", model="vit-nano/4", output_dir=str(tmp_path / "t"), log_with="wandb",
                          **{**QUICK, "sweep_steps": [2], "lrs": [0.01, 0.1]})
     transfer(cfg)
@@ -348,3 +354,58 @@ def test_a_transfer_logs_each_point_to_the_trackers_grouped_by_task(tmp_path, mo
     assert names == ["vtab/dsprites_loc lr0.01_steps2", "vtab/dsprites_loc lr0.1_steps2", "vtab/dsprites_loc final"]
     assert {kw["wandb"]["group"] for _, _, kw in calls} == {"t/vtab/dsprites_loc"}
     assert all(config["log_with"] == "wandb" and config["lr"] in (0.01, 0.1) for _, config, _ in calls)
+
+
+TINY_TRANSFER = ["--from", "scratch", "--model", "vit-nano/4", "--image-size", "16", "--no-sweep", "--steps", "1",
+                 "--batch-size", "4", "--test-samples", "8", "--workers", "0", "--no-curves"]
+
+
+def test_a_transfer_that_failed_before_training_does_not_block_the_retry(tmp_path):
+    """A transfer whose start is not there fails after claiming its task folder: it takes the claim back, and a
+    claim left by a kill before training blocks nothing either; the corrected command runs without --resume."""
+    out = tmp_path / "out"
+    proc = vitx_cli("transfer", "--task", "embedded/digits", "--shots", "10", *TINY_TRANSFER[4:], "--from",
+                    str(tmp_path / "no-such-run"), "--output-dir", str(out))
+    assert proc.returncode == 2 and "no such checkpoint directory" in proc.stderr, proc.stderr
+    assert list(out.rglob("transfer.json")) == []
+
+    claimed = out / "embedded-digits" / "transfer.json"  # what a kill between the claim and training leaves
+    claimed.parent.mkdir(parents=True)
+    claimed.write_text(json.dumps({"task": "embedded/digits", "shots": 20, "seed": 7}))
+    proc = vitx_cli("transfer", "--task", "embedded/digits", "--shots", "10", *TINY_TRANSFER, "--output-dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(claimed.read_text())["shots"] == 10
+    assert json.loads((out / "embedded-digits" / "result.json").read_text())["shots"] == 10
+
+
+def test_data_folders_that_share_a_name_get_a_task_folder_each(tmp_path):
+    """`--task a/photos,b/photos`: once both went to out/data-photos and the second was refused. Each gets its
+    own folder, named after the part of its path that tells them apart; a lone one keeps data-photos."""
+    from vitx.tasks import Task
+    from vitx.transfer.protocol import task_dirs
+
+    from .helpers import write_image_folder
+
+    a, b = write_image_folder(tmp_path / "a" / "photos"), write_image_folder(tmp_path / "b" / "photos")
+    out = tmp_path / "out"
+    proc = vitx_cli("transfer", "--task", f"{a},{b}", "--shots", "5", *TINY_TRANSFER, "--output-dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [t["task"] for t in summary["tasks"]] == [str(a), str(b)]
+    for folder, data in (("data-a-photos", a), ("data-b-photos", b)):
+        assert json.loads((out / folder / "transfer.json").read_text())["task"] == str(data)
+        assert json.loads((out / folder / "result.json").read_text())["task"] == str(data)
+
+    cfg = TransferConfig(output_dir=str(out))
+    task = lambda name: Task(name=name, group="custom", num_classes=2, label="folders", data=name)  # noqa: E731
+    assert task_dirs(cfg, [task(str(a))]) == {str(a): out / "data-photos"}  # as before: existing runs resume
+    same = task_dirs(cfg, [task("photos"), task("photos/")])  # no part of the path tells them apart: a hash
+    assert len(set(same.values())) == 2 and all(p.name.startswith("data-photos-") for p in same.values())
+
+    # a task folder holding another dataset's transfer is never continued as this one's
+    (out / "data-photos").mkdir()
+    for name in ("transfer.json", "result.json"):
+        (out / "data-photos" / name).write_text((out / "data-a-photos" / name).read_text())
+    proc = vitx_cli("transfer", "--task", str(b), "--shots", "5", *TINY_TRANSFER, "--output-dir", str(out), "--resume")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"error: {out / 'data-photos'} holds a transfer of {a}, not {b}; choose another --output-dir" in proc.stderr

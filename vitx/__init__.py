@@ -12,8 +12,8 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 
 from .errors import VitxError  # noqa: E402
 from .lazy import lazy_exports  # noqa: E402
-from .registry import (ADAPTERS, BACKBONES, OBJECTIVES, TASKS, Registry, register_adapter,  # noqa: E402
-                       register_backbone, register_objective, register_task, temporary)
+from .registry import (ADAPTERS, BACKBONES, EVALUATORS, OBJECTIVES, TASKS, Registry, register_adapter,  # noqa: E402
+                       register_backbone, register_evaluator, register_objective, register_task, temporary)
 from . import plugins as _plugins  # noqa: E402,F401  (installs plugin discovery in the registry)
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from .objectives import Objective, create_objective
     from .data.views import View
 
-__all__ = ["__version__", "ADAPTERS", "BACKBONES", "OBJECTIVES", "TASKS", "register_adapter", "register_task",
+__all__ = ["__version__", "ADAPTERS", "BACKBONES", "EVALUATORS", "OBJECTIVES", "TASKS", "register_adapter",
+           "register_evaluator", "register_task",
            "temporary", "Objective", "Registry", "View", "VitxError", "create_backbone",
            "create_objective", "load_backbone", "register_backbone", "register_objective"]
 __getattr__, __dir__ = lazy_exports(__name__, {

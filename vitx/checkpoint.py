@@ -53,15 +53,20 @@ _REASONS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk
             errno.EEXIST: "a file of that name is in the way", errno.EISDIR: "a folder of that name is in the way"}
 
 
-def cannot_write(path: Path | str, exc: OSError | SafetensorError) -> VitxError:
-    """A failed write (full disk, read-only folder, a file where a folder should be) as one plain line: these are
-    the machine's state, not a bug, and the user can fix them. safetensors reports the OS error only in its text."""
+def write_reason(exc: OSError | SafetensorError) -> str:
+    """Why a write failed, in a few plain words ("no space left on the device"). safetensors reports the OS error
+    only in its text."""
     code = exc.errno if isinstance(exc, OSError) else None
     if code is None:
         found = re.search(r"os error (\d+)", str(exc))
         code = int(found.group(1)) if found else None
-    reason = _REASONS.get(code) or (os.strerror(code).lower() if code else "an input/output error")
-    return VitxError(f"cannot write {path}: {reason}")
+    return _REASONS.get(code) or (os.strerror(code).lower() if code else "an input/output error")
+
+
+def cannot_write(path: Path | str, exc: OSError | SafetensorError) -> VitxError:
+    """A failed write (full disk, read-only folder, a file where a folder should be) as one plain line: these are
+    the machine's state, not a bug, and the user can fix them."""
+    return VitxError(f"cannot write {path}: {write_reason(exc)}")
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:
@@ -69,7 +74,7 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     caller redoes or skips what it recorded)."""
     try:
         found = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # (JSONDecodeError is a ValueError)
         return None
     return found if isinstance(found, dict) else None
 
@@ -107,11 +112,23 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
         raise VitxError(f"{path} is not a readable safetensors file ({exc})") from None
 
 
+def read_json(path: Path) -> Any:
+    """A JSON file vitx wrote, read as untrusted input: unreadable, not JSON or nested beyond what Python parses
+    (a damaged or hostile file) is one line, never a traceback."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise VitxError(f"cannot read {path} ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise VitxError(f"{path} is not valid JSON (not UTF-8 text)") from None
+    except json.JSONDecodeError as exc:
+        raise VitxError(f"{path} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise VitxError(f"{path} is not valid JSON (nested too deeply to read: damaged or not vitx's)") from None
+
+
 def read_config(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / "config.json"
     if not path.exists():
         raise VitxError(f"{run_dir} is not a vitx checkpoint (no config.json)")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise VitxError(f"{path} is not valid JSON ({exc})") from None
+    return read_json(path)

@@ -22,7 +22,7 @@ from . import registry
 
 GROUP = "vitx.plugins"  # a plugin that may register any kind
 KIND_GROUPS = {"backbone": "vitx.backbones", "objective": "vitx.objectives", "adapter": "vitx.adapters",
-               "task": "vitx.tasks"}  # a plugin that registers only that kind
+               "task": "vitx.tasks", "evaluator": "vitx.evaluators"}  # a plugin that registers only that kind
 loaded: dict[str, str] = {}  # plugin name → where it came from
 failed: dict[str, str] = {}  # plugin name → one-line error
 origins: dict[str, str] = {}  # plugin name → where it came from, loaded or not

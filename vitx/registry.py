@@ -1,4 +1,4 @@
-"""One small registry for every pluggable kind: backbones, objectives, adapters and tasks.
+"""One small registry for every pluggable kind: backbones, objectives, adapters, tasks and evaluators.
 
 Each kind is a `Registry`; components register by name and are looked up by name, with close
 matches suggested on a typo. Nothing here knows what a backbone or an objective is."""
@@ -121,6 +121,7 @@ BACKBONES = Registry("backbone", builtins="vitx.backbones")
 OBJECTIVES = Registry("objective", builtins="vitx.objectives")
 ADAPTERS = Registry("adapter", builtins="vitx.adapters")
 TASKS = Registry("task", builtins="vitx.tasks")
+EVALUATORS = Registry("evaluator", builtins="vitx.evaluators")  # frozen-feature evaluators: vitx eval NAME, --monitor-probes
 
 
 def register_backbone(name: str, **kw: Any) -> Callable[[Any], Any]:
@@ -133,7 +134,8 @@ def register_objective(name: str, **kw: Any) -> Callable[[Any], Any]:
     return OBJECTIVES.register(name, **kw)
 
 
-KINDS = {"backbones": BACKBONES, "objectives": OBJECTIVES, "adapters": ADAPTERS, "tasks": TASKS}
+KINDS = {"backbones": BACKBONES, "objectives": OBJECTIVES, "adapters": ADAPTERS, "tasks": TASKS,
+         "evaluators": EVALUATORS}
 
 
 def load_builtins() -> None:
@@ -155,6 +157,11 @@ def temporary() -> Iterator[None]:
 def register_adapter(name: str, **kw: Any) -> Callable[[Any], Any]:
     """Decorator: register an adapter class `cls(**options)` (see `vitx.adapters.Adapter`)."""
     return ADAPTERS.register(name, **kw)
+
+
+def register_evaluator(name: str, **kw: Any) -> Callable[[Any], Any]:
+    """Decorator: register a frozen-feature evaluator class (see `vitx.evaluators.Evaluator`)."""
+    return EVALUATORS.register(name, **kw)
 
 
 def register_task(name: str, task: Any = None, **kw: Any) -> Any:

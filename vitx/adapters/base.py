@@ -20,6 +20,13 @@ import torch.nn as nn
 
 ROLES = ("input", "head", "method")
 
+# The transfer settings (vitx/transfer/config.py) that only a trained run reads: a method that solves for its head
+# in closed form has no use for any of them (`Adapter.ignores`)
+TRAINING = ("protocol", "sweep", "select", "lrs", "sweep_steps", "lr", "steps", "seeds", "augment", "crop_scale",
+            "hflip", "randaugment", "random_erasing", "mixup", "cutmix", "label_smoothing", "optimizer",
+            "weight_decay", "layer_decay", "drop_path", "ema_decay", "batch_size", "grad_accum", "warmup",
+            "grad_clip", "precision", "compile", "log_with")
+
 
 @dataclass(frozen=True)
 class AdaptContext:
@@ -34,6 +41,10 @@ class Adapter:
 
     role: ClassVar[str] = "method"
     closed_form: ClassVar[bool] = False  # the head is solved for, not trained by the runner
+    # Transfer settings this method never reads, and why (one clause): `vitx transfer` refuses any of them set
+    # to other than its default, so that a result never records a setting that did nothing
+    ignores: ClassVar[tuple[str, ...]] = ()
+    ignores_because: ClassVar[str] = ""
     name: str = "adapter"  # set by `create_adapter` to the name it was registered under
 
     def __init__(self, **options: Any) -> None:

@@ -6,7 +6,7 @@ import torch.nn as nn
 
 from ..evaluation import FEWSHOT_REG
 from ..registry import register_adapter
-from .base import AdaptContext, Adapter, freeze
+from .base import TRAINING, AdaptContext, Adapter, freeze
 
 
 @register_adapter("finetune",
@@ -19,6 +19,9 @@ class FineTune(Adapter):
 @register_adapter("linear-probe",
                   description="frozen backbone (in eval mode), only the linear head trains")
 class LinearProbe(Adapter):
+    ignores = ("drop_path", "layer_decay")  # the backbone never trains: the head alone, at the full lr
+    ignores_because = "trains only the head, on a frozen backbone in eval mode"
+
     def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
         freeze(model.backbone)  # in eval mode too: drop-path and dropout off, as evaluation reads it
         model.head.requires_grad_(True)
@@ -30,6 +33,8 @@ class FewShot(Adapter):
     """big_vision's few-shot linear evaluation: whitened features, bias feature, L2 `reg` (2^10)."""
 
     closed_form = True
+    ignores = TRAINING
+    ignores_because = "solves for the head in closed form and trains nothing"
 
     def __init__(self, reg: float = FEWSHOT_REG) -> None:
         super().__init__(reg=reg)

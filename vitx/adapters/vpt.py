@@ -35,6 +35,9 @@ def _prompt(block: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
 @register_adapter("vpt", description="frozen backbone; learned prompt tokens before the first block (shallow) "
                                      "or every block (deep=True); the head trains")
 class VPT(Adapter):
+    ignores = ("drop_path",)  # the frozen backbone stays in eval mode: stochastic depth is off
+    ignores_because = "keeps the backbone frozen in eval mode (no stochastic depth)"
+
     def __init__(self, tokens: int = 10, deep: bool = False) -> None:
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
             raise VitxError(f"vpt tokens must be a positive integer, got {tokens!r}")

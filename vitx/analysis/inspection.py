@@ -9,11 +9,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn as nn
-from PIL import Image, UnidentifiedImageError
 from rich.progress import Progress
 
 from ..checkpoint import atomic_write_text
-from ..data import DataOptions, Preprocess, decode, open_data
+from ..data import DataOptions, EncodedImage, Preprocess, decode, open_data
 from ..errors import VitxError
 from .attention import mean_attention_distance, recording, rollout, uniform_distance
 from .embeddings import filter_components, patch_grid, position_embeddings, position_similarity, row_column_structure
@@ -65,17 +64,15 @@ def sample_images(spec: str, size: int, count: int, seed: int = 0,
 
 
 def load_images(paths: list[str], size: int, normal: dict[str, Any] | None = None) -> tuple[torch.Tensor, list[np.ndarray]]:
-    """User images (--image), centre-cropped and resized to the backbone's resolution."""
+    """User images (--image), centre-cropped and resized to the backbone's resolution. Read as `vitx predict` and
+    training read files (`EncodedImage`, `decode`): a file claiming more pixels than PIL's decompression-bomb
+    limit, or one no decoder reads, is one line naming it, never a traceback."""
     prep = Preprocess(image_size=size, **(normal or {}))
     pictures = []
     for p in paths:
-        try:
-            with Image.open(p) as img:
-                pictures.append(_picture(prep, img.convert("RGB")))
-        except FileNotFoundError:
-            raise VitxError(f"--image {p}: no such file") from None
-        except (UnidentifiedImageError, OSError) as exc:
-            raise VitxError(f"--image {p}: not a readable image ({exc})") from None
+        if not Path(p).expanduser().is_file():
+            raise VitxError(f"--image {p}: no such file")
+        pictures.append(_picture(prep, EncodedImage.from_file(str(Path(p).expanduser()))))  # CorruptImageError names it
     return _as_batch(prep, pictures), pictures
 
 

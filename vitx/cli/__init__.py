@@ -18,7 +18,7 @@ from ..errors import DISK_STATE_ERRNOS, VitxError
 from ..invocation import recording
 from ..plugins import load_env_plugins, load_plugin
 from .catalog import adapters, models, objectives, plugins, tasks
-from .configured import eval_app, pretrain, transfer
+from .configured import add_evaluators, eval_app, pretrain, transfer
 from .export import export
 from .inspect import inspect
 from .plot import plot
@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         load_env_plugins()
         for target in plugins:
             load_plugin(target)
+        add_evaluators()  # vitx eval NAME for every evaluator, a plugin's included
         with recording(given), _ctrl_c_says_so():  # config.json records the command line (model cards show it)
             app(args=argv, prog_name="vitx")
     except VitxError as exc:

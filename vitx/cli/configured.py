@@ -1,6 +1,6 @@
-"""The commands whose options are their config's declared settings (vitx/settings.py, through `options.command`):
-`vitx pretrain` (`PretrainConfig`), `vitx transfer` (`TransferConfig`) and `vitx eval fewshot`, `knn` and `linear`
-(`evaluation/config.py`: frozen-feature evaluation; the work is `transfer/frozen.py`'s, the tables `transfer/report.py`'s)."""
+"""The commands whose options are their config's declared settings (vitx/settings/, through `options.command`):
+`vitx pretrain` (`PretrainConfig`), `vitx transfer` (`TransferConfig`) and `vitx eval NAME` for every registered
+evaluator (`vitx/evaluators/`: its config, its work and its table in one file; the driver is `evaluators/frozen.py`)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,6 @@ from typing import Any, Optional
 
 import typer
 
-from ..evaluation.config import FewshotConfig, KnnConfig, LinearConfig
 from ..recipe import resolve
 from ..runner.config import PretrainConfig
 from ..transfer.config import TransferConfig, with_protocol
@@ -30,19 +29,24 @@ def _transfer(options: dict[str, Any], resume: bool, recipe: Optional[str], sets
     run_transfer(TransferConfig(**chosen), resume=resume)
 
 
-def _frozen(cls: type, evaluate: str, printer: str) -> Any:
-    """An `eval` command's work: the config checked, `transfer.frozen.<evaluate>` run on one process, each
-    dataset's table printed by `transfer.report.<printer>` as soon as it is done, the numbers written as JSON."""
+def _evaluation(name: str) -> Any:
+    """`vitx eval NAME`'s work: the evaluator's config checked, the evaluator run on one process by the driver
+    (`evaluators/frozen.py`), each dataset's table printed as soon as it is done, the numbers written as JSON."""
     def run(options: dict[str, Any], resume: bool, recipe: Optional[str], sets: list[str]) -> None:
+        from ..evaluators import create_evaluator
         from ..runner.launch import is_main_process
 
-        cfg = cls(**options).validate()
+        evaluator = create_evaluator(name)
+        evaluator.cfg = type(evaluator.cfg)(**options).validate()
         if not is_main_process():  # under a launcher: one process does the (small) work, on its own device
             return
-        from ..checkpoint import atomic_write_text
-        from ..transfer import frozen, report
+        from rich.console import Console
 
-        results = getattr(frozen, evaluate)(cfg, each=lambda result: getattr(report, printer)(result, cfg))
+        from ..checkpoint import atomic_write_text
+        from ..evaluators.frozen import evaluate
+
+        results = evaluate(evaluator, each=lambda result: evaluator.table(result, Console()))
+        cfg = evaluator.cfg
         if cfg.output:
             Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
             body = results[0] if len(results) == 1 else {"from": cfg.start, "datasets": results}
@@ -55,14 +59,14 @@ pretrain = command(PretrainConfig, _pretrain, "pretrain",
 transfer = command(TransferConfig, _transfer, "transfer",
                    "Transfer a pre-trained ViT: sweep, retrain, test (VTAB-1k protocol), print and save the results.")
 eval_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate frozen features.")
-eval_app.command("fewshot")(command(
-    FewshotConfig, _frozen(FewshotConfig, "evaluate_fewshot", "print_fewshot"), "fewshot",
-    "Regularised least squares on frozen pre-logit features: accuracy at 1/5/10/25 shots over seeds.", training=False))
-eval_app.command("knn")(command(
-    KnnConfig, _frozen(KnnConfig, "evaluate_knn", "print_knn"), "knn",
-    "Weighted k-nearest-neighbour classification of frozen features (DINO's protocol): top-1 for each k.",
-    training=False))
-eval_app.command("linear")(command(
-    LinearConfig, _frozen(LinearConfig, "evaluate_linear", "print_linear"), "linear",
-    "A linear probe on frozen features, extracted once: lr × features chosen on validation, test top-1 over seeds "
-    "(MAE's and DINO's linear evaluation).", training=False))
+
+
+def add_evaluators() -> None:
+    """`vitx eval NAME` for every registered evaluator (vitx/evaluators/, and plugins': called after they load),
+    its options its config's settings."""
+    from ..registry import EVALUATORS
+
+    eval_app.registered_commands.clear()
+    for entry in EVALUATORS:
+        eval_app.command(entry.name)(command(entry.obj.config, _evaluation(entry.name), entry.name,
+                                             entry.obj.summary or entry.description, training=False))

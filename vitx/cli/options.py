@@ -1,4 +1,4 @@
-"""A command's options made from its config's declared settings (`vitx/settings.py`): one typer option per
+"""A command's options made from its config's declared settings (`vitx/settings/`): one typer option per
 setting, in its help panel, with its help and default; plus the options every training command shares (a
 recipe file, `--set` overrides of any setting, `--resume`)."""
 from __future__ import annotations

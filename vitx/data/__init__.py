@@ -2,8 +2,7 @@
 hold-outs in `draws.py`) → sources (map-style `sources.py`, `streams.py`, `memory.py`) → decoding →
 preprocessing on uint8 → deterministic, sharded loaders of uint8 batches (normalised on the device)."""
 from ..lazy import lazy_exports
-
-INTERPOLATIONS = ("bicubic", "bilinear", "nearest")  # how images are resized (transforms.py); torch-free here
+from ..settings.groups import INTERPOLATIONS  # how images are resized (transforms.py); torch-free
 
 _EXPORTS = {  # public name → the module that defines it, imported on first use
     **dict.fromkeys(["TensorSplit", "decode_split"], ".memory"),

@@ -63,6 +63,15 @@ def stratified_split(labels: np.ndarray, held: int, seed: Any) -> tuple[np.ndarr
     return np.setdiff1d(np.arange(len(labels)), held_out), held_out  # (kept, held out)
 
 
+def classes_left_out(drawn: np.ndarray, pool: np.ndarray, num_classes: int) -> list[int]:
+    """The classes that `pool` (labels) holds images of and a draw from it (`drawn`, labels) has none of: a draw
+    too small to give every class a training image trains a classifier that can never predict those classes,
+    and its accuracy on a small test set can still look perfect."""
+    have = np.bincount(np.asarray(drawn, dtype=np.int64), minlength=num_classes)
+    held = np.bincount(np.asarray(pool, dtype=np.int64), minlength=num_classes)
+    return [int(c) for c in np.flatnonzero((have == 0) & (held > 0))]
+
+
 def class_counts(labels: np.ndarray, num_classes: int) -> list[int]:
     """Images per class, for a run's record."""
     return np.bincount(np.asarray(labels, dtype=np.int64), minlength=num_classes).tolist()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import re
 from pathlib import Path
 from typing import Any, Iterator
@@ -70,20 +71,83 @@ def shard_files(spec: str, split: str) -> list[str] | None:
     return files
 
 
+BLOCK = 512  # a tar's unit: every header is one block, every member's data is padded to whole blocks
+PAX_SIZE = re.compile(rb"(?:^|\n)\d+ size=(\d+)\n")  # a pax header's override of the next member's size
+
+
+def _header_size(block: bytes) -> int | None:
+    """The member size a 512-byte tar header gives, or None when the block is no tar header (its checksum,
+    unsigned or, as some old writers made it, signed, does not match): octal, or GNU's base-256 for 8 GiB and up."""
+    try:
+        stored = int(block[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
+    except ValueError:
+        return None
+    blanked = block[:148] + b" " * 8 + block[156:]
+    unsigned = sum(blanked)
+    if stored != unsigned and stored != unsigned - 256 * sum(b > 127 for b in blanked):
+        return None
+    field = block[124:136]
+    if field[0] & 0x80:  # base-256
+        return int.from_bytes(field[1:], "big")
+    try:
+        return int(field.split(b"\0", 1)[0].strip() or b"0", 8)
+    except ValueError:
+        return None
+
+
+def tar_damage(path: str | Path) -> str | None:
+    """Why the tar file at `path` is incomplete, or None when it is whole: its 512-byte headers walked from the
+    start (one read each, the data between them skipped), each member's size checked against the file's, and
+    the two zero blocks that end every tar present after the last member. A pax header's `size` record counts
+    for the member after it."""
+    fd = os.open(Path(path).expanduser(), os.O_RDONLY)
+    try:
+        total, pos, override, last = os.fstat(fd).st_size, 0, None, None
+        while True:
+            block = os.pread(fd, BLOCK, pos)
+            if len(block) < BLOCK:
+                after = f"after member {last}" if last else "with no member"
+                return f"it ends at byte {total} {after}, without a tar's end-of-archive marker"
+            if not any(block):  # the end-of-archive marker: two zero blocks
+                if os.pread(fd, BLOCK, pos + BLOCK) != bytes(BLOCK):
+                    return f"at byte {pos} it has one zero block where a tar ends with two"
+                return None
+            size = _header_size(block)
+            if size is None:
+                return f"at byte {pos} it holds no tar header where one should be"
+            name = block[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+            kind = block[156:157]
+            if override is not None and kind not in (b"x", b"g"):  # the member a pax header described
+                size, override = override, None
+            end = pos + BLOCK + size  # where its data ends
+            if end > total:
+                return f"member {name} needs {size:,} bytes of data, of which the file holds {total - pos - BLOCK:,}"
+            if kind == b"x":  # pax extended header: may give the next member's size
+                found = PAX_SIZE.search(os.pread(fd, size, pos + BLOCK))
+                override = int(found.group(1)) if found else None
+            elif kind not in (b"g", b"L", b"K"):  # global pax, GNU long names: no member of their own
+                last = name
+            pos = end + (-size) % BLOCK
+    finally:
+        os.close(fd)
+
+
 def check_complete(files: list[str]) -> None:
-    """Refuse a local shard cut short. Cut inside a member, a tar fails as it is read; cut at a member's
-    boundary (a copy stopped half-way), it reads as a shorter valid archive and the rest of its samples are
-    silently never seen. Only the missing end-of-archive marker (two zero 512-byte blocks, which every tar
-    writer ends with) tells; reading a file's last 1 KiB is cheap, so every local shard is checked at open."""
+    """Refuse a local shard cut short. Cut inside a member or at a member's boundary (a copy stopped half-way),
+    a tar can read as a shorter valid archive, and the rest of its samples are silently never seen; its last
+    bytes tell nothing when the last member's data ends in zeros (a mask, a .npy, a raw image). So the tar's
+    structure is checked at open (`tar_damage`): every member's size against the file's, and the end-of-archive
+    marker after the last. One small read per member, never the data."""
     for name in files:
         if "://" in name:
             continue
-        with open(Path(name).expanduser(), "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 1024))  # the last 1 KiB
-            tail = f.read()
-        if len(tail) < 1024 or any(tail):
-            raise VitxError(f"shard {name} is cut short (it lacks a tar's end-of-archive marker, so the samples "
-                            "after the cut would be silently missing): copy or write it again")
+        try:
+            why = tar_damage(name)
+        except OSError as exc:  # a folder named *.tar, no permission
+            raise VitxError(f"cannot read shard {name}: {exc.strerror or exc}") from None
+        if why is not None:
+            raise VitxError(f"shard {name} is cut short or damaged ({why}; the samples after it would be silently "
+                            "missing): copy or write it again")
 
 
 def record_key(row: dict[str, Any], image_key: str) -> str:

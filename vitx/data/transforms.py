@@ -16,6 +16,7 @@ import random
 import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,20 +27,30 @@ from ..errors import VitxError
 from . import INTERPOLATIONS
 
 EVAL_RESIZES = ("tensor", "timm", "big_vision")
+CROP_MODES = ("center", "squash", "border")  # timm's eval crop modes (a pretrained_cfg's crop_mode)
 
 
-def _timm_eval(image: torch.Tensor, size: int, crop_pct: float, interpolation: str) -> torch.Tensor:
-    """timm's eval transform (`create_transform(is_training=False)`, crop_mode 'center') on a (3, H, W) uint8
-    image: the short side resized to floor(size / crop_pct) by PIL, then a centre crop of size, as torchvision
-    crops it. (3, S, S) uint8, the same pixels timm's pipeline gives, so a timm model sees its own input."""
-    scale = math.floor(size / crop_pct)
-    h, w = image.shape[-2:]
-    new_h, new_w = (scale, int(scale * w / h)) if h <= w else (int(scale * h / w), scale)
-    modes = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "nearest": Image.NEAREST}
-    picture = Image.fromarray(image.permute(1, 2, 0).numpy()).resize((new_w, new_h), modes[interpolation])
-    top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
-    out = torch.from_numpy(np.asarray(picture)[top:top + size, left:left + size].copy()).permute(2, 0, 1)
-    return out.contiguous()  # (3, S, S)
+@lru_cache(maxsize=16)
+def timm_eval_transform(size: int, crop_pct: float, crop_mode: str, interpolation: str,
+                        mean: tuple[float, ...]) -> Any:
+    """timm's own eval transform, `create_transform(is_training=False)` with these settings, in its prefetcher form
+    (geometry only, ending in a uint8 tensor; vitx normalises on the device). Built by timm, not rebuilt here, so
+    every crop mode (center: the short side to floor(S / crop_pct), a centre crop; squash: both sides to
+    floor(S / crop_pct), aspect not kept, a centre crop; border: the long side to floor(S / crop_pct), padded
+    with the mean colour) and every crop_pct gives timm's pixels. One per setting in each loader worker."""
+    from timm.data import create_transform
+
+    return create_transform(input_size=(3, size, size), is_training=False, interpolation=interpolation, mean=mean,
+                            crop_pct=crop_pct, crop_mode=crop_mode, use_prefetcher=True)
+
+
+def _timm_eval(image: torch.Tensor, size: int, crop_pct: float, crop_mode: str, interpolation: str,
+               mean: tuple[float, ...]) -> torch.Tensor:
+    """A (3, H, W) uint8 image through timm's eval transform (`timm_eval_transform`, on a PIL image as timm's
+    loader gives it) → (3, S, S) uint8: the pixels timm's pipeline gives, so a timm model sees its own input."""
+    picture = Image.fromarray(image.permute(1, 2, 0).numpy())  # (H, W, 3) RGB
+    out = timm_eval_transform(size, crop_pct, crop_mode, interpolation, tuple(mean))(picture)  # (3, S, S) uint8
+    return out.contiguous()
 
 
 def _big_vision_eval(image: torch.Tensor, size: int) -> torch.Tensor:
@@ -86,8 +97,9 @@ class Preprocess:
     eval_crop_pct: float = 1.0
     squash: bool = False  # eval: resize the whole image to a square (VTAB) instead of centre-cropping it
     eval_resize: str = "tensor"  # eval: "tensor" (crop, then resize on uint8 tensors), "timm" (timm's eval
-    # transform, pixel for pixel: the short side resized to floor(S / eval_crop_pct) by PIL, then centre-cropped)
-    # or "big_vision" (its few-shot evaluator's: short side to S·256/224 by area averaging, centre crop S)
+    # transform, pixel for pixel, with eval_crop_pct and eval_crop_mode: `timm_eval_transform`) or "big_vision"
+    # (its few-shot evaluator's: short side to S·256/224 by area averaging, centre crop S)
+    eval_crop_mode: str = "center"  # with eval_resize "timm": timm's crop_mode (center, squash or border)
     augment: bool = True  # False: training sees the eval transform too (VTAB's protocol: resize only)
     randaugment: str = ""  # a timm RandAugment policy after the crop, e.g. "rand-m9-mstd0.5-inc1"; "": none
     random_erasing: float = 0.0  # probability of timm's RandomErasing (per-pixel noise), on the device, training only
@@ -116,7 +128,8 @@ class Preprocess:
                 values[key] = _finite_numbers(values[key], count, positive, f"{where}: {key}")
         if "crop_ratio" in values and values["crop_ratio"][0] > values["crop_ratio"][1]:
             raise VitxError(f"{where}: crop_ratio must be [low, high] with low <= high")
-        for key, choices in (("eval_resize", EVAL_RESIZES), ("interpolation", INTERPOLATIONS)):
+        for key, choices in (("eval_resize", EVAL_RESIZES), ("interpolation", INTERPOLATIONS),
+                             ("eval_crop_mode", CROP_MODES)):
             if values.get(key, choices[0]) not in choices:
                 raise VitxError(f"{where}: {key} must be one of {', '.join(choices)}, got '{values[key]}'")
         for key, lo, hi, open_lo in (("crop_scale", 0, 1, True), ("eval_crop_pct", 0, 1, True),
@@ -143,11 +156,12 @@ class Preprocess:
         return _eraser(self.random_erasing, x.device)(x) if self.random_erasing > 0 else x
 
     def eval(self, image: torch.Tensor) -> torch.Tensor:
-        """Centre crop of `eval_crop_pct` of the short side (or the whole image when `squash`), resized:
-        (3, H, W) uint8 → (3, S, S) uint8."""
+        """Centre crop of `eval_crop_pct` of the short side (or the whole image when `squash`), resized; timm's
+        eval transform with eval_resize "timm": (3, H, W) uint8 → (3, S, S) uint8."""
         h, w = image.shape[-2:]
         if self.eval_resize == "timm" and not self.squash:
-            return _timm_eval(image, self.image_size, self.eval_crop_pct, self.interpolation)
+            return _timm_eval(image, self.image_size, self.eval_crop_pct, self.eval_crop_mode, self.interpolation,
+                              self.mean)
         if self.eval_resize == "big_vision":
             return _big_vision_eval(image, self.image_size)
         if not self.squash:

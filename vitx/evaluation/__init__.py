@@ -1,22 +1,22 @@
 """Frozen-feature evaluation, below the runner and the transfer: what is read (`representation.py`), how it
 is extracted (`features.py`), the probes on it (few-shot least squares `fewshot.py`, kNN `knn.py`, a linear
-probe `linear.py`), and the monitor that runs them during training (`monitor.py`). `vitx eval` and the
-closed-form transfer call the same code."""
+probe `linear.py`), and the monitor that runs them during training (`monitor.py`). The evaluators that put
+them to work, one file each (`vitx eval NAME`, `--monitor-probes NAME`), are in vitx/evaluators/; the
+closed-form transfer calls the same code."""
 from ..lazy import lazy_exports
 
 FEWSHOT_REG = 2.0 ** 10  # big_vision's L2 regularisation of the few-shot least-squares head (λ)
 FEATURES = ("pre-logits", "backbone", "patch-mean")  # what frozen-feature evaluation reads (representation.py)
 AUTO = "auto"  # the features the start's objective trains (Objective.features, recorded in its config.json)
 READOUTS = ("pre-logits", "backbone", "patch-mean", "backbone+patch-mean", "last4")  # a linear probe's choices
-PROBES = ("fewshot", "knn", "linear")  # what the monitor can run (monitor.py)
 KNN_K, KNN_TEMPERATURE = 20, 0.07  # DINO's weighted kNN (knn.py)
 LINEAR_LRS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)  # SGD on batch-normalised features (linear.py)
 LINEAR_EPOCHS, LINEAR_BATCH, VAL_FRACTION = 100, 256, 0.2
 
 __all__ = ["AUTO", "FEATURES", "FEWSHOT_REG", "KNN_K", "KNN_TEMPERATURE", "LINEAR_BATCH", "LINEAR_EPOCHS",
-           "LINEAR_LRS", "PROBES", "READOUTS", "VAL_FRACTION", "Evaluator", "Monitors", "extract_features", "fewshot_accuracy", "fit_least_squares",
+           "LINEAR_LRS", "READOUTS", "VAL_FRACTION", "Probe", "Monitors", "extract_features", "fewshot_accuracy", "fit_least_squares",
            "knn_accuracy", "linear_probe", "read_as", "representation", "sample_shots"]
 __getattr__, __dir__ = lazy_exports(__name__, {
     "read_as": ".representation", "representation": ".representation",
     "extract_features": ".features", "fewshot_accuracy": ".fewshot", "fit_least_squares": ".fewshot",
-    "sample_shots": ".fewshot", "knn_accuracy": ".knn", "linear_probe": ".linear", "Evaluator": ".monitor", "Monitors": ".monitor"})
+    "sample_shots": ".fewshot", "knn_accuracy": ".knn", "linear_probe": ".linear", "Probe": ".monitor", "Monitors": ".monitor"})

@@ -1,6 +1,9 @@
-"""Linear probe on frozen, cached features: MAE's `main_linprobe` (a BatchNorm without affine before the head,
-SGD, no weight decay, cosine schedule), DINO's `eval_linear` and DINOv2's linear evaluation (a grid of learning
-rates × feature choices trained side by side on the same batches, the point chosen on validation).
+"""Linear probe on frozen, cached features: DINO's `eval_linear` optimiser (SGD momentum 0.9, no weight decay, a
+cosine decay to 0, no warm-up) with MAE's BatchNorm without affine before the head (`main_linprobe`), and
+DINOv2's grid (learning rates × feature choices trained side by side on the same batches, the point chosen on
+validation). MAE's own probe trains with LARS (base lr 0.1 at batch 16,384, 10 warm-up epochs of 90): vitx keeps
+DINO's SGD, which needs no batch of thousands, and MAE's BatchNorm, which lets one lr grid serve features of any
+scale.
 
 The features are extracted once (`representation.Readouts`: every choice of one forward pass) and held in
 memory; each feature choice trains one head per learning rate at once, so the whole grid costs one pass of
@@ -44,8 +47,9 @@ class Heads(nn.Module):
 def fit_heads(features: np.ndarray, labels: np.ndarray, num_classes: int, lrs: Sequence[float],
               epochs: int = LINEAR_EPOCHS, batch: int = LINEAR_BATCH, batch_norm: bool = True, seed: int = 0,
               device: torch.device | str = "cpu") -> Heads:
-    """One head per lr on (N, D) features, SGD with momentum 0.9 and a per-step cosine decay to 0 over `epochs`;
-    the batches are drawn by a seeded shuffle each epoch (the same for every head)."""
+    """One head per lr on (N, D) features, SGD with momentum 0.9 and a per-step cosine decay to 0 over `epochs`
+    (DINO's `eval_linear`; not MAE's LARS with warm-up); the batches are drawn by a seeded shuffle each epoch (the
+    same for every head)."""
     x = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32)).to(device)  # (N, D)
     y = torch.from_numpy(np.asarray(labels, dtype=np.int64)).to(device)  # (N,)
     heads = Heads(x.shape[1], num_classes, len(lrs), batch_norm, seed).to(device).train()
@@ -108,8 +112,9 @@ def linear_probe(train: np.ndarray, train_labels: np.ndarray, test: np.ndarray, 
             "grid": grid, "seeds": list(seeds), "epochs": epochs, "batch": batch, "batch_norm": batch_norm,
             "train_samples": int(len(kept)), "val_samples": int(len(val)), "test_samples": int(len(test)),
             "feature_dim": int(slices[name].stop - slices[name].start), "num_classes": num_classes,
-            "protocol": "linear probe on frozen features (MAE/DINO): SGD momentum 0.9, no weight decay, cosine, "
-                        + ("BatchNorm without affine, " if batch_norm else "") + "lr × features chosen on validation"}
+            "protocol": "linear probe on frozen features: DINO's SGD (momentum 0.9, no weight decay, cosine), "
+                        + ("MAE's BatchNorm without affine, " if batch_norm else "")
+                        + "lr × features chosen on validation"}
 
 
 __all__ = ["Heads", "fit_heads", "head_accuracies",

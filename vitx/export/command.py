@@ -8,18 +8,8 @@ import shlex
 from typing import Any
 
 from ..settings import defaults as settings_defaults
-from ..settings import flags
+from ..settings import as_flags, declared, flags
 from ..runs.trained import TrainedRun
-
-
-def _flag(key: str, value: Any, flag: str) -> list[str]:
-    if isinstance(value, bool):
-        return [flag if value else "--no-" + flag[2:]]
-    if key == "adapters":
-        return [a for adapter in value for a in (flag, str(adapter))]
-    if isinstance(value, list):
-        return [flag, ",".join(str(v) for v in value)]
-    return [flag, str(value)]
 
 
 ALWAYS = {"pretrain": ("objective", "model", "data", "steps"), "transfer": ("task",)}  # shown even at defaults
@@ -27,15 +17,17 @@ ALWAYS = {"pretrain": ("objective", "model", "data", "steps"), "transfer": ("tas
 
 def rebuild(command: str, settings: dict[str, Any], config: type) -> str:
     """`vitx COMMAND` with the settings that differ from `config`'s defaults (shell-quoted): each as its own
-    option where it has one (vitx/settings.py), else `--set key=value`."""
+    option where it has one (vitx/settings/), else `--set key=value`."""
     defaults, options = settings_defaults(config), flags(config)
     parts = ["vitx", command]
-    for key, value in settings.items():
+    first = ALWAYS.get(command, ())  # what the command is about, then the rest as --help lists them
+    order = {name: i for i, name in enumerate([*first, *(f.name for f in declared(config) if f.name not in first)])}
+    for key, value in sorted(settings.items(), key=lambda item: order.get(item[0], len(order))):
         shown = key in ALWAYS.get(command, ()) or (key in defaults and value != defaults[key])
-        brought = key == "model" and settings.get("init")  # the start's architecture, recorded: --init brings it
-        if not shown or value is None or brought:  # None: the default's "not set"
+        from_init = key == "model" and settings.get("init")  # the start's architecture, recorded: --init brings it
+        if not shown or value is None or from_init:  # None: the default's "not set"
             continue
-        parts += _flag(key, value, options[key]) if key in options else ["--set", f"{key}={json.dumps(value)}"]
+        parts += as_flags({key: value}, config) if key in options else ["--set", f"{key}={json.dumps(value)}"]
     return shlex.join(parts)
 
 

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 
 from .. import __version__
-from ..checkpoint import atomic_write_text, fsync_path, read_weights, save_weights
+from ..checkpoint import atomic_write_text, fsync_path, read_weights, save_weights, write_reason
 from ..errors import VitxError
 from ..runs.trained import TrainedRun, classifier_heads, resolve_run
 from .card import model_card
@@ -205,11 +206,19 @@ def export_run(run: str | Path, to: str | Path, repo_id: str | None = None, forc
                 shutil.copyfile(found.path / name, staged / name)
         names = sorted(p.name for p in staged.iterdir())
         _move_into(staged, to, names)
-    except OSError as exc:
-        if staged is not None:
-            shutil.rmtree(staged, ignore_errors=True)  # our own staging folder, never `to`
-        raise VitxError(f"--to {to}: cannot write the export ({exc.strerror or exc})") from None
+    except (OSError, SafetensorError) as exc:  # a full or read-only disk: safetensors says so in its own error
+        _discard(staged)
+        raise VitxError(f"--to {to}: cannot write the export ({write_reason(exc)})") from None
+    except BaseException:  # Ctrl-C, a bug: the staging folder goes with it
+        _discard(staged)
+        raise
     return Exported(to, found, num_classes, tuple(names))
+
+
+def _discard(staged: Path | None) -> None:
+    """Remove the export's own staging folder (never `to`), if it was made and is still there."""
+    if staged is not None:
+        shutil.rmtree(staged, ignore_errors=True)
 
 
 __all__ = ["EXPORT_FILES", "FIGURES", "Exported", "build_checked", "export_run", "hub_config", "linear_head",

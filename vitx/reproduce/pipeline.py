@@ -25,7 +25,7 @@ from ..plots.series import read_metrics
 from ..runner import pretrain
 from ..runner.launch import process_device
 from ..runner.reporting import make_console
-from ..runner.rundir import RunDir
+from ..runs.rundir import RunDir
 from ..transfer import TransferConfig, transfer
 from .claims import judge
 from ..errors import VitxError

@@ -72,7 +72,7 @@ class Plan:
     transfer_lrs: list[float] = setting([0.1], "Transfer learning rates (one lr and one step count: no sweep).", PROTOCOL, above=0, cli=False)
     transfer_steps: list[int] = setting([200], "Transfer step counts.", PROTOCOL, above=0, cli=False)
     test_samples: int = setting(0, "Test images; 0: the task's whole test split.", EVALUATION, min=0, limit=LIMITS["test_samples"], cli=False)
-    seeds: list[int] = setting([0, 1, 2, 3, 4], "Transfer seeds (pre-training uses seed 0).", PROTOCOL, min=0, limit=LIMITS["seed"], cli=False)
+    seeds: list[int] = setting([0, 1, 2, 3, 4], "Transfer seeds (pre-training uses seed 0).", PROTOCOL, min=0, limit=LIMITS["seed"], cli=False, distinct=True)
     hires_seeds: int = setting(3, "The first N seeds are also fine-tuned at the higher resolution.", PROTOCOL, min=0, cli=False)
     attention_images: int = setting(128, "Images averaged in the attention-distance analysis.", EVALUATION, above=0, cli=False)
     jobs: int = setting(1, "Transfers run at once: >1 runs them as separate processes (one GPU holds several).", SYSTEM, above=0, limit=LIMITS["workers"], cli=False)

@@ -3,7 +3,6 @@ command. The one place that decides devices and processes: Accelerate, from how 
 (`accelerate launch`, torchrun, or plain: one process on the GPU if there is one, else the CPU)."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 
@@ -13,13 +12,11 @@ from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import ProjectConfiguration, set_seed
 
 from ..errors import VitxError
-from .config import PretrainConfig
+from .config import PretrainConfig, trackers
 
 
 def _trackers(name: str) -> list[str] | None:
-    if name == "auto":  # tensorboard when installed
-        return ["tensorboard"] if any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")) else None
-    return None if name == "none" else [name]
+    return trackers(name) or None  # checked by the config's validate (config.check_trackers)
 
 
 def tracker_kwargs(cfg: PretrainConfig) -> dict[str, dict[str, str]]:

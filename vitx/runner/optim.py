@@ -13,9 +13,11 @@ from ..errors import VitxError
 
 
 def layer_id(name: str, depth: int) -> int:
-    """A parameter's depth for layer decay, as MAE's `get_layer_id_for_vit` and timm's group matcher count it:
-    the embeddings (patch, position, [class] and register tokens) are layer 0, block i is layer i + 1, and the
-    final norm and every head are layer depth + 1."""
+    """A parameter's depth for layer decay, as MAE's `get_layer_id_for_vit` (and BEiT's) count it: the embeddings
+    (patch, position, [class] and register tokens) are layer 0, block i is layer i + 1, and the final norm and
+    every head are layer depth + 1, so they learn at the full lr. timm's `param_groups_layer_decay` differs in the
+    final norm alone: its group matcher puts `norm` with the last block (lr · d, e.g. 0.65 of it), while vitx
+    follows MAE and BEiT (lr · 1)."""
     local = name.split("backbone.", 1)[1] if name.startswith("backbone.") else None
     if local is None:
         return depth + 1
@@ -29,7 +31,8 @@ def param_groups(model: nn.Module, weight_decay: float, lr: float,
                  layer_decay: float = 1.0) -> list[dict]:
     """Decay matrices only: biases, norms, position embeddings and the [class] token are not decayed. With
     `layer_decay` < 1, block i's learning rate is lr · layer_decay^(depth + 1 − layer_id): the embeddings move
-    least and the head at the full rate (`lr_scale` records each group's factor)."""
+    least, the final norm and the head at the full rate, as in MAE (`layer_id`; `lr_scale` records each group's
+    factor)."""
     skip: set[str] = set()
     for prefix, module in model.named_modules():
         if hasattr(module, "no_weight_decay"):

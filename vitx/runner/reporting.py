@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -44,12 +45,14 @@ def _step(line: str) -> int | None:
         return None  # a line torn by a kill
 
 
-def make_console(quiet: bool = False) -> Console:
+def make_console(quiet: bool = False, log_format: str = "auto") -> Console:
     """A run's report (its header, progress, results) goes to stdout, so `vitx pretrain > log.txt` or `| tee` keep
     it; errors go to stderr (the CLI prints them itself). In a file or pipe the console is wide enough that a line
-    is not cut. `quiet`: it prints nothing."""
-    console = Console(quiet=quiet)
-    return console if console.is_terminal else Console(quiet=quiet, width=max(console.width, 132))
+    is not cut. `quiet`: it prints nothing. `log_format` json: stdout is for the JSON progress records alone (one
+    object per line, what `| jq` reads), so the lines for people (header, notes, results, tables) go to stderr."""
+    stderr = log_format == "json"
+    console = Console(quiet=quiet, stderr=stderr)
+    return console if console.is_terminal else Console(quiet=quiet, stderr=stderr, width=max(console.width, 132))
 
 
 SHOWN_FIRST = ("loss", "top1", "lr", "images_per_s")  # the rest of a log step's metrics follow in name order
@@ -58,7 +61,7 @@ SHOWN_FIRST = ("loss", "top1", "lr", "images_per_s")  # the rest of a log step's
 class Progress:
     """How a run shows its progress: a rich bar on a terminal; one plain, flushed line per log step where the
     output is a file or pipe (a batch job's log, `nohup`, `| tee`: a bar there renders only at the end); JSON
-    lines for scripts. `--quiet` (a quiet console) shows nothing."""
+    lines for scripts, on stdout whatever the console's stream. `--quiet` (a quiet console) shows nothing."""
 
     def __init__(self, console: Console, fmt: str, enabled: bool) -> None:
         if fmt == "auto":
@@ -117,8 +120,9 @@ class Progress:
                            f"{_clock(elapsed)}, ETA {_clock(eta)}"])
 
     def _write(self, text: str) -> None:
-        self.console.file.write(text + "\n")
-        self.console.file.flush()
+        out = sys.stdout if self.fmt == "json" else self.console.file  # JSON: always stdout (make_console)
+        out.write(text + "\n")
+        out.flush()
 
 
 def _clock(seconds: float) -> str:
@@ -127,3 +131,37 @@ def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(round(seconds)), 60)
     return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
+
+
+def announce(setup: Any, resume: bool, console: Console) -> None:
+    """The run's first lines (main process): what runs on what, the data and its validation, notes (sharding, a
+    new --lr on resume, nothing to resume)."""
+    from .. import __version__
+
+    cfg, acc = setup.cfg, setup.accelerator
+    n_params = sum(p.numel() for p in setup.objective.backbone.parameters())
+    src = setup.train_source
+    size = f"streamed, {src.num_shards} shard(s)" if hasattr(src, "micro_batches") else f"{len(src)} images"
+    what = f"resuming {cfg.output_dir} at step {setup.start_step}" if setup.resumed_from else f"run {cfg.output_dir}"
+    console.print(f"vitx {__version__}: {what} | {cfg.objective} on {cfg.model} ({n_params / 1e6:.2f}M) "
+                  f"| {cfg.data} ({size}, {setup.preprocess.image_size}px) "
+                  f"| {acc.num_processes} process(es) on {acc.device}", soft_wrap=True)
+    validation = setup.data_info.get("validation") or {}
+    if validation:
+        console.print(f"data: {setup.data_info.get('layout', 'data')}, labels {setup.data_info.get('labels')} | "
+                      f"validation: {validation['how']}", soft_wrap=True)
+    note = getattr(src, "sharding_note", lambda world: None)(acc.num_processes)
+    if note:
+        console.print(f"note: {note}", soft_wrap=True)
+    if resume and setup.resumed_from is None:
+        console.print(f"nothing to resume in {cfg.output_dir}; starting a new run", soft_wrap=True)
+    changed = setup.record.get("lr_changes", [])
+    if changed and changed[-1]["step"] == setup.start_step:
+        console.print(f"note: --lr {cfg.lr:g} from step {setup.start_step} (the run had {changed[-1]['from']:g}); "
+                      "the schedule goes on with the new peak (config.json: lr_changes)", soft_wrap=True)
+
+
+def finished(last: dict[str, Any], output_dir: str, console: Console) -> None:
+    """The run's last line: the final figures and where the weights are."""
+    shown = ", ".join(f"{k} {last[k]:.4g}" for k in ("loss", "top1", "val_loss", "val_top1") if k in last)
+    console.print(f"done: step {last.get('step')}: {shown} → {output_dir}/model.safetensors", soft_wrap=True)

@@ -28,7 +28,8 @@ from .config import PretrainConfig, merge_for_resume
 from .ema import load_ema, make_ema
 from .launch import configure_deepspeed, make_accelerator
 from .optim import build_optimizer, build_schedule
-from .rundir import RunDir
+from ..runs.ownership import check_output_dir
+from ..runs.rundir import RunDir
 
 
 @dataclass
@@ -64,17 +65,36 @@ def resolve_config(explicit: dict[str, Any], resume: bool) -> tuple[PretrainConf
     latest = run.latest()
     if latest is None:
         run.check_writable()
+        check_output_dir(run.path)  # a folder of the user's files is never written over
         return cfg, None
     if not resume:
         raise VitxError(f"{cfg.output_dir} already holds a run (last checkpoint {latest.name}); "
                         "pass --resume to continue it, or choose another --output-dir")
-    saved = PretrainConfig.from_dict(read_config(latest)["run"])
+    reached = RunDir.step_of(latest)  # (checked: a damaged trainer_state.json is one line)
+    saved = saved_settings(latest)
     merged = merge_for_resume(saved, {k: v for k, v in explicit.items() if k != "lr"})
     merged.lr = explicit.get("lr", saved.lr)
     merged.validate()
-    if RunDir.step_of(latest) < merged.steps:
+    if reached < merged.steps:
         run.check_writable()  # (a finished run is only read: it may sit on a read-only disk)
     return merged, latest
+
+
+def saved_settings(checkpoint: Path) -> PretrainConfig:
+    """The settings a checkpoint's config.json records (`run`), each type-checked as its flag is (the bounds:
+    by the merged config's validate): the file may be damaged or edited, and a resume trusts nothing it reads."""
+    from ..recipe import field_types, optional_of, typed
+
+    config = read_config(checkpoint)
+    run = config.get("run") if isinstance(config, dict) else None
+    where = f"{checkpoint}/config.json"
+    if not isinstance(run, dict):
+        raise VitxError(f"{where} has no run record (damaged?); delete that checkpoint to resume from the one "
+                        "before it")
+    kinds = field_types(PretrainConfig)
+    unset = {k: None for k, v in run.items() if k in kinds and v is None and optional_of(kinds[k]) is not None}
+    checked = dict(typed(PretrainConfig, k, v, f"{where} run") for k, v in run.items() if k in kinds and k not in unset)
+    return PretrainConfig(**checked, **unset)
 
 
 def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective, preprocess: Preprocess,

@@ -11,16 +11,7 @@ from ..adapters.vpt import restore_prompts
 from ..checkpoint import read_config, read_weights
 from ..errors import VitxError
 from ..evaluation.representation import LAYER_KEY, tanh_layer
-
-
-def weights_file(run_dir: str | Path, ema: bool = False, heads: bool = False, teacher: bool = False) -> Path:
-    """A run's live weights (model.safetensors, heads.safetensors), or with `ema` the moving average saved beside
-    them (--ema-decay: ema.safetensors, ema_heads.safetensors), or with `teacher` the objective's teacher
-    backbone (teacher.safetensors: self-distillation)."""
-    if teacher:
-        return Path(run_dir) / "teacher.safetensors"
-    return Path(run_dir) / f"{'ema' if ema else 'model'}.safetensors" if not heads else \
-        Path(run_dir) / f"{'ema_' if ema else ''}heads.safetensors"
+from .rundir import weights_file
 
 
 def require_teacher(run_dir: str | Path) -> None:

@@ -7,6 +7,7 @@ Reads config.json and safetensors only; nothing is unpickled.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,14 +39,14 @@ class TrainedRun:
     @property
     def weights(self) -> Path:
         """The backbone's weights: model.safetensors, the average's ema.safetensors, or the teacher's."""
-        from .folder import weights_file
+        from .rundir import weights_file
 
         return weights_file(self.path, self.ema, teacher=self.teacher)
 
     @property
     def heads(self) -> Path:
         """The heads' weights: heads.safetensors, or the average's ema_heads.safetensors."""
-        from .folder import weights_file
+        from .rundir import weights_file
 
         return weights_file(self.path, self.ema, heads=True)
 
@@ -88,6 +89,29 @@ class TrainedRun:
 
 
 MAX_CLASSES = 1_000_000  # far above any label set; a larger count was edited in, and would take all the memory
+# what a model card and an export's config.json repeat from config.json, by kind: whole numbers, numbers
+RECORDED_WHOLE = ("steps", "batch_size", "warmup_steps", "seed")
+RECORDED_NUMBERS = ("lr", "weight_decay", "ema_decay")
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_recorded(where: str, config: dict[str, Any]) -> None:
+    """The step and the training settings that an export repeats (its model card, its config.json), checked as
+    their flags were: an edited `"step": "abc"` is one line, never a card that says "steps: abc"."""
+    if "step" in config and not _is_whole(config["step"]):
+        raise VitxError(f"{where}: step must be a whole number of steps, got {json.dumps(config['step'])[:40]}")
+    run = config.get("run", {})
+    for key in RECORDED_WHOLE:
+        if key in run and run[key] is not None and not _is_whole(run[key]):
+            raise VitxError(f"{where}: run.{key} must be a whole number, got {json.dumps(run[key])[:40]}")
+    for key in RECORDED_NUMBERS:
+        value = run.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value)):
+            raise VitxError(f"{where}: run.{key} must be a number, got {json.dumps(value)[:40]}")
 
 
 def check_config(path: Path, config: dict[str, Any]) -> None:
@@ -99,6 +123,7 @@ def check_config(path: Path, config: dict[str, Any]) -> None:
     from ..data.transforms import Preprocess
 
     where = f"{path}/config.json"
+    check_recorded(where, config)
     check_saved_backbone(config["backbone"], path / "model.safetensors", where)
     size = Preprocess.from_dict(config["preprocess"], f"{where} preprocess").image_size
     built = {**config["backbone"]["overrides"], **(config["backbone"].get("timm_kwargs") or {})}
@@ -125,7 +150,7 @@ def _model_dir(path: Path) -> TrainedRun:
     config = read_config(path)
     if not isinstance(config, dict) or "backbone" not in config or "preprocess" not in config:
         raise VitxError(f"{path}/config.json is not a vitx run's (no backbone or preprocess record)")
-    for key in ("objective", "data", "transfer"):
+    for key in ("objective", "data", "transfer", "run"):
         if not isinstance(config.get(key, {}), dict):
             raise VitxError(f"{path}/config.json: {key} must be an object")
     phase = config.get("transfer", {}).get("phase")

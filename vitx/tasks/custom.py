@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..data.columns import require_classes
-from ..data.draws import Subset, balanced_draw, class_counts, stratified_split
+from ..data.draws import Subset, balanced_draw, class_counts, classes_left_out, stratified_split
 from ..data.opener import DataOptions, Opened, open_data
 from ..data.sources import source_labels
 from ..errors import VitxError
@@ -82,6 +82,7 @@ def custom_splits(task: Task, shots: int, seed: int, test_samples: int = 0) -> t
         train, val = Subset(pool, drawn[kept]), Subset(pool, drawn[held])
         train_counts, val_counts = labels[drawn[kept]], labels[drawn[held]]
         record["val_from"] = "a stratified part of the draw from train (the data has no validation split)"
+    refuse_empty_classes(task, shots, train_counts, labels, pool.class_names)
     record.update(train_per_class=class_counts(train_counts, k), val_per_class=class_counts(val_counts, k),
                   test_images=len(test))
     return train, val, test, record
@@ -103,6 +104,7 @@ def _stream_splits(task: Task, shots: int, seed: int, pool: Any, val_pool: Any, 
         kept, held = stratified_split(drawn.labels(), n_val, [seed, 33])
         train, val = Subset(drawn, kept), Subset(drawn, held)
         record["val_from"] = "a stratified part of the draw from train (the data has no validation split)"
+    refuse_empty_classes(task, shots, train.labels(), np.concatenate([train.labels(), val.labels()]), pool.class_names)
     if test is None:
         raise VitxError(f"--task {task.name} --stream: the data has no test split, and a stream cannot hold one out "
                         "of train; open it without --stream, or give it a test split")
@@ -111,6 +113,23 @@ def _stream_splits(task: Task, shots: int, seed: int, pool: Any, val_pool: Any, 
     record.update(train_per_class=class_counts(train.labels(), k), val_per_class=class_counts(val.labels(), k),
                   test_images=len(test))
     return train, val, test, record
+
+
+def refuse_empty_classes(task: Task, shots: int, train_labels: np.ndarray, pool_labels: np.ndarray,
+                         names: list[str] | None = None) -> None:
+    """Refuse a draw that leaves a class the data has without a training image (`--shots 3` on 3 classes: 2
+    train, 1 validation image): its classifier could never predict that class. One line with the counts and the
+    smallest --shots whose 4/5 gives every class one."""
+    k = task.num_classes
+    empty = classes_left_out(train_labels, pool_labels, k)
+    if empty:
+        present = len(np.unique(pool_labels))
+        need = next(n for n in range(2, 5 * present + 5) if n * 4 // 5 >= present)
+        shown = ", ".join(str(names[c]) if names and c < len(names) else str(c) for c in empty[:5])
+        shown += ", ..." if len(empty) > 5 else ""
+        counts = f"; train per class {class_counts(train_labels, k)}" if k <= 20 else ""
+        raise VitxError(f"--shots {shots} leaves {len(empty)} of {k} classes without a training image ({shown}"
+                        f"{counts}): pass --shots {need} or more (4/5 of them train)")
 
 
 def describe_record(record: dict[str, Any]) -> str:

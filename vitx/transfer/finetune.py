@@ -21,10 +21,11 @@ from ..data import Preprocess, TensorSplit, decode_split
 from ..errors import VitxError
 from ..objectives.supervised import Supervised
 from ..runner.config import PretrainConfig, default_workers
+from ..settings import shared_values
 from ..runner.launch import make_accelerator, process_device
 from ..runner.loop import Trainer
 from ..runner.setup import assemble
-from ..runner.rundir import RunDir
+from ..runs.rundir import RunDir
 from ..tasks import Task, TaskSplits, open_task
 from ..tasks.splits import task_class_names
 from .config import TransferConfig
@@ -118,20 +119,15 @@ def run_config(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_d
     is in config.json's `transfer` record. `curves`: draw the run's curves.png (the final run; sweep points are
     summed up in sweep.png, and `vitx plot` overlays them)."""
     record = getattr(prep.start, "vitx_record", None) or {}
-    return PretrainConfig(
+    own = dict(  # what a transfer run sets itself; every setting of the groups both configs compose comes as given
         objective=f"supervised({', '.join(f'{k}={v!r}' for k, v in {'head': 'linear', **prep.head_options}.items())})",
-        model=str(record.get("name") or cfg.model or cfg.start),
-        init="" if cfg.start == "scratch" else cfg.start, data=prep.splits.origin, image_size=cfg.image_size, batch_size=cfg.batch_size, steps=steps, lr=lr,
-        warmup_steps=int(round(cfg.warmup * steps)), schedule="cosine", optimizer=cfg.optimizer,
-        weight_decay=cfg.weight_decay, layer_decay=cfg.layer_decay, drop_path=cfg.drop_path, ema_decay=cfg.ema_decay,
-        use_ema=cfg.use_ema,
-        grad_clip=cfg.grad_clip, precision=cfg.precision, grad_accum=cfg.grad_accum, output_dir=str(out_dir),
-        seed=cfg.seed, save_every=min(cfg.save_every, steps), keep_checkpoints=1, log_every=min(cfg.log_every, steps),
-        eval_samples=eval_samples, workers=cfg.workers, log_with=cfg.log_with,
-        tracker_run=f"{prep.task.name} {out_dir.name}", tracker_group=f"{Path(cfg.output_dir).name}/{prep.task.name}", crop_scale=cfg.crop_scale, hflip=cfg.hflip,
-        randaugment=cfg.randaugment, random_erasing=cfg.random_erasing, compile=cfg.compile,
-        tf32=cfg.tf32, curves=curves, log_format=cfg.log_format, quiet=cfg.quiet,
-    ).validate()
+        model=str(record.get("name") or cfg.model or cfg.start), init="" if cfg.start == "scratch" else cfg.start,
+        data=prep.splits.origin, image_size=cfg.image_size, steps=steps, lr=lr, seed=cfg.seed,
+        warmup_steps=int(round(cfg.warmup * steps)), schedule="cosine", output_dir=str(out_dir),
+        save_every=min(cfg.save_every, steps), keep_checkpoints=1, log_every=min(cfg.log_every, steps),
+        eval_samples=eval_samples, curves=curves, tracker_run=f"{prep.task.name} {out_dir.name}",
+        tracker_group=f"{Path(cfg.output_dir).name}/{prep.task.name}")
+    return PretrainConfig(**{**shared_values(cfg, PretrainConfig), **own}).validate()
 
 
 @dataclass
@@ -154,14 +150,14 @@ def train_run(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_di
               curves: bool = False) -> Fitted:
     """Fine-tune a fresh copy on `train` for `steps` at `lr` (resuming `out_dir`'s checkpoint if there is one).
     `curves`: draw curves.png."""
-    rcfg = run_config(cfg, prep, lr, steps, out_dir, len(val) if val is not None else 0, curves)
-    accelerator = make_accelerator(rcfg)
+    run_cfg = run_config(cfg, prep, lr, steps, out_dir, len(val) if val is not None else 0, curves)
+    accelerator = make_accelerator(run_cfg)
     model = build_model(prep)
     data_info = {"spec": prep.task.name, "num_classes": prep.task.num_classes,
                  "class_names": task_class_names(prep.splits), "train_size": len(train), "origin": prep.splits.origin,
                  **({"splits": prep.splits.record} if prep.splits.record is not None else {})}
     latest = RunDir(out_dir).latest()
-    setup = assemble(rcfg, accelerator, model, prep.preprocess, train, val, data_info, resume_from=latest,
+    setup = assemble(run_cfg, accelerator, model, prep.preprocess, train, val, data_info, resume_from=latest,
                      record={"transfer": record})
     trainer = Trainer(setup, console, label=label)
     metrics: dict[str, float] = {"step": setup.start_step}

@@ -18,6 +18,8 @@ transfer stopped (inside a run, from its last checkpoint).
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import re
 import statistics
@@ -34,7 +36,8 @@ from ..checkpoint import atomic_write_text, cannot_write, read_json_object
 from ..adapters import resolve_adapters
 from ..errors import VitxError
 from ..runner.launch import is_main_process
-from ..runner.rundir import WEIGHTS
+from ..runs.ownership import check_output_dir
+from ..runs.rundir import WEIGHTS, mark_run
 from ..runner.reporting import make_console
 from ..data.opener import DataOptions
 from ..tasks import GROUPS, Task, TaskSplits, open_task, select_tasks
@@ -45,10 +48,33 @@ from .finetune import Prepared, closed_form, parameter_counts, prepare, train_ru
 from .report import print_selection, print_summary, summarise
 
 
+def _folder_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name.replace("/", "-")).strip("-")
+
+
 def task_dir(cfg: TransferConfig, task: Task) -> Path:
     """`<output>/vtab-dtd`; a data task's folder is named after its data (`--task ~/data/photos` → `data-photos`)."""
     name = task.name if task.data is None else "data-" + Path(task.name.rstrip("/")).name
-    return Path(cfg.output_dir) / re.sub(r"[^A-Za-z0-9._-]+", "-", name.replace("/", "-")).strip("-")
+    return Path(cfg.output_dir) / _folder_name(name)
+
+
+def task_dirs(cfg: TransferConfig, tasks: list[Task]) -> dict[str, Path]:
+    """Each task's folder, by task name: `task_dir`'s, unless data tasks of one transfer share it (`--task
+    a/photos,b/photos`): then each is named after as much of its path as tells them apart (data-a-photos,
+    data-b-photos), or, where no part does, its path's hash. Deterministic: a resumed transfer finds its own."""
+    named = {t.name: task_dir(cfg, t) for t in tasks}
+    for folder in {f for f in named.values() if list(named.values()).count(f) > 1}:
+        group = [t for t in tasks if named[t.name] == folder and t.data is not None]
+        parts = {t.name: Path(t.name.rstrip("/")).parts for t in group}
+        taken = {f.name for n, f in named.items() if n not in parts}
+        for depth in range(2, max((len(p) for p in parts.values()), default=0) + 1):
+            names = {n: "data-" + _folder_name("-".join(p[-depth:])) for n, p in parts.items()}
+            if len(set(names.values())) == len(names) and not taken & set(names.values()):
+                break
+        else:
+            names = {n: f"{folder.name}-{hashlib.sha256(n.encode()).hexdigest()[:8]}" for n in parts}
+        named.update({n: Path(cfg.output_dir) / name for n, name in names.items()})
+    return named
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
@@ -59,13 +85,45 @@ def _write(path: Path, data: dict[str, Any]) -> None:
         raise VitxError(f"{cannot_write(path.parent, exc)}; choose another --output-dir") from None
 
 
-def _claim(cfg: TransferConfig, task: Task, resume: bool) -> tuple[Path, dict[str, Any] | None]:
-    """The task's directory and its finished result (None until there is one); refuses to mix two different
-    transfers in one directory."""
-    root = task_dir(cfg, task)
+def _started(root: Path) -> bool:
+    """Whether a task's transfer has trained or fitted anything there: a sweep point, a final run, a result. A
+    claim (transfer.json) without any is no transfer: a run that failed or was killed before training."""
+    return (root / "result.json").exists() or (root / "sweep").exists() or any(root.glob("final*"))
+
+
+def _other_task(recorded: Any, name: str) -> bool:
+    """Whether a task folder's recorded task is surely not `name`: two local paths that are different folders,
+    or two names that are not paths here (registered tasks, hf:NAME). A path spelt another way, or from another
+    directory, is given the benefit of the doubt, as before tasks were recorded."""
+    if not isinstance(recorded, str) or recorded.rstrip("/") == name.rstrip("/"):
+        return False
+    a, b = Path(recorded).expanduser(), Path(name).expanduser()
+    if a.exists() and b.exists():
+        return a.resolve() != b.resolve()
+    return not a.exists() and not b.exists()
+
+
+def _release(root: Path) -> None:
+    """Take back the claim of a task that trained nothing (its setup failed), so that the corrected command runs
+    as new, without --resume: transfer.json goes, and the folder when that leaves it empty."""
+    if _started(root):
+        return
+    (root / "transfer.json").unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        root.rmdir()
+
+
+def _claim(cfg: TransferConfig, task: Task, resume: bool,
+           root: Path | None = None) -> tuple[Path, dict[str, Any] | None]:
+    """The task's directory (`root`; default `task_dir`'s) and its finished result (None until there is one);
+    refuses to mix two different transfers in one directory."""
+    root = root or task_dir(cfg, task)
     saved = read_json_object(root / "transfer.json")
     settings = result_settings(cfg)
-    if saved is not None:
+    if saved is not None and _started(root):  # (a claim that trained nothing blocks nothing: it is replaced)
+        if _other_task(saved.get("task"), task.name):
+            raise VitxError(f"{root} holds a transfer of {saved['task']}, not {task.name}; choose another "
+                            "--output-dir")
         if not resume:
             raise VitxError(f"{root} already holds a transfer of {task.name}; pass --resume to continue it, or "
                             "choose another --output-dir")
@@ -73,8 +131,18 @@ def _claim(cfg: TransferConfig, task: Task, resume: bool) -> tuple[Path, dict[st
         if changed:
             raise VitxError(f"cannot resume {root} with different settings ({', '.join(changed)}); choose another "
                             "--output-dir")
-    _write(root / "transfer.json", settings)
+    _own(Path(cfg.output_dir))
+    _write(root / "transfer.json", {"task": task.name, **settings})
     return root, read_json_object(root / "result.json")
+
+
+def _own(output: Path) -> None:
+    """Mark the transfer's --output-dir as vitx's (runner/ownership.py) before the first file is written there."""
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        mark_run(output)
+    except OSError as exc:
+        raise VitxError(f"{cannot_write(output, exc)}; choose another --output-dir") from None
 
 
 def _open(cfg: TransferConfig, task: Task, splits: TaskSplits | None, console: Console) -> tuple[Prepared, dict[str, Any]]:
@@ -130,22 +198,36 @@ def _sweep(cfg: TransferConfig, prep: Prepared, root: Path, settings: dict[str, 
 
 
 def sweep_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Console | None = None,
-               splits: TaskSplits | None = None) -> list[dict[str, Any]]:
-    """The first half of `--select suite`: the task's sweep alone (its finished result's, when it has one)."""
-    console = console or make_console(cfg.quiet)
-    root, done = _claim(cfg, task, resume)
+               splits: TaskSplits | None = None, root: Path | None = None) -> list[dict[str, Any]]:
+    """The first half of `--select suite`: the task's sweep alone (its finished result's, when it has one).
+    `root`: the task's folder (default `task_dir`'s)."""
+    console = console or make_console(cfg.quiet, cfg.log_format)
+    root, done = _claim(cfg, task, resume, root)
     if done is not None:
         return done["sweep"]
-    prep, settings = _open(cfg, task, splits, console)
+    prep, settings = _opened(cfg, task, splits, console, root)
     return _sweep(cfg, prep, root, settings, console)
 
 
+def _opened(cfg: TransferConfig, task: Task, splits: TaskSplits | None, console: Console,
+            root: Path) -> tuple[Prepared, dict[str, Any]]:
+    """`_open`, whose failure (a start that is not there, data that cannot be read) takes back the task's claim
+    when nothing was trained yet: a retry needs no --resume."""
+    try:
+        return _open(cfg, task, splits, console)
+    except BaseException:
+        _release(root)
+        raise
+
+
 def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Console | None = None,
-             splits: TaskSplits | None = None, chosen: dict[str, Any] | None = None) -> dict[str, Any]:
+             splits: TaskSplits | None = None, chosen: dict[str, Any] | None = None,
+             root: Path | None = None) -> dict[str, Any]:
     """The whole protocol on one task; returns (and writes) its result. `chosen`: the suite's choice of (lr, steps)
-    (`--select suite`), which replaces the task's own best point."""
-    console = console or make_console(cfg.quiet)
-    root, done = _claim(cfg, task, resume)
+    (`--select suite`), which replaces the task's own best point. `root`: the task's folder (default
+    `task_dir`'s)."""
+    console = console or make_console(cfg.quiet, cfg.log_format)
+    root, done = _claim(cfg, task, resume, root)
     if done is not None and chosen is not None and done.get("chosen") != {"lr": chosen["lr"], "steps": chosen["steps"]}:
         raise VitxError(f"{root} was retrained with {done.get('chosen')}, not the suite's choice lr {chosen['lr']:g} × "
                         f"{chosen['steps']}; choose another --output-dir")
@@ -153,7 +235,7 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
         console.print(f"{task.name}: already done ({done['test_top1']:.2%} test top-1); nothing to do", soft_wrap=True)
         return done
     began = time.perf_counter()
-    prep, settings = _open(cfg, task, splits, console)
+    prep, settings = _opened(cfg, task, splits, console, root)
     if prep.method.closed_form:
         metrics = closed_form(prep, cfg.test_samples, cfg.start, cfg.use_ema)
         result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": [], "chosen": None,
@@ -189,9 +271,9 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
         console.print(f"{task.name}: evaluating on {cfg.test_samples or len(prep.test)} test images", soft_wrap=True)
         limit = cfg.test_samples or len(prep.test)
         per_seed.append(fitted.trainer.evaluate(prep.test, limit=limit, prefix="test_"))
-        if fitted.trainer.s.ema is not None:  # --ema-decay: the average of the weights, tested beside them
+        if fitted.trainer.setup.ema is not None:  # --ema-decay: the average of the weights, tested beside them
             per_seed[-1].update(fitted.trainer.evaluate(prep.test, limit=limit, prefix="ema_test_",
-                                                        model=fitted.trainer.s.ema.module))
+                                                        model=fitted.trainer.setup.ema.module))
     top1 = [t["test_top1"] for t in per_seed]
     result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": sweep,
               "chosen": {"lr": best["lr"], "steps": best["steps"]}, "selection": selection,
@@ -247,7 +329,8 @@ def choose_for_suite(sweeps: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None = None) -> dict[str, Any]:
     """Run the protocol on every task `cfg.task` selects; prints a table and writes summary.json."""
     cfg.validate()
-    console = console or make_console(cfg.quiet)
+    check_output_dir(cfg.output_dir)  # a folder of the user's files is never written over
+    console = console or make_console(cfg.quiet, cfg.log_format)
     resolve_adapters(cfg.adapters)  # name errors now, not after the data is opened
     tasks = select_tasks(cfg.task, DataOptions(label_key=cfg.label_key or None, image_key=cfg.image_key or None,
                                                stream=cfg.stream, seed=cfg.seed))
@@ -272,8 +355,9 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
                         "(pass --skip-missing to run the others)")
     chosen = None
     runnable = [t for t in tasks if t.name in opened]
+    folders = task_dirs(cfg, tasks)  # unique, also where two data folders share a name
     if cfg.select == "suite" and cfg.sweep and len(runnable) > 1 and not resolve_adapters(cfg.adapters)[-1].closed_form:
-        sweeps = {t.name: sweep_task(cfg, t, resume, console, opened[t.name]) for t in runnable}
+        sweeps = {t.name: sweep_task(cfg, t, resume, console, opened[t.name], folders[t.name]) for t in runnable}
         # chosen on the tasks the means count (a synthetic task is left out of both unless --allow-synthetic)
         counted = [t.name for t in runnable if cfg.allow_synthetic or not opened[t.name].synthetic] or list(sweeps)
         chosen = choose_for_suite({name: sweeps[name] for name in counted})
@@ -286,7 +370,8 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
         _write(Path(cfg.output_dir) / "selection.json", chosen)
         print_selection(chosen, console)
     # after a suite's sweep, each task's folder is this transfer's own claim: its final run continues it
-    results = [run_task(cfg, t, resume or chosen is not None, console, opened[t.name], chosen) for t in runnable]
+    results = [run_task(cfg, t, resume or chosen is not None, console, opened[t.name], chosen, folders[t.name])
+               for t in runnable]
     summary = summarise(results, len(tasks), skipped, cfg.allow_synthetic)
     summary["selection"] = chosen or {"select": results[0].get("selection") if results else cfg.select}
     summary["compare"] = compare_with(cfg, results, summary)

@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..tasks import GROUPS
@@ -102,48 +101,3 @@ def print_selection(choice: dict[str, Any], console: Console) -> None:
                      f"{choice['mean_val_top1']:.2%} over {len(choice['tasks'])} tasks")
     console.print(table)
 
-
-def print_fewshot(result: dict[str, Any], cfg: Any) -> None:
-    """One dataset's few-shot accuracies: mean and per seed for each shot count."""
-    table = Table(title=f"few-shot linear evaluation: {result['data']} from {cfg.start}")
-    for col in ("shots", "mean top-1", "per seed"):
-        table.add_column(col, justify="right")
-    for k, row in result["shots"].items():
-        table.add_row(k, f"{row['mean']:.2%}", "  ".join(f"{a:.1%}" for a in row["per_seed"]))
-    table.caption = (f"{result['num_classes']} classes, chance {1 / result['num_classes']:.1%}; "
-                     f"{result['test_samples']} test images; L2 {cfg.reg:g}; {result['feature_dim']}-d features: "
-                     f"{escape(result['features'])}")
-    Console().print(table)
-
-
-def print_knn(result: dict[str, Any], cfg: Any) -> None:
-    """One dataset's weighted kNN top-1: a column for each k."""
-    table = Table(title=f"weighted kNN: {result['data']} from {cfg.start} (test top-1)")
-    for k in result["top1"]:
-        table.add_column(f"k = {k}", justify="right")
-    table.add_row(*(f"{top1:.2%}" for top1 in result["top1"].values()))
-    Console().print(table)
-    Console().print(f"{result['num_classes']} classes, chance {1 / result['num_classes']:.1%}; {result['train_samples']} "
-                    f"train, {result['test_samples']} test images; T {result['temperature']:g}; "
-                    f"{result['feature_dim']}-d features: {escape(result['features'])}", soft_wrap=True)
-
-
-def print_linear(result: dict[str, Any], cfg: Any) -> None:
-    """One dataset's linear probe: validation top-1 over the lr × features grid (the chosen point marked), then
-    the chosen point's test top-1 over the seeds."""
-    table = Table(title=f"linear probe: {result['data']} from {cfg.start} (val top-1 per features × lr)")
-    table.add_column("features")
-    for lr in next(iter(result["grid"].values())):
-        table.add_column(lr, justify="right")
-    for name, row in result["grid"].items():
-        table.add_row(name, *(f"{acc:.1%}" + (" *" if (name, float(lr)) == (result["features_chosen"],
-                                                                            result["lr_chosen"]) else "")
-                              for lr, acc in row.items()))
-    table.caption = (f"* chosen: {result['features_chosen']}, lr {result['lr_chosen']:g} (val {result['val_top1']:.2%}"
-                     f" on {result['val_samples']} held-out images) → test top-1 "
-                     f"{_top1(result['test_top1'], result['test_top1_std'])} over seeds "
-                     f"{','.join(map(str, result['seeds']))}; {result['num_classes']} classes, chance "
-                     f"{1 / result['num_classes']:.1%}; {result['train_samples']} + {result['val_samples']} train, "
-                     f"{result['test_samples']} test images; {result['epochs']} epochs of batch {result['batch']}"
-                     + (", BatchNorm without affine" if result["batch_norm"] else ""))
-    Console().print(table)

@@ -14,7 +14,7 @@ import dataclasses
 import math
 from typing import Any, Callable, Iterable
 
-from .errors import VitxError
+from ..errors import VitxError
 
 # Help panels, in the order `--help` shows them (timm's train.py groups its arguments the same way)
 MODEL, DATA, OPTIMISATION, SCHEDULE, PROTOCOL = "Model", "Data", "Optimisation", "Schedule", "Protocol"
@@ -25,28 +25,53 @@ PANELS = (MODEL, DATA, PROTOCOL, OPTIMISATION, SCHEDULE, EVALUATION, CHECKPOINTS
 def setting(default: Any, help: str, group: str, *, flag: str | None = None, choices: Iterable[Any] | None = None,
             min: float | None = None, above: float | None = None, max: float | None = None,
             below: float | None = None, limit: int | None = None, cli: bool = True, repeat: bool = False,
-            shown: str | None = None, says: str | None = None, example: str | None = None, result: bool = True,
-            length: int | None = None) -> Any:
+            shown: str | None = None, says: str | None = None, example: str | None = None, affects_result: bool = True,
+            length: int | None = None, distinct: bool = False) -> Any:
     """A config field with everything its option needs. `default` may be a list (copied per instance);
     `shown` replaces the "[default: ...]" of --help (None: the default itself); `repeat`: a list option given
     once per item (`--adapter a --adapter b`) instead of comma-separated; `limit`: a size far above any real
     run (1000000 typed for 1000 is refused instead of allocating for minutes); `says`: the refusal's own words;
-    `example`: a value shown when a list option cannot be read (default: the default); `result=False`: the
+    `example`: a value shown when a list option cannot be read (default: the default); `affects_result=False`: the
     setting does not change what a run computes (where it writes, how it logs), so a resumed run may change it;
-    `length`: a list setting's exact number of items (3 for a per-RGB-channel value)."""
+    `length`: a list setting's exact number of items (3 for a per-RGB-channel value); `distinct`: a list setting
+    whose items must differ (seeds: a repeated one would count one run twice and shrink the spread)."""
     if group not in PANELS:
         raise ValueError(f"unknown panel {group!r}")
     meta = {"help": help, "group": group, "flag": flag, "choices": tuple(choices) if choices is not None else None,
             "min": min, "above": above, "max": max, "below": below, "limit": limit, "cli": cli, "repeat": repeat,
-            "shown": shown, "says": says, "example": example, "result": result, "length": length}
+            "shown": shown, "says": says, "example": example, "affects_result": affects_result, "length": length,
+            "distinct": distinct}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
+def with_default(group: type, name: str, default: Any) -> Any:
+    """Setting `name` of a group (`settings/groups.py`) with this config's own default: pre-training's and
+    fine-tuning's recipes differ (AdamW against SGD, say), the declaration (help, panel, bounds) stays the group's."""
+    field = next(f for f in dataclasses.fields(group) if f.name == name)
+    return setting(default, **field.metadata)
+
+
+def groups_of(cls: type) -> list[type]:
+    """The setting groups (`settings/groups.py`) a config composes, in its bases' order."""
+    return [base for base in cls.__mro__[1:] if base.__dict__.get("is_group")]  # not inherited: a config is none
+
+
+def shared_values(config: Any, cls: type) -> dict[str, Any]:
+    """`config`'s values of every setting in the groups it composes alike with config class `cls`: how a transfer
+    hands its run settings to the runner's config, none copied by hand."""
+    shared = [g for g in groups_of(type(config)) if g in groups_of(cls)]
+    return {f.name: getattr(config, f.name) for g in shared for f in dataclasses.fields(g)}
+
+
 def declared(cls: type) -> list[dataclasses.Field]:
-    """The fields of a config dataclass that are settings, in declaration order."""
-    return [f for f in dataclasses.fields(cls) if "group" in f.metadata]
+    """The fields of a config dataclass that are settings, in reading order: by help panel (PANELS), within one
+    the config's own fields before its groups' (a command's --help and a rebuilt command line start with what
+    the command is about), each in declaration order."""
+    fields = [f for f in dataclasses.fields(cls) if "group" in f.metadata]
+    shared = {f.name for g in groups_of(cls) for f in dataclasses.fields(g)}
+    return sorted(fields, key=lambda f: (PANELS.index(f.metadata["group"]), f.name in shared))
 
 
 def flag_of(field: dataclasses.Field) -> str:
@@ -59,9 +84,29 @@ def flags(cls: type) -> dict[str, str]:
     return {f.name: flag_of(f) for f in declared(cls) if f.metadata["cli"]}
 
 
+def as_flags(settings: dict[str, Any], cls: type) -> list[str]:
+    """Settings of config class `cls` as its command's options: each setting's own flag (`--from` for start),
+    --x / --no-x for a boolean, one option per item for a repeated setting, a list comma-separated. The one
+    place settings become a command line (export's model card, tests, benchmarks)."""
+    fields = {f.name: f for f in declared(cls)}
+    out: list[str] = []
+    for key, value in settings.items():
+        field = fields[key]
+        flag = flag_of(field)
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + flag[2:])
+        elif field.metadata["repeat"]:
+            out += [part for item in value for part in (flag, str(item))]
+        elif isinstance(value, list):
+            out += [flag, ",".join(str(v) for v in value)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
 def result_settings(cls: type) -> list[str]:
     """The settings that change a run's result: a resumed run must keep them (the others it may change)."""
-    return [f.name for f in declared(cls) if f.metadata["result"]]
+    return [f.name for f in declared(cls) if f.metadata["affects_result"]]
 
 
 def _default(field: dataclasses.Field) -> Any:
@@ -116,6 +161,11 @@ def check_field(field: dataclasses.Field, value: Any, named: Callable[[dataclass
     if meta.get("length") is not None and isinstance(value, list) and len(value) != meta["length"]:
         example = meta["example"] or ",".join(["1"] * meta["length"])
         raise VitxError(f"{named(field)} takes {meta['length']} values, e.g. {example}; got {value}")
+    if meta.get("distinct") and isinstance(value, list) and len(set(value)) != len(value):
+        repeated = next(v for i, v in enumerate(value) if v in value[:i])
+        example = meta["example"] or ",".join(str(v) for v in dict.fromkeys(value))
+        raise VitxError(f"{named(field)} takes distinct values, e.g. {example}; got {repeated} twice in "
+                        f"{','.join(map(str, value))}")
     for item in value if isinstance(value, list) else [value]:
         if item is None:
             continue
@@ -147,6 +197,6 @@ def help_text(field: dataclasses.Field) -> str:
     return f"{field.metadata['help']} \\[default: {shown_default(field)}]"
 
 
-__all__ = ["CHECKPOINTS", "DATA", "EVALUATION", "MODEL", "OPTIMISATION", "OUTPUT", "PANELS", "PROTOCOL", "SCHEDULE",
-           "SYSTEM", "check", "check_field", "declared", "defaults", "flag_of", "flags", "help_text", "result_settings", "setting",
+__all__ = ["as_flags", "CHECKPOINTS", "DATA", "EVALUATION", "MODEL", "OPTIMISATION", "OUTPUT", "PANELS", "PROTOCOL", "SCHEDULE",
+           "SYSTEM", "check", "check_field", "declared", "defaults", "groups_of", "shared_values", "with_default", "flag_of", "flags", "help_text", "result_settings", "setting",
            "shown_default"]

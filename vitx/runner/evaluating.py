@@ -1,0 +1,97 @@
+"""What the loop measures besides the training loss: validation (every process its share, as many forwards
+as the busiest one so a sharded model never waits), and the --monitor's evaluators on the student, the
+objective's teacher and the moving average.
+
+A mixin of `loop.Trainer`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..data import TensorSplit, eval_loader, first_sample_batch
+from ..data.loader import iterate
+from ..evaluation import AUTO
+from ..evaluation.monitor import Monitors
+from ..evaluation.representation import read_as
+from .randomness import EVAL, seed_position
+
+
+class Evaluating:
+    """`evaluate()`: validation metrics; `monitored()`: the --monitor's figures."""
+
+    def monitored(self) -> dict[str, float]:
+        """The --monitor probes on the student, the objective's teacher (`teacher_monitor_*`) and the EMA
+        (`ema_monitor_*`)."""
+        setup = self.setup
+        metrics = self.monitor()
+        teacher = setup.objective.teacher_backbone()
+        if teacher is not None:
+            metrics.update({f"teacher_{k}": v for k, v in self.monitor(setup.objective, teacher).items()})
+        if setup.ema is not None:
+            metrics.update({f"ema_{k}": v for k, v in self.monitor(setup.ema.module).items()})
+        return metrics
+
+    def monitor(self, objective: torch.nn.Module | None = None,
+                backbone: torch.nn.Module | None = None) -> dict[str, float]:
+        """The --monitor probes on the current backbone, or on `objective`'s (the EMA's), or on `backbone` read
+        as `objective` reads its own (a teacher) (their data decoded at the first call; `fit` makes that call
+        before the first step, so a bad --monitor fails at once)."""
+        if self._monitor is None:
+            pre = self.setup.preprocess
+            self._monitor = Monitors(self.setup.cfg.monitor, pre.image_size, mean=pre.mean, std=pre.std,
+                                     probes=tuple(self.setup.cfg.monitor_probes))
+        objective = objective or self.setup.accelerator.unwrap_model(self.setup.model)
+        chosen = self.setup.cfg.monitor_features
+        features = read_as(backbone or objective.backbone, objective.features if chosen == AUTO else chosen,
+                           objective.representation_layer())
+        return self._monitor(features, self.setup.accelerator.device)
+
+    @torch.no_grad()
+    def evaluate(self, source: Any = None, limit: int | None = None, prefix: str = "val_",
+                 model: torch.nn.Module | None = None) -> dict[str, float]:
+        """Mean metrics of `model` (default: the live one) over the first `limit` samples of `source` (default:
+        the validation split and --eval-samples), keyed `<prefix><metric>`."""
+        setup, acc = self.setup, self.setup.accelerator
+        net = setup.model if model is None else model
+        source = setup.val_source if source is None else source
+        limit = setup.cfg.eval_samples if limit is None else limit
+        if source is None or limit <= 0:
+            return {}
+        loader = eval_loader(source, setup.preprocess, batch=max(self.micro, 256) if isinstance(source, TensorSplit)
+                             else self.micro, rank=acc.process_index, world=acc.num_processes, limit=limit,
+                             workers=self._workers(source), skip_corrupt=setup.cfg.skip_corrupt,
+                             pin=acc.device.type == "cuda", seed=setup.cfg.seed, views=self.views)
+        net.eval()
+        seed_position(setup.cfg.seed, acc.process_index, self.step_count, EVAL)  # e.g. MPP's corruption at evaluation
+        sums: dict[str, torch.Tensor] = {}
+        count = torch.zeros((), device=acc.device)
+
+        def forward(batch: dict[str, torch.Tensor], weight: int) -> None:
+            with acc.autocast():
+                out = net(self.to_device(batch))
+            for k, v in out.items():  # objectives report batch means: weighted by the batch's real samples
+                sums[k] = sums.get(k, 0) + v.detach().float() * weight
+
+        forwards = 0
+        with iterate(loader) as batches:
+            for batch in batches:
+                n = batch["label"].shape[0]
+                forward(batch, n)
+                count += n
+                forwards += 1
+        # shards differ by a sample, and a process may have none (--eval-samples 1): every process runs as many
+        # forwards as the busiest one, the extra ones on a filler counted for nothing (FSDP needs each forward
+        # on every process); the weighted sums then equal a 1-process evaluation
+        most = int(acc.gather(torch.tensor([forwards], device=acc.device)).max())
+        if most > forwards:
+            filler = first_sample_batch(source, setup.preprocess, self.views)
+            for _ in range(most - forwards):
+                forward(filler, 0)
+        setup.model.train()  # (the EMA's module stays in eval mode)
+        if not sums:
+            return {}
+        keys = sorted(sums)
+        totals = acc.reduce(torch.stack([sums[k] for k in keys] + [count]), reduction="sum")
+        return {f"{prefix}{k}": float(v / totals[-1]) for k, v in zip(keys, totals[:-1])}

@@ -1,0 +1,169 @@
+"""One optimiser step, and what it leaves to report: accumulation over micro-batches, the gradient clip, the
+skip of a non-finite update (decided the same on every process, on the device where the optimiser allows),
+metric sums kept on the device until a log step reads them, and the divergence stop with its rescue advice.
+
+A mixin of `loop.Trainer`, whose `__init__` sets the state these methods share (the setup, the step count,
+the device-side sums and counters).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+
+from ..data import TensorSplit, train_loader
+from ..data.loader import close
+from ..errors import VitxError
+from ..runs.rundir import step_number
+from .randomness import TRAIN, seed_position
+
+
+class Stepping:
+    """`step()`: one optimiser step; `pop_metrics()`: the means since the last log."""
+
+    def batches(self) -> Iterator[dict[str, Any]]:
+        """This process's micro-batches, uint8 on the host (pinned for a GPU); in-memory splits need no workers."""
+        if self._batches is None:
+            cfg, acc = self.setup.cfg, self.setup.accelerator
+            source = self.setup.train_source
+            loader = train_loader(source, self.setup.preprocess, global_micro_batch=self.micro * acc.num_processes,
+                                  rank=acc.process_index, world=acc.num_processes, seed=cfg.seed,
+                                  start_micro_step=self.step_count * cfg.grad_accum,
+                                  workers=self._workers(source), skip_corrupt=cfg.skip_corrupt,
+                                  pin=acc.device.type == "cuda", views=self.views)
+            self._batches = iter(loader)
+        return self._batches
+
+    def _workers(self, source: Any) -> int:
+        """Loader workers for `source`: none for a split held in memory (nothing to decode), unless the
+        objective's crops are to be made (multi-crop augmentation is the work workers exist for)."""
+        return 0 if isinstance(source, TensorSplit) and not self.views else self.workers
+
+    def close(self) -> None:
+        """Stop the training stream's loader workers (the end of every run, sweep point and failure)."""
+        if self._batches is not None:
+            close(self._batches)
+            self._batches = None
+
+    def to_device(self, batch: dict[str, Any], train: bool = False) -> dict[str, torch.Tensor]:
+        """Host uint8 batch → the model's input on the device: images normalised there (a quarter of float32's
+        transfer, and no float image on the host), then randomly erased when training asks for it."""
+        device, pre = self.setup.accelerator.device, self.setup.preprocess
+        label = batch["label"].to(device, non_blocking=True)
+        if "views" in batch:  # the objective's crops: [(B, 3, S_v, S_v) float32, one per crop]
+            return {"views": [pre.normalise(v.to(device, non_blocking=True)) for v in batch["views"]], "label": label}
+        image = pre.normalise(batch["image"].to(device, non_blocking=True))  # (B, 3, S, S) float32
+        if train:
+            image = pre.erase(image)
+        return {"image": image, "label": label}
+
+    def step(self, micro_batches: list[dict[str, Any]] | None = None) -> None:
+        """One optimiser step over `grad_accum` micro-batches (drawn from the stream when not given).
+
+        A non-finite loss on any micro-batch, or a non-finite gradient norm, on any process, skips the update on
+        every process (one decision, like AMP's loss scaler): the weights stay as they were, the schedule and
+        the data move on, and the step is counted in `skipped_nonfinite`."""
+        setup, acc = self.setup, self.setup.accelerator
+        batches = micro_batches or [next(self.batches()) for _ in range(setup.cfg.grad_accum)]
+        outs, bad = [], torch.zeros((), device=acc.device)
+        ok: torch.Tensor | None = None  # 1.0: the update was applied on every process; 0.0: skipped everywhere
+        for j, batch in enumerate(batches):
+            # the randomness contract (randomness.py): draws depend on (seed, process, micro-step) only
+            seed_position(setup.cfg.seed, acc.process_index, self.step_count * setup.cfg.grad_accum + j, TRAIN)
+            self.corrupt_images += batch["skipped"].sum()
+            batch = self.to_device(batch, train=True)
+            with acc.accumulate(setup.model):
+                out = self.forward(batch)
+                bad = bad + (~torch.isfinite(out["loss"].detach())).float()
+                acc.backward(out["loss"])
+                if acc.sync_gradients:
+                    setup.objective.on_after_backward()
+                    out["grad_norm"] = self._clip_gradients()
+                    step_lr = self._peak_lr()  # the rate this update uses
+                    bad = bad + (~torch.isfinite(out["grad_norm"])).float()
+                    ok = self._decide_and_step(bad)
+                    setup.scheduler.step()
+                setup.optimizer.zero_grad(set_to_none=True)
+            outs.append(out)
+        self.step_count += 1
+        keep = ok > 0
+        for out in outs:  # a skipped step leaves no trace in the means (NaN × 0 is NaN: select, not weight)
+            for k, v in out.items():
+                v = torch.where(keep, v.detach().float().reshape(()).to(acc.device), 0.0)
+                self._sums[k] = self._sums[k] + v if k in self._sums else v
+        self._kept += ok * len(outs)
+        self._lr_total += ok * step_lr
+        self._nonfinite_total += 1 - ok
+        self._nonfinite_streak = (self._nonfinite_streak + 1) * (1 - ok)
+        if not self.skip_on_device and not bool(keep):  # decided on the host anyway: check the streak now
+            self.check_divergence()
+        if setup.ema is not None:  # a skipped update left the weights as they were: the average moves towards them
+            setup.ema.update(setup.objective, step=self.step_count)
+        setup.objective.on_step_end(self.step_count)
+
+    def _decide_and_step(self, nonfinite: torch.Tensor) -> torch.Tensor:
+        """Skip or apply this update, the same on every process, and agree on stopping and saving after it
+        (agreement.py). Returns the device flag ok (1.0 applied, 0.0 skipped)."""
+        setup, acc = self.setup, self.setup.accelerator
+        if self.skip_on_device:
+            ok = self.agreement.skip_on_device(nonfinite)
+            self.inner_optimizer.found_inf = 1.0 - ok  # the fused kernel leaves weights, moments and step as they were
+            setup.optimizer.step()
+            self.stop_requested, self.save_due = self.agreement.on_host()
+            return ok
+        skip, self.stop_requested, self.save_due = self.agreement.with_skip(nonfinite)
+        if not skip:
+            setup.optimizer.step()
+        return torch.full((), 0.0 if skip else 1.0, device=acc.device)
+
+    def _peak_lr(self) -> Any:
+        """The learning rate of the update about to be made, at full scale (layer decay scales the groups)."""
+        group = self.setup.optimizer.param_groups[0]
+        return group["lr"] / group.get("lr_scale", 1.0) if group.get("lr_scale", 1.0) != 1.0 else group["lr"]
+
+    def _clip_gradients(self) -> torch.Tensor:
+        """The global gradient norm before clipping; clipped to --grad-clip (0: measured, not clipped)."""
+        setup, acc = self.setup, self.setup.accelerator
+        norm = acc.clip_grad_norm_(setup.model.parameters(), setup.cfg.grad_clip if setup.cfg.grad_clip > 0 else float("inf"))
+        if norm is None:  # DeepSpeed clips inside its engine and reports nothing here: the loss check remains
+            return torch.zeros((), device=acc.device)
+        return torch.as_tensor(norm, dtype=torch.float32, device=acc.device)
+
+    def check_divergence(self) -> None:
+        """Read the skip counters (a wait for the device: at log steps, or after a skip decided on the host);
+        stop the run when too many non-finite steps came in a row (it has diverged)."""
+        skips, streak = (int(v) for v in torch.stack([self._nonfinite_total, self._nonfinite_streak]).tolist())
+        self.nonfinite_steps = skips
+        if streak >= self.setup.cfg.max_nonfinite_steps:
+            raise VitxError(f"{streak} optimiser steps in a row (up to step {self.step_count}) had a non-finite loss "
+                            f"or gradient and were skipped: the run has diverged; {self.rescue(streak)} (or check "
+                            "the data, or raise --max-nonfinite-steps)")
+
+    def rescue(self, streak: int) -> str:
+        """Where to go back to after a divergence. The weights of the last applied step are what went non-finite
+        (skipped steps keep them: checkpoints written since hold them too), so the last good checkpoint is one
+        from before that step: its weights were trained on, with a finite loss and gradient."""
+        run = self.setup.run
+        good = run.latest(before=self.step_count - streak)
+        if good is None:
+            return "no checkpoint was written before that: start again with a lower --lr in another --output-dir"
+        later = [p.name for p in run.steps() if step_number(p) > step_number(good)]
+        if not later:
+            return f"the last good checkpoint is {good}: continue it with --resume and a lower --lr"
+        return (f"the last good checkpoint is {good}: delete the later ones ({', '.join(later)}), then continue "
+                "with --resume and a lower --lr")
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Means since the last call over applied updates, averaged over processes (the one wait for the device,
+        at log steps). grad_norm and lr are per optimiser step, the rest per micro-step."""
+        acc, accum = self.setup.accelerator, self.setup.cfg.grad_accum
+        keys = sorted(self._sums)
+        kept = self._kept
+        totals = torch.stack([self._sums[k] for k in keys] + [self._lr_total * accum, kept])
+        counts = torch.stack([kept / accum if k == "grad_norm" else kept for k in keys] + [kept, kept.new_ones(())])
+        values = (acc.reduce(totals / counts.clamp(min=1), reduction="mean")).tolist()
+        self._sums = {}
+        self._kept, self._lr_total = torch.zeros_like(kept), torch.zeros_like(kept)
+        if values[-1] == 0:  # every update since the last log was skipped: no means
+            return {}
+        return dict(sorted(zip(keys + ["lr"], values[:-1])))

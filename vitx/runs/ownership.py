@@ -1,0 +1,61 @@
+"""Whose folder it is: `vitx pretrain` and `vitx transfer` write only into an --output-dir that is new, empty or
+vitx's own, so nothing a user keeps there is replaced (config.json, model.safetensors, metrics.jsonl, curves.png,
+summary.json are common names). `vitx export --to` refuses a non-empty folder in the same way.
+
+A folder is vitx's when it carries `.vitx-run` (rundir.RUN_MARK), written the first time a run takes it or a
+transfer claims a task there. A folder written before that marker existed is known by what only vitx leaves: a
+`.lock` holding a process id (every run takes one before it writes), a complete checkpoint
+(checkpoints/step_<n>/trainer_state.json), or a transfer's task folder (<task>/transfer.json)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import VitxError
+from .rundir import MARKER, RUN_MARK, step_number
+
+LOCK_TEXT = re.compile(r"\d*\s*")  # what RunDir.exclusive writes into .lock: its pid (or nothing yet)
+
+
+def _legacy_lock(folder: Path) -> bool:
+    lock = folder / ".lock"
+    try:
+        return lock.is_file() and lock.stat().st_size < 32 and LOCK_TEXT.fullmatch(lock.read_text()) is not None
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _children(folder: Path) -> list[Path]:
+    try:
+        return [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
+
+
+def is_vitx_folder(folder: Path) -> bool:
+    """Whether `folder` is a vitx run, or a transfer's output, that vitx may go on writing into."""
+    if (folder / RUN_MARK).is_file() or _legacy_lock(folder):
+        return True
+    if any(step_number(p) is not None and (p / MARKER).is_file() for p in _children(folder / "checkpoints")):
+        return True
+    return any((p / "transfer.json").is_file() for p in _children(folder))
+
+
+def check_output_dir(folder: str | Path, flag: str = "--output-dir") -> None:
+    """Refuse, before any work, an output folder that holds files and is not vitx's: a run would write its own
+    files over the user's. New, empty and vitx's own folders pass (resuming, or a transfer adding tasks)."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():  # new (a file in the way: RunDir.check_writable says so)
+        return
+    try:
+        held = sorted(p.name for p in folder.iterdir())
+    except OSError as exc:
+        raise VitxError(f"{flag} {folder}: cannot read it ({exc.strerror or exc})") from None
+    if not held or is_vitx_folder(folder):
+        return
+    shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+    raise VitxError(f"{flag} {folder} is not empty and holds no vitx run (it holds {shown}); vitx would write over "
+                    "files there: give a new or empty folder")
+
+
+__all__ = ["check_output_dir", "is_vitx_folder"]
