@@ -10,8 +10,10 @@ line); (b) FSDP (1 GPU, full state dict) and DeepSpeed ZeRO-2, each launched thr
 --config_file <generated yaml>`: an uninterrupted run, and a run killed with SIGKILL after its first checkpoint
 and resumed, whose final model.safetensors must equal the uninterrupted run's tensor for tensor (attention on
 PyTorch's deterministic math kernel, so that the GPU adds no noise of its own); (c) the GPU reproduction plan
-trimmed by `--set` to fit the time left. Every figure goes under --output-dir, with summary.json and summary.md;
-the summaries and the key texts are copied to $OUT when it is set (the device tool returns what is under it).
+trimmed by `--set` to fit the time left; (d) DINO's multi-crop input on the GPU: a ViT-S/16 DINO run (2 × 224 +
+8 × 96 views, 15 workers) and the same model supervised, their img/s and input wait. Every figure goes under
+--output-dir, with summary.json and summary.md; the summaries and the key texts are copied to $OUT when it is
+set (the device tool returns what is under it).
 """
 from __future__ import annotations
 
@@ -72,6 +74,13 @@ RESUME_RUN = dict(model="vit-s/16", data="embedded:digits", image_size=64, batch
                   warmup_steps=5, save_every=20, log_every=1, eval_samples=0, workers=4, log_with="none",
                   curves=False, precision="bf16")
 KILL_AFTER = 20
+# DINO's input on a GPU (issue 37): ViT-S/16 at 224 px from photo-like JPEGs (benchmarks/input_pipeline.py's
+# folder), 15 loader workers making the geometry, the device the photometry; img/s and the share of the loop's
+# time spent waiting for input (`input_wait`), beside the same model trained supervised from the same files.
+INPUT_RUN = dict(model="vit-s/16", data="/tmp/vitx-bench-jpegs", batch_size=256, steps=40, warmup_steps=5,
+                 save_every=40, log_every=20, eval_samples=0, workers=15, log_with="none", curves=False,
+                 precision="bf16")
+INPUT_OBJECTIVES = {"dino": "dino(local_crops=8)", "supervised": "supervised"}
 # The GPU plan (vitx/reproduce/plan.py: 4,000 MPP/MAE steps, 8 seeds, a 2-lr sweep, meant for about 10 minutes
 # but never run) trimmed to the 9 minutes left: 1,500 steps (GPU.md: about a minute per objective at that length),
 # 4 seeds (the fewest that give the claims a standard error), one lr (0.1, the CPU plan's) instead of the sweep,
@@ -114,7 +123,13 @@ def plan(out: Path) -> list[Step]:
             launch(config, RESUME_RUN, runs / "uninterrupted"),
             launch(config, RESUME_RUN, runs / "killed"),
             launch(config, RESUME_RUN, runs / "killed", resume=True)]))
-    steps.append(Step("reproduce", 540, "the GPU reproduction plan, trimmed", [
+    steps.append(Step("dino-input", 110, "DINO ViT-S/16 (2×224 + 8×96 views) and supervised, 15 workers: img/s, "
+                      "input wait", [[PY, "-c", "import sys; sys.path.insert(0, 'benchmarks'); from input_pipeline "
+                                      "import write_folder; from pathlib import Path; "
+                                      f"write_folder(Path('{INPUT_RUN['data']}'), 600)"]] + [
+        [PY, "-m", "vitx", "pretrain", *flags({**INPUT_RUN, "objective": objective, "output_dir": str(out / name)})]
+        for name, objective in INPUT_OBJECTIVES.items()]))
+    steps.append(Step("reproduce", 520, "the GPU reproduction plan, trimmed", [
         [PY, "-m", "vitx", "reproduce", "--plan", "gpu", "--output-dir", str(out / "reproduce"),
          *[a for s in REPRODUCE_SETS for a in ("--set", s)]]]))
     return steps
@@ -235,6 +250,12 @@ def run_step(step: Step, out: Path) -> dict:
             if result["uninterrupted_rc"] == 0 and result["resumed_rc"] == 0:
                 result.update(compare(runs / "uninterrupted", runs / "killed"))
             result["ok"] = bool(result.get("exact")) and result["kill"] == "killed"
+        elif step.name == "dino-input":
+            for name in INPUT_OBJECTIVES:  # a retry starts over
+                shutil.rmtree(out / name, ignore_errors=True)
+            result["rc"] = max(_run(command, deadline, log) for command in step.commands)
+            result.update(input_figures(out))
+            result["ok"] = result["rc"] == 0
         else:
             result["rc"] = _run(step.commands[0], deadline, log)
             result["ok"] = result["rc"] == 0
@@ -244,6 +265,17 @@ def run_step(step: Step, out: Path) -> dict:
     if step.name == "reproduce":
         result["report"] = (out / "reproduce" / "REPORT.md").exists()
     return result
+
+
+def input_figures(out: Path) -> dict:
+    """The last logged img/s and input wait of each run of the dino-input step (metrics.jsonl)."""
+    figures = {}
+    for name in INPUT_OBJECTIVES:
+        path = out / name / "metrics.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+        if rows:
+            figures[name] = {k: round(rows[-1][k], 3) for k in ("images_per_s", "input_wait") if k in rows[-1]}
+    return figures
 
 
 def _run(cmd: list[str], deadline: float, log) -> int:
@@ -281,7 +313,7 @@ def main() -> None:
     ap.add_argument("--output-dir", default=str(ROOT / "runs" / "gpu-acceptance"))
     ap.add_argument("--dry-run", action="store_true", help="print the commands and check them; run nothing")
     ap.add_argument("--cpu-smoke", action="store_true", help="with --dry-run: run each pre-training 2 CPU steps")
-    ap.add_argument("--only", default="", help="comma-separated steps: mfu, fsdp, deepspeed, reproduce")
+    ap.add_argument("--only", default="", help="comma-separated steps: mfu, fsdp, deepspeed, dino-input, reproduce")
     args = ap.parse_args()
     out = Path(args.output_dir).resolve()
     steps = plan(out)

@@ -24,7 +24,7 @@ def test_gpu_acceptance_dry_run_prints_every_command_and_checks_its_configs(tmp_
     _acceptance(monkeypatch).main()
     printed = capsys.readouterr().out
     commands = [shlex.split(line.strip()[2:]) for line in printed.splitlines() if line.strip().startswith("$ ")]
-    assert len(commands) == 8  # MFU, 3 per engine, the reproduction
+    assert len(commands) == 11  # MFU, 3 per engine, DINO's input (the JPEGs, DINO, supervised), the reproduction
 
     fsdp, deepspeed = (yaml.safe_load((out / f"{e}.yaml").read_text()) for e in ("fsdp", "deepspeed"))
     assert fsdp["distributed_type"] == "FSDP" and fsdp["num_processes"] == 1
@@ -42,11 +42,16 @@ def test_gpu_acceptance_dry_run_prints_every_command_and_checks_its_configs(tmp_
         assert killed[-1] == str(out / engine / "killed") and resumed[-2:] == [str(out / engine / "killed"), "--resume"]
     assert "killed after step 20 and resumed" in printed
 
-    reproduce = commands[7]
+    folder, dino, supervised = commands[7:10]
+    assert "write_folder" in folder[-1] and "/tmp/vitx-bench-jpegs" in folder[-1]
+    for cmd, objective in ((dino, "dino(local_crops=8)"), (supervised, "supervised")):
+        assert cmd[1:4] == ["-m", "vitx", "pretrain"] and cmd[cmd.index("--objective") + 1] == objective
+        assert cmd[cmd.index("--model") + 1] == "vit-s/16" and cmd[cmd.index("--workers") + 1] == "15"
+    reproduce = commands[10]
     assert reproduce[1:5] == ["-m", "vitx", "reproduce", "--plan"] and reproduce[5] == "gpu"
     sets = [reproduce[i + 1] for i, a in enumerate(reproduce) if a == "--set"]
     assert sets == ["pretrain_steps=1500", "seeds=[0,1,2,3]", "transfer_lrs=[0.1]", "hires_seeds=1",
                     "compute_points=[0.3]", "jobs=8"]
-    assert "total limit: 1380 s (23.0 min)" in printed  # under the 25 minutes, the install's 5 beside it
+    assert "total limit: 1470 s (24.5 min)" in printed  # under the 25 minutes
     assert "options: pretrain valid; reproduce plan gpu with" in printed and "seeds [0, 1, 2, 3]" in printed
     assert not (out / "fsdp").exists() and not (out / "summary.json").exists()  # a dry run runs nothing

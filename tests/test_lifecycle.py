@@ -95,7 +95,7 @@ def test_ctrl_c_is_one_line_and_the_run_resumes(tmp_path, monkeypatch):
     assert resumed.returncode == 0 and "resuming" in resumed.stdout and "at step 3" in resumed.stdout
 
 
-LINE = re.compile(r"^pretrain (\d+)/6 \(\d+%\) \| loss [\d.]+ \| top1 [\d.]+ \| lr [\d.e+-]+ \| [\d.]+ img/s \| "
+LINE = re.compile(r"^pretrain (\d+)/6 \(\d+%\) \| loss [\d.]+ \| top1 [\d.]+ \| lr [\d.e+-]+ \| [\d.]+ img/s \| input wait \d+% \| "
                   r"grad_norm [\d.]+( \| val_loss [\d.]+ \| val_top1 [\d.]+)? \| \d+:\d\d:\d\d, ETA (\d+:\d\d:\d\d|-)$")
 
 

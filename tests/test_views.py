@@ -92,3 +92,91 @@ def test_one_crop_per_image_is_unchanged_without_views():
     assert set(plain) == {"image", "label", "skipped"} and plain["image"].shape == (2, 3, 16, 16)
     expected = Preprocess(16).train(decode(Shapes(size=24).load(5)[0]), np.random.default_rng([0, 100]))
     assert torch.equal(plain["image"][0], expected)  # the single crop's draws are as before
+
+
+def _photos(n: int, size: int) -> torch.Tensor:
+    """(n, 3, size, size) uint8 of the embedded shapes: flat regions, edges and every hue."""
+    return torch.stack([decode(Shapes(size=size).load(i)[0]) for i in range(n)])
+
+
+@pytest.mark.parametrize("op", ["brightness", "contrast", "saturation", "hue", "gray", "blur", "solarize"])
+def test_batched_photometry_is_torchvision_sample_by_sample(op):
+    """Each photometric op, on a micro-batch with per-sample parameters (on a GPU run all samples at once, on a
+    CPU one by one), against torchvision's `transforms.v2` kernel applied to each sample with its parameter:
+    the same bytes, except the blur (separable here, 2D there): within one level of 8 bits."""
+    from torchvision.transforms.v2 import functional as TF
+
+    from vitx.data.photometry import Params, apply, blur_kernel_size
+
+    images = _photos(12, 40)  # (12, 3, 40, 40)
+    rng = np.random.default_rng(0)
+    n = len(images)
+    factors = torch.ones((n, 4), dtype=torch.float64)
+    factors[:, 3] = 0.0
+    params = Params(jitter=torch.zeros(n, dtype=torch.bool), order=torch.arange(4).repeat(n, 1), factors=factors,
+                    gray=torch.zeros(n, dtype=torch.bool), sigma=torch.zeros(n, dtype=torch.float64),
+                    solarize=torch.zeros(n, dtype=torch.bool))
+    jitter = {"brightness": (0, TF.adjust_brightness), "contrast": (1, TF.adjust_contrast),
+              "saturation": (2, TF.adjust_saturation), "hue": (3, TF.adjust_hue)}
+    if op in jitter:
+        k, kernel = jitter[op]
+        params.jitter[:] = True
+        params.factors[:, k] = torch.from_numpy(rng.uniform(-0.4, 0.4, n) if k == 3 else rng.uniform(0.2, 1.8, n))
+        expected = [kernel(x, float(f)) for x, f in zip(images, params.factors[:, k])]
+    elif op == "gray":
+        params.gray[::2] = True
+        expected = [TF.rgb_to_grayscale(x, num_output_channels=3) if g else x for x, g in zip(images, params.gray)]
+    elif op == "blur":
+        params.sigma[:] = torch.from_numpy(rng.uniform(0.1, 3.0, n))
+        expected = [TF.gaussian_blur(x, [blur_kernel_size(float(s), 40)] * 2, [float(s)] * 2)
+                    for x, s in zip(images, params.sigma)]
+    else:
+        params.solarize[1::2] = True
+        expected = [TF.solarize(x, 128) if s else x for x, s in zip(images, params.solarize)]
+    expected = torch.stack(expected)
+    for batched in (True, False):
+        out = apply(images, params, batched=batched)
+        worst = int((out.int() - expected.int()).abs().max())
+        assert out.dtype == torch.uint8 and worst <= (1 if op == "blur" else 0), (op, batched, worst)
+        assert not torch.equal(out, images)  # the op did something
+    assert torch.equal(apply(images, params, batched=True), apply(images, params, batched=False))
+
+
+def test_dino_views_are_the_per_sample_transforms_within_one_level():
+    """DINO's whole view stack (2 global crops, 8 local: jitter in a random order, grayscale, blur, solarise),
+    made as the loader makes it (geometry, then the photometry of the micro-batch), against the same crops made
+    sample by sample with torchvision's kernels from the same draws: within one level everywhere; the crops the
+    device would colour (a GPU run) are the same pixels."""
+    import importlib
+
+    from torchvision.transforms.v2 import functional as TF
+
+    from vitx.data.photometry import Params, apply, blur_kernel_size, draw
+    from vitx.registry import OBJECTIVES
+
+    # the plugin as vitx finds it (its entry point): importing it directly would register it as vitx's own
+    dino_views = importlib.import_module(OBJECTIVES.get("dino").obj.__module__).dino_views
+    from vitx.data.views import make_crop
+
+    views = expand(dino_views(32, 16, global_crops=2, local_crops=8), 32)
+    data = Batches(Shapes(size=48), Preprocess(32), seed=4, views=views)
+    keys = [(i, 1000 + i) for i in range(16)]
+    made = data.__getitems__(keys)["views"]
+    deferred = Batches(Shapes(size=48), Preprocess(32), seed=4, views=views, photometry_on_device=True)
+    later = deferred.__getitems__(keys)
+
+    for v, view in enumerate(views):
+        assert torch.equal(apply(later["views"][v], Params(**later["photometry"][v]), batched=True), made[v])
+        for j, (index, position) in enumerate(keys):
+            rng = view_rng(4, position, index, v)
+            x = make_crop(decode(Shapes(size=48).load(index)[0]), view, "bicubic", rng)
+            p = draw(view, rng)
+            if bool(p.jitter):
+                ops = (TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, TF.adjust_hue)
+                for k in p.order[0].tolist():
+                    x = ops[k](x, float(p.factors[0, k]))
+            x = TF.rgb_to_grayscale(x, num_output_channels=3) if bool(p.gray) else x
+            size = blur_kernel_size(float(p.sigma), view.size)
+            x = TF.gaussian_blur(x, [size] * 2, [float(p.sigma)] * 2) if float(p.sigma) > 0 and size >= 3 else x
+            x = TF.solarize(x, 128) if bool(p.solarize) else x
+            assert int((made[v][j].int() - x.int()).abs().max()) <= 1, (v, j)

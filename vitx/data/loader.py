@@ -31,7 +31,8 @@ from ..errors import CorruptImageError, VitxError
 from .decoding import decode
 from .sources import ImageSource
 from .transforms import Preprocess
-from .views import View, make_view, view_rng
+from .photometry import Params, apply, draw
+from .views import View, make_crop, view_rng
 
 Key = tuple[Any, Any]  # (sample index or a stream's (image, label) record, stream position or None for eval)
 
@@ -63,15 +64,18 @@ class Batches(Dataset):
     """Turns a micro-batch's keys into a batch {"image": (B, 3, S, S) uint8, "label": (B,) or (B, K),
     "skipped": (B,)}: decoded, randomly cropped (keys with a position) or centre-cropped (position None).
     With `views` (an objective's, expanded: `views.expand`) the batch holds {"views": [(B, 3, S_v, S_v) uint8,
-    one per crop]} in place of "image", each crop seeded by (seed, position or index, view).
+    one per crop]} in place of "image", each crop seeded by (seed, position or index, view); with
+    `photometry_on_device` (a GPU run) the crops are geometry only and "photometry" holds each view's drawn
+    parameters (`photometry.Params` as a dict) for the device to apply.
 
     A corrupt image stops the run with its name, or with `skip_corrupt` is replaced and counted: by the next
     decodable sample of the source, or, for a stream's record, by another record of the same batch."""
 
     def __init__(self, source: ImageSource, preprocess: Preprocess, seed: int = 0, skip_corrupt: bool = False,
-                 views: Sequence[View] = ()) -> None:
+                 views: Sequence[View] = (), photometry_on_device: bool = False) -> None:
         self.source, self.pre, self.seed, self.skip_corrupt = source, preprocess, seed, skip_corrupt
         self.views = list(views)
+        self.photometry_on_device = photometry_on_device and bool(self.views)
 
     def __len__(self) -> int:
         return len(self.source)
@@ -95,15 +99,24 @@ class Batches(Dataset):
         return {"image": images, "label": torch.as_tensor(labels), "skipped": skipped}
 
     def _views(self, keys: Sequence[Key]) -> dict[str, Any]:
+        """Each view's crops, geometry per sample; the photometry batched here, or (`photometry_on_device`) its
+        parameters sent with the batch for the device to apply (`photometry.apply`)."""
         crops = [torch.empty((len(keys), 3, v.size, v.size), dtype=torch.uint8) for v in self.views]  # (B, 3, S_v, S_v)
+        drawn: list[list[Params]] = [[] for _ in self.views]
         labels, skipped = [], torch.zeros(len(keys), dtype=torch.long)
         for j, (item, position) in enumerate(keys):
             image, label, skipped[j] = self._load(item, keys, j)
             index = int(item) if isinstance(item, (int, np.integer)) else j
             for v, view in enumerate(self.views):
-                crops[v][j] = make_view(image, view, self.pre.interpolation, view_rng(self.seed, position, index, v))
+                rng = view_rng(self.seed, position, index, v)  # the geometry's draws, then the photometry's
+                crops[v][j] = make_crop(image, view, self.pre.interpolation, rng)
+                drawn[v].append(draw(view, rng))
             labels.append(-1 if label is None else label)
-        return {"views": crops, "label": torch.as_tensor(labels), "skipped": skipped}
+        params = [Params.stack(rows) for rows in drawn]
+        batch = {"label": torch.as_tensor(labels), "skipped": skipped}
+        if self.photometry_on_device:
+            return {"views": crops, "photometry": [vars(p) for p in params], **batch}
+        return {"views": [apply(c, p) for c, p in zip(crops, params)], **batch}
 
     def _load(self, item: Any, keys: Sequence[Key], j: int) -> tuple[torch.Tensor, Any, int]:
         """Decode `item` (an index, or a stream record), falling through to a replacement when skipping."""
@@ -204,7 +217,8 @@ def train_loader(source: Any, preprocess: Preprocess, *, global_micro_batch: int
         sampler = StreamSampler(len(source), global_micro_batch, rank, world, seed, start_micro_step)
     side = math.sqrt(sum(v.size ** 2 for v in views)) if views else preprocess.image_size  # pixels per sample
     check_shared_memory(global_micro_batch // world, math.ceil(side), workers)
-    return make_loader(Batches(source, preprocess, seed, skip_corrupt, views), sampler, workers=workers, pin=pin)
+    data = Batches(source, preprocess, seed, skip_corrupt, views, photometry_on_device=pin)  # pin: a GPU run
+    return make_loader(data, sampler, workers=workers, pin=pin)
 
 
 def eval_loader(source: ImageSource, preprocess: Preprocess, *, batch: int, rank: int, world: int, limit: int,
@@ -214,7 +228,8 @@ def eval_loader(source: ImageSource, preprocess: Preprocess, *, batch: int, rank
     the objective declares, the same crops at every evaluation), in batches."""
     mine = list(range(rank, min(len(source), limit), world))
     chunks = [[(i, None) for i in mine[k:k + batch]] for k in range(0, len(mine), batch)]
-    return make_loader(Batches(source, preprocess, seed, skip_corrupt, views), chunks, workers=workers, pin=pin)
+    data = Batches(source, preprocess, seed, skip_corrupt, views, photometry_on_device=pin)  # pin: a GPU run
+    return make_loader(data, chunks, workers=workers, pin=pin)
 
 
 def first_sample_batch(source: ImageSource, preprocess: Preprocess, views: Sequence[View] = ()) -> dict[str, Any]:

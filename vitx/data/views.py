@@ -1,6 +1,7 @@
 """Several crops of each image, as an objective declares them (DINO's 2 global + N local crops, a two-view
-contrastive pair): each its own size, crop scale and photometric augmentation, made in the loader's workers
-on uint8 with torchvision's `transforms.v2` kernels.
+contrastive pair): each its own size, crop scale and photometric augmentation. The loader's workers make the
+geometry on uint8 (crop box, resize, flip) and draw the photometry's parameters; the photometry itself
+(`photometry.py`) runs batched on the GPU of a GPU run, else in the worker.
 
 Every view of every sample draws from its own generator, seeded by (run seed, stream position, view): the
 same crops whichever process or worker loads the sample, so a resumed run and a run on k processes see
@@ -10,7 +11,6 @@ the same crops at every evaluation. An objective that declares no views gets the
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
@@ -74,31 +74,23 @@ def view_rng(seed: int, position: int | None, index: int, view: int) -> np.rando
     return np.random.default_rng(key)
 
 
-def make_view(image: torch.Tensor, view: View, interpolation: str, rng: np.random.Generator) -> torch.Tensor:
-    """One crop of a (3, H, W) uint8 image → (3, S, S) uint8, S = view.size (resolved by `expand`)."""
-    from torchvision.transforms.v2 import functional as TF
-
+def make_crop(image: torch.Tensor, view: View, interpolation: str, rng: np.random.Generator) -> torch.Tensor:
+    """The geometry of one crop of a (3, H, W) uint8 image → (3, S, S) uint8, S = view.size (resolved by
+    `expand`): an Inception-style box, resized, maybe mirrored. Draws first from `rng`; the photometry's draws
+    (`photometry.draw`) follow on the same generator."""
     top, left, h, w = random_box(image.shape[-2:], view.scale, view.ratio, rng)
     out = resize_square(image[:, top:top + h, left:left + w], view.size, interpolation)
     if rng.random() < view.flip:
         out = out.flip(-1)
-    if any(view.jitter) and rng.random() < view.jitter_p:
-        ops = (TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, TF.adjust_hue)
-        for k in rng.permutation(4):  # ColorJitter: the four in a random order, each factor drawn
-            strength = view.jitter[k]
-            if strength > 0:
-                factor = rng.uniform(-strength, strength) if k == 3 else rng.uniform(max(0.0, 1 - strength), 1 + strength)
-                out = ops[k](out, float(factor))
-    if view.gray > 0 and rng.random() < view.gray:
-        out = TF.rgb_to_grayscale(out, num_output_channels=3)
-    if view.blur > 0 and rng.random() < view.blur:
-        sigma = float(rng.uniform(*view.sigma))
-        kernel = min(2 * math.ceil(3 * sigma) + 1, view.size - (1 - view.size % 2))  # odd, within the image
-        if kernel >= 3:
-            out = TF.gaussian_blur(out, [kernel, kernel], [sigma, sigma])
-    if view.solarize > 0 and rng.random() < view.solarize:
-        out = TF.solarize(out, threshold=128)
     return out.contiguous()
 
 
-__all__ = ["View", "expand", "make_view", "view_rng"]
+def make_view(image: torch.Tensor, view: View, interpolation: str, rng: np.random.Generator) -> torch.Tensor:
+    """One whole crop, geometry and photometry, of a (3, H, W) uint8 image → (3, S, S) uint8."""
+    from .photometry import apply, draw
+
+    crop = make_crop(image, view, interpolation, rng)
+    return apply(crop[None], draw(view, rng))[0]
+
+
+__all__ = ["View", "expand", "make_crop", "make_view", "view_rng"]

@@ -16,7 +16,7 @@ from ..errors import VitxError
 Records = list[dict[str, Any]]
 
 # logged for people watching a run, not curves of what it learns
-NOT_DRAWN = frozenset({"step", "images_per_s", "grad_norm", "skipped_images", "skipped_nonfinite"})
+NOT_DRAWN = frozenset({"step", "images_per_s", "input_wait", "grad_norm", "skipped_images", "skipped_nonfinite"})
 SPLITS = ("val_", "test_")  # prefixes of evaluated metrics: drawn with their training metric, in its colour
 
 

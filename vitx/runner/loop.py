@@ -93,6 +93,7 @@ class Trainer(Stepping, Evaluating, Saving):
         self.stop_requested = False  # a stop signal reached some process: every process stops after this step
         self.save_due = False  # --save-every-minutes has passed (by the main process's clock)
         self._tick = (0.0, self.step_count)  # (time, step) of the last log step: images per second since then
+        self.input_wait = 0.0  # seconds the loop waited for the loader since then (its share: input_wait)
 
     def due(self) -> Due:
         """What is due after the step just taken: the one place these decisions are made."""
@@ -181,7 +182,7 @@ class Trainer(Stepping, Evaluating, Saving):
             log.write({"step": 0, **self.monitored()})
         elif cfg.monitor:
             self.monitor()
-        self._tick = (time.perf_counter(), self.step_count)
+        self._tick, self.input_wait = (time.perf_counter(), self.step_count), 0.0
         self.agreement.saved()
         return log
 
@@ -192,7 +193,8 @@ class Trainer(Stepping, Evaluating, Saving):
         metrics = self.pop_metrics()
         now = time.perf_counter()
         metrics["images_per_s"] = (step - self._tick[1]) * cfg.batch_size / max(now - self._tick[0], 1e-9)
-        self._tick = (now, step)
+        metrics["input_wait"] = min(1.0, self.input_wait / max(now - self._tick[0], 1e-9))  # of this process
+        self._tick, self.input_wait = (now, step), 0.0
         if cfg.skip_corrupt:
             metrics["skipped_images"] = float(acc.reduce(self.corrupt_images.to(acc.device), "sum"))
         self.check_divergence()

@@ -55,7 +55,7 @@ def make_console(quiet: bool = False, log_format: str = "auto") -> Console:
     return console if console.is_terminal else Console(quiet=quiet, stderr=stderr, width=max(console.width, 132))
 
 
-SHOWN_FIRST = ("loss", "top1", "lr", "images_per_s")  # the rest of a log step's metrics follow in name order
+SHOWN_FIRST = ("loss", "top1", "lr", "images_per_s", "input_wait")  # the rest of a log step's metrics follow in name order
 
 
 class Progress:
@@ -112,9 +112,9 @@ class Progress:
             self._write(self.line(step, metrics, elapsed, eta))
 
     def line(self, step: int, metrics: dict[str, float], elapsed: float, eta: float) -> str:
-        """`pretrain 50/1200 (4%) | loss 2.301 | lr 1.00e-04 | 812 img/s | val_top1 0.41 | 0:00:31, ETA 0:11:50`"""
+        """`pretrain 50/1200 (4%) | loss 2.301 | lr 1.00e-04 | 812 img/s | input wait 2% | val_top1 0.41 | 0:00:31, ETA 0:11:50`"""
         keys = [k for k in SHOWN_FIRST if k in metrics] + sorted(k for k in metrics if k not in SHOWN_FIRST)
-        formats = {"lr": "lr {:.2e}", "images_per_s": "{:.1f} img/s"}
+        formats = {"lr": "lr {:.2e}", "images_per_s": "{:.1f} img/s", "input_wait": "input wait {:.0%}"}
         parts = [formats[k].format(metrics[k]) if k in formats else f"{k} {metrics[k]:.4g}" for k in keys]
         return " | ".join([f"{self.label} {step}/{self.total} ({step / max(self.total, 1):.0%})", *parts,
                            f"{_clock(elapsed)}, ETA {_clock(eta)}"])

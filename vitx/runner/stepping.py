@@ -7,12 +7,14 @@ the device-side sums and counters).
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Iterator
 
 import torch
 
 from ..data import TensorSplit, train_loader
 from ..data.loader import close
+from ..data.photometry import Params, apply
 from ..errors import VitxError
 from ..runs.rundir import step_number
 from .randomness import TRAIN, seed_position
@@ -47,11 +49,16 @@ class Stepping:
 
     def to_device(self, batch: dict[str, Any], train: bool = False) -> dict[str, torch.Tensor]:
         """Host uint8 batch → the model's input on the device: images normalised there (a quarter of float32's
-        transfer, and no float image on the host), then randomly erased when training asks for it."""
+        transfer, and no float image on the host), then randomly erased when training asks for it; a multi-crop
+        batch's photometry applied there first when the workers left it to the device (data/photometry.py)."""
         device, pre = self.setup.accelerator.device, self.setup.preprocess
         label = batch["label"].to(device, non_blocking=True)
         if "views" in batch:  # the objective's crops: [(B, 3, S_v, S_v) float32, one per crop]
-            return {"views": [pre.normalise(v.to(device, non_blocking=True)) for v in batch["views"]], "label": label}
+            views = [v.to(device, non_blocking=True) for v in batch["views"]]
+            if "photometry" in batch:  # a GPU run: the workers made the geometry, the device makes the colours
+                views = [apply(v, Params(**{k: t.to(device, non_blocking=True) for k, t in p.items()}))
+                         for v, p in zip(views, batch["photometry"])]
+            return {"views": [pre.normalise(v) for v in views], "label": label}
         image = pre.normalise(batch["image"].to(device, non_blocking=True))  # (B, 3, S, S) float32
         if train:
             image = pre.erase(image)
@@ -64,7 +71,9 @@ class Stepping:
         every process (one decision, like AMP's loss scaler): the weights stay as they were, the schedule and
         the data move on, and the step is counted in `skipped_nonfinite`."""
         setup, acc = self.setup, self.setup.accelerator
+        waiting = time.perf_counter()
         batches = micro_batches or [next(self.batches()) for _ in range(setup.cfg.grad_accum)]
+        self.input_wait += time.perf_counter() - waiting  # the loop idle for its input (read at log steps)
         outs, bad = [], torch.zeros((), device=acc.device)
         ok: torch.Tensor | None = None  # 1.0: the update was applied on every process; 0.0: skipped everywhere
         for j, batch in enumerate(batches):
