@@ -287,3 +287,30 @@ def test_an_evaluator_in_one_file_is_a_command_and_a_monitor_probe(tmp_path):
     assert (unknown.returncode, unknown.stderr.strip()) == (
         2, "error: --monitor-probes: unknown evaluator 'ncn'; did you mean knn?")
     assert "ncm" not in vitx_cli("eval", "--help").stdout  # the plugin's command went with its registration
+
+
+def test_label_free_figures_tell_spread_from_collapsed_features(tmp_path):
+    """RankMe and the spread of the normalised features (evaluators/rankme.py): features spread over 32
+    dimensions have an effective rank near 32 and a per-dimension s.d. near 1/√32; features on a plane, rank
+    2; features collapsed to one point (up to noise), rank 1 and s.d. near 0. The monitor logs them, labels
+    unused."""
+    from vitx.evaluators.rankme import label_free
+
+    from .helpers import metrics, tiny
+
+    rng = np.random.default_rng(0)
+    spread = label_free(rng.normal(size=(2000, 32)))
+    assert 30 < spread["rankme"] <= 32 and spread["rankme_fraction"] > 0.93
+    assert abs(spread["feature_std"] - 32 ** -0.5) < 0.01 and spread["feature_std_spread"] == pytest.approx(32 ** -0.5)
+    plane = label_free(rng.normal(size=(2000, 2)) @ rng.normal(size=(2, 32)))
+    assert 1.8 < plane["rankme"] < 2.05
+    point = label_free(np.ones((2000, 32)) + 1e-4 * rng.normal(size=(2000, 32)))
+    assert point["rankme"] < 1.1 and point["feature_std"] < 1e-3
+    from vitx.runner import pretrain
+
+    pretrain(tiny(tmp_path, monitor="embedded:digits(length=400, eval_length=100)", monitor_probes=["rankme"],
+                  steps=3, save_every=3))
+    rows = [r for r in metrics(tmp_path / "run") if "monitor_rankme" in r]
+    assert [r["step"] for r in rows] == [0, 3]
+    assert all(1 < r["monitor_rankme"] <= 64 and 0 < r["monitor_feature_std"] < 1 for r in rows)
+    assert not any("monitor_knn" in r for r in rows)  # only what was asked

@@ -11,6 +11,9 @@ images, decoded once at the run's resolution and held in memory). The built-in o
   exp(sim / 0.07) (the kNN monitor of lightly's and InstDisc's self-supervised runs);
 - linear (`monitor_linear`): `vitx eval linear`'s heads over its lr grid, 30 epochs, the lr chosen on a held-out
   fifth of the train draw, retrained on all of it and tested.
+- rankme (`monitor_rankme`, `monitor_rankme_fraction`, `monitor_feature_std`): label-free, the effective rank
+  of the features (RankMe) and the per-dimension s.d. of the normalised features, which fall towards 1 and 0
+  when a representation collapses.
 
 Features are what `--monitor-features` names (auto: what the objective trains). With several datasets, the
 first keeps these keys and each other one has its own (`monitor_<name>_knn`, ...). Every process computes the

@@ -1,0 +1,71 @@
+"""`vitx eval rankme` and `--monitor-probes rankme`: label-free figures of a representation, what tells a
+collapse without labels. The effective rank of the features (RankMe, Garrido et al. 2023: the exponential of
+the entropy of the normalised singular values of the (N, D) feature matrix; at most min(N, D), 1 when every
+image maps to one direction) and the mean per-dimension standard deviation of the L2-normalised features
+(SimSiam's collapse check: about 1/√D when they spread over the sphere, towards 0 when they collapse to a
+point). Labels are read but never used."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..evaluation.config import FrozenConfig
+from . import Evaluator, register_evaluator
+
+EPS = 1e-7  # RankMe's ε in p_k = σ_k / Σσ + ε
+
+
+def label_free(features: Any) -> dict[str, float]:
+    """RankMe, it as a fraction of min(N, D), and the normalised features' mean per-dimension s.d. (with 1/√D,
+    its value for features spread evenly over the sphere) of (N, D) features."""
+    import math
+
+    import torch
+
+    z = torch.as_tensor(features, dtype=torch.float64)  # (N, D)
+    sigma = torch.linalg.svdvals(z)  # (min(N, D),)
+    p = sigma / sigma.sum().clamp_min(1e-300) + EPS
+    rank = float(torch.exp(-(p * p.log()).sum()))
+    unit = torch.nn.functional.normalize(z, dim=1)  # (N, D) on the sphere
+    return {"rankme": rank, "rankme_fraction": rank / min(z.shape), "feature_std": float(unit.std(dim=0).mean()),
+            "feature_std_spread": 1 / math.sqrt(z.shape[1])}
+
+
+@dataclass
+class RankConfig(FrozenConfig):
+    """Label-free figures of a start's features on the images of one or several datasets (train and test)."""
+
+
+@register_evaluator("rankme")
+class RankMe(Evaluator):
+    """Effective rank and spread of frozen features: what says a representation collapsed, without labels."""
+
+    config = RankConfig
+    summary = "Label-free: the effective rank of frozen features (RankMe) and the spread of the normalised features."
+
+    def evaluate(self, frozen: Any, model: Any, train: Any, test: Any, preprocess: Any) -> dict[str, Any]:
+        import numpy as np
+
+        x_train, _, x_test, _ = frozen.features(model, train, test, preprocess, 0)
+        features = np.concatenate([x_train, x_test])
+        return {**label_free(features), "images": len(features), "feature_dim": int(features.shape[1])}
+
+    def monitor(self, x_train: Any, y_train: Any, x_test: Any, y_test: Any, num_classes: int,
+                device: Any) -> dict[str, float]:
+        """`rankme`, `rankme_fraction`, `feature_std` on every monitor image (train and test draws)."""
+        import numpy as np
+
+        figures = label_free(np.concatenate([x_train, x_test]))
+        return {k: figures[k] for k in ("rankme", "rankme_fraction", "feature_std")}
+
+    def table(self, result: dict[str, Any], console: Any) -> None:
+        from rich.markup import escape
+
+        console.print(f"label-free, {result['data']} from {self.cfg.start}: effective rank (RankMe) "
+                      f"{result['rankme']:.1f} of at most {min(result['images'], result['feature_dim'])} "
+                      f"({result['rankme_fraction']:.1%}); normalised features' s.d. per dimension "
+                      f"{result['feature_std']:.4f} (spread evenly: {result['feature_std_spread']:.4f}, collapsed: 0); "
+                      f"{result['images']} images, {result['feature_dim']}-d {escape(result['features'])}", soft_wrap=True)
+
+
+__all__ = ["RankConfig", "RankMe", "label_free"]
