@@ -314,3 +314,15 @@ def test_label_free_figures_tell_spread_from_collapsed_features(tmp_path):
     assert [r["step"] for r in rows] == [0, 3]
     assert all(1 < r["monitor_rankme"] <= 64 and 0 < r["monitor_feature_std"] < 1 for r in rows)
     assert not any("monitor_knn" in r for r in rows)  # only what was asked
+
+
+def test_a_plugin_evaluator_without_settings_is_one_warning_not_a_broken_command_line(tmp_path):
+    """An evaluator whose `config` is not a settings dataclass gets no `vitx eval` command and one warning line;
+    every other command still runs."""
+    plugin = tmp_path / "broken.py"
+    plugin.write_text("from vitx import register_evaluator\nfrom vitx.evaluators import Evaluator\n\n\n"
+                      "@register_evaluator('broken')\nclass Broken(Evaluator):\n    config = None\n")
+    done = vitx_cli("--plugin", str(plugin), "eval", "--help")
+    assert done.returncode == 0 and "knn" in done.stdout and "broken" not in done.stdout
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning: evaluator broken")]
+    assert len(warnings) == 1 and "no command" in warnings[0]

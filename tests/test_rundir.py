@@ -345,6 +345,24 @@ def test_runs_written_before_the_marker_are_still_vitx_s(tmp_path):
         check_output_dir(other)
 
 
+def test_a_save_an_older_vitx_was_killed_in_is_cleaned_up(tmp_path):
+    """A staged checkpoint from before the marker (.step_<n>.partial holding only what a save writes: Accelerate's
+    state, weights, config) is vitx's: removed at the next start, so the resumed run can save that step again; one
+    holding anything else is the user's and stays."""
+    run = RunDir(tmp_path / "run")
+    old = run.checkpoints / ".step_00000004.partial"
+    (old / "accelerate").mkdir(parents=True)
+    (old / "accelerate" / "optimizer.bin").write_bytes(b"state")
+    (old / "model.safetensors").write_bytes(b"half a file")
+    kept = run.checkpoints / ".step_00000005.partial"
+    kept.mkdir()
+    (kept / "model.safetensors").write_bytes(b"weights")
+    (kept / "notes.txt").write_text("mine")
+    run.clean_partial()
+    assert not old.exists() and (kept / "notes.txt").read_text() == "mine"
+    assert run.staging(4).name == ".step_00000004.partial"  # the step can be saved again
+
+
 def test_start_up_cleanup_removes_only_what_vitx_wrote(tmp_path):
     """checkpoints/ holding a git repository, a notebook's .ipynb_checkpoints, the user's step_5 and a folder of
     vitx's name without its marker: cleanup and pruning remove only vitx's own unfinished and old checkpoints,

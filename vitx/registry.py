@@ -46,7 +46,7 @@ class Entry:
 class Registry:
     """Name → component for one kind of plugin. `builtins` names the module whose import registers vitx's own
     components of this kind. It is imported on the registry's first use, not with vitx: `vitx models` never
-    imports torch, `vitx --help` nothing at all."""
+    imports torch, `vitx --help` only the torch-free evaluator files (for `vitx eval`'s commands)."""
 
     def __init__(self, kind: str, builtins: str | None = None) -> None:
         self.kind = kind

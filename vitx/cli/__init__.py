@@ -49,6 +49,7 @@ for command in (pretrain, models, objectives, transfer, adapters, tasks, plugins
                 plot):  # in the order --help lists them
     app.command(command.__name__)(command)
 app.add_typer(eval_app, name="eval")
+add_evaluators()  # the built-in ones now (`app` is whole when imported); main() again after plugins load
 
 
 def _take_plugins(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -64,9 +64,18 @@ eval_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluat
 def add_evaluators() -> None:
     """`vitx eval NAME` for every registered evaluator (vitx/evaluators/, and plugins': called after they load),
     its options its config's settings."""
+    import sys
+
     from ..registry import EVALUATORS
 
     eval_app.registered_commands.clear()
-    for entry in EVALUATORS:
-        eval_app.command(entry.name)(command(entry.obj.config, _evaluation(entry.name), entry.name,
-                                             entry.obj.summary or entry.description, training=False))
+    for name in EVALUATORS.names():  # names(): installed plugins' evaluators (entry points) too
+        entry = EVALUATORS.get(name)
+        try:
+            made = command(entry.obj.config, _evaluation(name), name, entry.obj.summary or entry.description,
+                           training=False)
+        except Exception as exc:  # a plugin's broken evaluator: said in one line, the other commands still work
+            print(f"warning: evaluator {name} ({entry.source}) has no usable settings and no command: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr)
+            continue
+        eval_app.command(name)(made)

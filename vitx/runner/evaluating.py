@@ -69,8 +69,9 @@ class Evaluating:
         count = torch.zeros((), device=acc.device)
 
         def forward(batch: dict[str, torch.Tensor], weight: int) -> None:
+            inputs = self.to_device(batch)  # outside autocast: the photometry's pixels as in training
             with acc.autocast():
-                out = net(self.to_device(batch))
+                out = net(inputs)
             for k, v in out.items():  # objectives report batch means: weighted by the batch's real samples
                 sums[k] = sums.get(k, 0) + v.detach().float() * weight
 

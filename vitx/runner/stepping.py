@@ -53,7 +53,7 @@ class Stepping:
         batch's photometry applied there first when the workers left it to the device (data/photometry.py)."""
         device, pre = self.setup.accelerator.device, self.setup.preprocess
         label = batch["label"].to(device, non_blocking=True)
-        if "views" in batch:  # the objective's crops: [(B, 3, S_v, S_v) float32, one per crop]
+        if "views" in batch:  # the objective's crops: [(B, 3, S_v, S_v) uint8, one per crop]
             views = [v.to(device, non_blocking=True) for v in batch["views"]]
             if "photometry" in batch:  # a GPU run: the workers made the geometry, the device makes the colours
                 views = [apply(v, Params(**{k: t.to(device, non_blocking=True) for k, t in p.items()}))

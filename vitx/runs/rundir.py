@@ -46,6 +46,7 @@ TOP = (*WEIGHTS, "config.json", "curves.png")  # the latest checkpoint's, on top
 MARKER = "trainer_state.json"  # written last, removed first: a checkpoint is complete exactly while it exists
 OWNED = ".vitx-checkpoint"  # written first into a staged checkpoint, removed last: the folders vitx may remove
 STAGED = re.compile(rf"\.{PREFIX}\d{{8}}\.partial")  # a checkpoint being written (with OWNED: vitx's own)
+STAGED_FILES = {*WEIGHTS, "config.json", MARKER, "curves.png", "accelerate"}  # what a save writes into one
 RUN_MARK = ".vitx-run"  # in a run folder, from the first time a run takes it: the folder is vitx's
 RUN_NOTE = "This folder is a vitx run: vitx writes its files here (config.json, model.safetensors, checkpoints/).\n"
 
@@ -81,8 +82,13 @@ def step_number(path: Path) -> int | None:
 
 
 def is_ours(folder: Path) -> bool:
-    """Whether vitx staged this checkpoint folder (it carries OWNED; a symbolic link never counts)."""
-    return folder.is_dir() and not folder.is_symlink() and (folder / OWNED).is_file()
+    """Whether vitx staged this checkpoint folder: it carries OWNED, or it is a staged name holding nothing but
+    what an older vitx (before OWNED) wrote into one, a save it was killed in. A symbolic link never counts."""
+    if not folder.is_dir() or folder.is_symlink():
+        return False
+    if (folder / OWNED).is_file():
+        return True
+    return STAGED.fullmatch(folder.name) is not None and all(p.name in STAGED_FILES for p in folder.iterdir())
 
 
 def mark_run(folder: Path) -> None:

@@ -3,7 +3,7 @@ composes the groups it uses and adds only its own fields:
 
     PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, System)    runner/config.py
     TransferConfig(Weights, Columns, Input, Augmentation, Optimisation, Output, System)    transfer/config.py
-    FrozenConfig(Weights, Columns, Input)    evaluation/config.py (vitx eval fewshot, knn, linear)
+    FrozenConfig(Weights, Columns, Input)    evaluation/config.py (every vitx eval NAME: vitx/evaluators/)
 
 A setting added to a group is an option of every command that composes it: in its --help, validated, taken by
 --set and recipes, recorded in config.json. Where recipes differ (pre-training's AdamW, fine-tuning's SGD) a

@@ -1,4 +1,5 @@
-"""Transfer: starting points and the VTAB-1k protocol (frozen-feature evaluation is `vitx.evaluation`)."""
+"""Transfer: starting points and the VTAB-1k protocol (frozen-feature evaluation: `vitx.evaluation`'s maths and
+`vitx.evaluators`, `vitx eval NAME`)."""
 from ..lazy import lazy_exports
 from .config import TransferConfig
 

@@ -137,7 +137,7 @@ def _claim(cfg: TransferConfig, task: Task, resume: bool,
 
 
 def _own(output: Path) -> None:
-    """Mark the transfer's --output-dir as vitx's (runner/ownership.py) before the first file is written there."""
+    """Mark the transfer's --output-dir as vitx's (runs/ownership.py) before the first file is written there."""
     try:
         output.mkdir(parents=True, exist_ok=True)
         mark_run(output)
