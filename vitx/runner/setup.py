@@ -183,10 +183,8 @@ def _normalisation(start: str, backbone: Any) -> dict[str, tuple[float, ...]]:
     return {"mean": tuple(given["mean"]), "std": tuple(given["std"])}
 
 
-def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
-    """Create the accelerator, data sources, backbone, objective, optimiser and schedule; load a checkpoint."""
-    accelerator = make_accelerator(cfg)
-    saved = read_config(resume_from) if resume_from is not None else {}
+def _backbone(cfg: PretrainConfig, saved: dict[str, Any], resume_from: Path | None) -> tuple[Any, Preprocess]:
+    """The backbone (new, from --init, or as a resumed --init run's checkpoint records it) and the input it expects."""
     if cfg.init and resume_from is None:  # another run's or timm's weights, continued here
         backbone, normal = _initial(cfg)
     elif cfg.init:  # a resumed --init run: built as its checkpoint records it, normalised as it was
@@ -203,10 +201,15 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
         backbone.set_grad_checkpointing(True)
     if cfg.drop_path > 0:  # (a --model spec's drop_path_rate stays when --drop-path is not given)
         set_drop_path(backbone, cfg.drop_path)
-    image_size = int(backbone.patch_embed.img_size[0])
-    preprocess = Preprocess(image_size=image_size, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
-                            randaugment=cfg.randaugment, random_erasing=cfg.random_erasing, **normal)
+    preprocess = Preprocess(image_size=int(backbone.patch_embed.img_size[0]), crop_scale=cfg.crop_scale,
+                            hflip=cfg.hflip, randaugment=cfg.randaugment, random_erasing=cfg.random_erasing, **normal)
+    return backbone, preprocess
 
+
+def _data(cfg: PretrainConfig, saved: dict[str, Any], resume_from: Path | None, image_size: int,
+          processes: int) -> tuple[Any, Any, dict[str, Any]]:
+    """The training and validation sources (a resumed run holds out exactly what it held out) and what config.json
+    records of them."""
     from ..data.draws import validation_split
     from ..data.streams import is_shards
 
@@ -217,7 +220,7 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
         raise VitxError(f"{cfg.data} has no training images")
     saved_data = saved.get("data", {})
     saved_val = saved_data.get("validation") or {}
-    was_held = saved_val.get("split") == "held out of train"  # a resumed run holds out exactly what it held out
+    was_held = saved_val.get("split") == "held out of train"
     held = saved_val.get("requested", saved_val.get("images")) if was_held else None
     train_source, val_source, validation = validation_split(opened, cfg.eval_samples, cfg.seed, held,
                                                             hold_out=resume_from is None or was_held)
@@ -226,12 +229,21 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
                  "train_size": None if hasattr(train_source, "micro_batches") else len(train_source),
                  "validation": validation}
     if hasattr(train_source, "micro_batches"):  # a stream's order depends on how many processes read it
-        data_info["processes"] = accelerator.num_processes
+        data_info["processes"] = processes
         was = saved_data.get("processes")
-        if was is not None and was != accelerator.num_processes:
+        if was is not None and was != processes:
             raise VitxError(f"{cfg.output_dir} streams {cfg.data} on {was} process(es); resume it on {was} (each "
-                            f"process reads its own shards, so {accelerator.num_processes} would read other samples)")
+                            f"process reads its own shards, so {processes} would read other samples)")
+    return train_source, val_source, data_info
 
+
+def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
+    """Create the accelerator, data sources, backbone, objective, optimiser and schedule; load a checkpoint."""
+    accelerator = make_accelerator(cfg)
+    saved = read_config(resume_from) if resume_from is not None else {}
+    backbone, preprocess = _backbone(cfg, saved, resume_from)
+    train_source, val_source, data_info = _data(cfg, saved, resume_from, preprocess.image_size,
+                                                accelerator.num_processes)
     obj_name, obj_opts = parse_spec(cfg.objective)
     if getattr(OBJECTIVES.get(obj_name).obj, "needs_labels", False):
         require_labels(train_source, f"--objective {obj_name}")
