@@ -169,6 +169,10 @@ def test_fewshot_evaluates_several_datasets_in_one_call(tmp_path):
     assert [d["data"] for d in both["datasets"]] == ["embedded:digits", "embedded:shapes(length=200)"]
     assert all(d["test_samples"] == 50 and d["num_classes"] == 10 for d in both["datasets"])
     assert result.stdout.count("few-shot linear evaluation") == 2
+    again = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4", "--shots", "1", "--draws", "1",
+                     "--data", "embedded:digits,embedded:shapes(length=200)", "--test-samples", "50",
+                     "--output", str(tmp_path / "draws.json"))  # --draws: the count's own name; --seeds its former
+    assert again.returncode == 0 and json.loads((tmp_path / "draws.json").read_text()) == both
 
 
 def test_big_vision_geometry_resizes_the_short_side_then_crops_the_centre(tmp_path):

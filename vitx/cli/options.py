@@ -35,6 +35,7 @@ def _parameter(field: Any, kind: Any) -> inspect.Parameter:
         default, names, annotation = [], [flag], List[str]
     else:  # None: not given (the config's default holds)
         default, names = None, [f"{flag}/--no-{flag[2:]}"] if inner is bool else [flag]
+        names += [field.metadata["formerly"]] if field.metadata.get("formerly") else []
         annotation = Optional[str] if typing.get_origin(inner) is list else Optional[inner]
     option = typer.Option(default, *names, help=help_text(field), rich_help_panel=field.metadata["group"],
                           show_default=False)

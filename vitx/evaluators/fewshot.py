@@ -20,7 +20,7 @@ class FewshotConfig(FrozenConfig):
 
     features: str = setting(AUTO, "auto (what the start's objective trains: patch-mean after MPP or MAE, pre-logits otherwise), pre-logits (the paper's: after the pre-training head's tanh layer when it has one), backbone (the \\[class] token after the final norm) or patch-mean (the mean of the patch tokens).", MODEL, choices=(AUTO, *FEATURES))
     shots: list[int] = setting([1, 5, 10, 25], "Images per class (unlike `vitx transfer --shots`, which counts all training images).", EVALUATION, above=0, says="are images per class and must be positive")
-    seeds: int = setting(3, "Draws of the shots per count (seeds 0..N-1).", EVALUATION, above=0)
+    draws: int = setting(3, "Draws of the shots per count, seeded 0..N-1 (a count: `vitx eval linear --seeds` and `vitx transfer --seeds` list seeds).", EVALUATION, above=0, formerly="--seeds")
     reg: float = setting(FEWSHOT_REG, "L2 regularisation of the least-squares head.", EVALUATION, above=0, says=f"must be positive (the paper's is {FEWSHOT_REG:g})")
 
 
@@ -35,7 +35,7 @@ class Fewshot(Evaluator):
         from ..evaluation.fewshot import evaluate_sources
 
         cfg = self.cfg  # features only of the images some (shots, seed) draw uses
-        return evaluate_sources(model, train, test, preprocess, cfg.shots, range(cfg.seeds), cfg.reg,
+        return evaluate_sources(model, train, test, preprocess, cfg.shots, range(cfg.draws), cfg.reg,
                                 frozen.test_rows(test), workers=frozen.workers, device=frozen.device)
 
     def monitor(self, x_train: Any, y_train: Any, x_test: Any, y_test: Any, num_classes: int,

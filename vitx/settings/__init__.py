@@ -26,7 +26,7 @@ def setting(default: Any, help: str, group: str, *, flag: str | None = None, cho
             min: float | None = None, above: float | None = None, max: float | None = None,
             below: float | None = None, limit: int | None = None, cli: bool = True, repeat: bool = False,
             shown: str | None = None, says: str | None = None, example: str | None = None, affects_result: bool = True,
-            length: int | None = None, distinct: bool = False) -> Any:
+            length: int | None = None, distinct: bool = False, formerly: str | None = None) -> Any:
     """A config field with everything its option needs. `default` may be a list (copied per instance);
     `shown` replaces the "[default: ...]" of --help (None: the default itself); `repeat`: a list option given
     once per item (`--adapter a --adapter b`) instead of comma-separated; `limit`: a size far above any real
@@ -34,13 +34,14 @@ def setting(default: Any, help: str, group: str, *, flag: str | None = None, cho
     `example`: a value shown when a list option cannot be read (default: the default); `affects_result=False`: the
     setting does not change what a run computes (where it writes, how it logs), so a resumed run may change it;
     `length`: a list setting's exact number of items (3 for a per-RGB-channel value); `distinct`: a list setting
-    whose items must differ (seeds: a repeated one would count one run twice and shrink the spread)."""
+    whose items must differ (seeds: a repeated one would count one run twice and shrink the spread); `formerly`:
+    the option's old name, which users already type: it keeps working, and --help says so."""
     if group not in PANELS:
         raise ValueError(f"unknown panel {group!r}")
     meta = {"help": help, "group": group, "flag": flag, "choices": tuple(choices) if choices is not None else None,
             "min": min, "above": above, "max": max, "below": below, "limit": limit, "cli": cli, "repeat": repeat,
             "shown": shown, "says": says, "example": example, "affects_result": affects_result, "length": length,
-            "distinct": distinct}
+            "distinct": distinct, "formerly": formerly}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -194,7 +195,9 @@ def check(config: Any, named: Callable[[dataclasses.Field], str] = flag_of) -> N
 
 def help_text(field: dataclasses.Field) -> str:
     """The option's help with its default (typer prints brackets literally when escaped)."""
-    return f"{field.metadata['help']} \\[default: {shown_default(field)}]"
+    old = field.metadata.get("formerly")
+    also = f" Its former name {old} still works." if old else ""
+    return f"{field.metadata['help']}{also} \\[default: {shown_default(field)}]"
 
 
 __all__ = ["as_flags", "CHECKPOINTS", "DATA", "EVALUATION", "MODEL", "OPTIMISATION", "OUTPUT", "PANELS", "PROTOCOL", "SCHEDULE",
