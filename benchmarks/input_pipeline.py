@@ -123,7 +123,7 @@ def vitx_loader(folder: Path, workers: int, batch: int, size: int, batches: int,
         b = next(it)
         crops = [c.to(device, non_blocking=True) for c in (b["views"] if views else [b["image"]])]
         if "photometry" in b:  # a GPU run: the colours are made on the device, as the runner does
-            crops = [apply(c, Params(**{k: t.to(device) for k, t in p.items()})) for c, p in zip(crops, b["photometry"])]
+            crops = [apply(c, Params(**p).to(device)) for c, p in zip(crops, b["photometry"])]
         x = crops[0]  # (B, 3, S, S) uint8: the negligible model
     if device.type == "cuda":
         torch.cuda.synchronize()

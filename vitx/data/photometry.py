@@ -51,8 +51,6 @@ class Params:
     def rows(self, which: slice) -> "Params":
         return Params(*(getattr(self, k)[which] for k in Params.__dataclass_fields__))
 
-    def any(self) -> bool:
-        return bool(self.jitter.any() or self.gray.any() or (self.sigma > 0).any() or self.solarize.any())
 
 
 def draw(view: "View", rng: np.random.Generator) -> Params:
@@ -96,7 +94,7 @@ def apply(images: torch.Tensor, p: Params, batched: bool | None = None) -> torch
                 out[rows] = JITTER[k](out[rows], p.factors[rows, k])
     rows = torch.nonzero(p.gray).flatten()
     if len(rows):
-        out[rows] = _grayscale(out[rows]).to(torch.uint8).expand(-1, 3, -1, -1)
+        out[rows] = _to_gray(out[rows])
     rows = torch.nonzero(p.sigma > 0).flatten()
     if len(rows):
         out[rows] = _blur(out[rows], p.sigma[rows])
@@ -110,7 +108,7 @@ def _apply_each(x: torch.Tensor, p: Params) -> torch.Tensor:
             if float(p.factors[0, k]) != (0.0 if k == HUE else 1.0):
                 x = JITTER[k](x, p.factors[:, k])
     if bool(p.gray):
-        x = _grayscale(x).to(torch.uint8).expand(-1, 3, -1, -1)
+        x = _to_gray(x)
     if float(p.sigma) > 0:
         x = _blur(x, p.sigma)
     if bool(p.solarize):
@@ -122,6 +120,11 @@ def _grayscale(x: torch.Tensor) -> torch.Tensor:
     """(B, 3, S, S) → (B, 1, S, S) float32 luma, as torchvision computes it (truncated when cast to uint8)."""
     r, g, b = x.unbind(dim=1)
     return r.mul(GRAY_WEIGHTS[0]).add_(g, alpha=GRAY_WEIGHTS[1]).add_(b, alpha=GRAY_WEIGHTS[2]).unsqueeze(1)
+
+
+def _to_gray(x: torch.Tensor) -> torch.Tensor:
+    """RandomGrayscale's output: the luma truncated to uint8, in all three channels (B, 3, S, S)."""
+    return _grayscale(x).to(torch.uint8).expand(-1, 3, -1, -1)
 
 
 def _blend(x: torch.Tensor, other: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:

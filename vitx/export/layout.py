@@ -28,6 +28,7 @@ from safetensors import SafetensorError
 from .. import __version__
 from ..checkpoint import atomic_write_text, fsync_path, read_weights, save_weights, write_reason
 from ..errors import VitxError
+from ..runs.ownership import held, shown
 from ..runs.trained import TrainedRun, classifier_heads, resolve_run
 from .card import model_card
 
@@ -135,18 +136,14 @@ def _check_target(to: Path, runs: list[Path], force: bool) -> None:
         return
     if not to.is_dir():
         raise VitxError(f"--to {to} is a file; give a folder to write")
-    try:
-        held = sorted(p.name for p in to.iterdir())
-    except OSError as exc:
-        raise VitxError(f"--to {to}: cannot read it ({exc.strerror or exc})") from None
+    names = held(to, "--to")
     if force:
         return
     keep = f"or --force to replace only the export's own files ({', '.join(EXPORT_FILES)}) and keep everything else"
     if where == Path.cwd().resolve():
         raise VitxError(f"--to {to} is the current directory; give a new folder, {keep}")
-    if held:
-        shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
-        raise VitxError(f"--to {to} is not empty (it holds {shown}); give a new or empty folder, {keep}")
+    if names:
+        raise VitxError(f"--to {to} is not empty (it holds {shown(names)}); give a new or empty folder, {keep}")
 
 
 def _move_into(staged: Path, to: Path, names: list[str]) -> None:

@@ -56,8 +56,7 @@ class Stepping:
         if "views" in batch:  # the objective's crops: [(B, 3, S_v, S_v) uint8, one per crop]
             views = [v.to(device, non_blocking=True) for v in batch["views"]]
             if "photometry" in batch:  # a GPU run: the workers made the geometry, the device makes the colours
-                views = [apply(v, Params(**{k: t.to(device, non_blocking=True) for k, t in p.items()}))
-                         for v, p in zip(views, batch["photometry"])]
+                views = [apply(v, Params(**p).to(device)) for v, p in zip(views, batch["photometry"])]
             return {"views": [pre.normalise(v) for v in views], "label": label}
         image = pre.normalise(batch["image"].to(device, non_blocking=True))  # (B, 3, S, S) float32
         if train:

@@ -41,21 +41,30 @@ def is_vitx_folder(folder: Path) -> bool:
     return any((p / "transfer.json").is_file() for p in _children(folder))
 
 
+def held(folder: Path, flag: str) -> list[str]:
+    """The names in an existing output folder, sorted; one line when it cannot be read."""
+    try:
+        return sorted(p.name for p in folder.iterdir())
+    except OSError as exc:
+        raise VitxError(f"{flag} {folder}: cannot read it ({exc.strerror or exc})") from None
+
+
+def shown(names: list[str]) -> str:
+    """The first three names of a folder, for a refusal."""
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
 def check_output_dir(folder: str | Path, flag: str = "--output-dir") -> None:
     """Refuse, before any work, an output folder that holds files and is not vitx's: a run would write its own
     files over the user's. New, empty and vitx's own folders pass (resuming, or a transfer adding tasks)."""
     folder = Path(folder).expanduser()
     if not folder.is_dir():  # new (a file in the way: RunDir.check_writable says so)
         return
-    try:
-        held = sorted(p.name for p in folder.iterdir())
-    except OSError as exc:
-        raise VitxError(f"{flag} {folder}: cannot read it ({exc.strerror or exc})") from None
-    if not held or is_vitx_folder(folder):
+    names = held(folder, flag)
+    if not names or is_vitx_folder(folder):
         return
-    shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
-    raise VitxError(f"{flag} {folder} is not empty and holds no vitx run (it holds {shown}); vitx would write over "
-                    "files there: give a new or empty folder")
+    raise VitxError(f"{flag} {folder} is not empty and holds no vitx run (it holds {shown(names)}); vitx would write "
+                    "over files there: give a new or empty folder")
 
 
-__all__ = ["check_output_dir", "is_vitx_folder"]
+__all__ = ["check_output_dir", "held", "is_vitx_folder", "shown"]
