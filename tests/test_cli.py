@@ -28,7 +28,7 @@ def _one_line_error(result, needle):
     (["--layer-decay", "0"], "--layer-decay must be in (0, 1], got 0"),
     (["--drop-path", "1"], "--drop-path must be in [0, 1), got 1"),
     (["--randaugment", "rand-zz"], "randaugment 'rand-zz' is not a timm augmentation policy"),
-    (["--monitor-features", "cls"], "--monitor-features must be one of auto, pre-logits, backbone, patch-mean"),
+    (["--monitor-features", "cls"], "--monitor-features must be one of auto, pre-logits, cls-token, patch-mean"),
     (["--precision", "fp16"], "fp16 mixed precision needs a GPU"),
     (["--batch-size", "10", "--grad-accum", "3"], "must divide evenly"),
     (["--objective", "supervised(colour=1)"], "no option(s) colour"),
@@ -111,6 +111,51 @@ def test_help_texts_keep_their_square_brackets():
     assert "[class]" in shown and "[default:" in shown
 
 
+def test_a_renamed_choice_keeps_its_former_name(tmp_path):
+    """The feature "cls-token" was called "backbone": the former name still works wherever it is written (an
+    option, --set, a recipe, an older run's transfer.json), is read as the current one when the config is checked
+    (frozen configs too), and --help says so."""
+    import dataclasses
+    import re
+
+    from vitx.errors import VitxError
+    from vitx.evaluators.knn import KnnConfig
+    from vitx.evaluators.linear import LinearConfig
+    from vitx.recipe import resolve
+    from vitx.runner.config import PretrainConfig
+    from vitx.settings import EVALUATION, check, current_values, setting
+    from vitx.transfer.config import TransferConfig
+
+    assert TransferConfig(features="backbone").validate().features == "cls-token"
+    assert KnnConfig(features="backbone").validate().features == "cls-token"
+    assert LinearConfig(features=["backbone+patch-mean", "last4"]).validate().features == \
+        ["cls-token+patch-mean", "last4"]  # item by item
+    assert PretrainConfig(monitor_features="backbone").validate().monitor_features == "cls-token"
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[transfer]\nfeatures = "backbone"\n')
+    for given in ({"recipe": str(recipe)}, {"sets": ["features=backbone"]}):
+        chosen = resolve(TransferConfig, "transfer", given.get("recipe"), given.get("sets", []), {})
+        assert TransferConfig(**chosen).validate().features == "cls-token"
+    saved = {"task": "vtab/dtd", "features": "backbone", "lr": 0.01}  # an older run's transfer.json
+    assert current_values(TransferConfig, saved) == {**saved, "features": "cls-token"}
+
+    @dataclasses.dataclass(frozen=True)
+    class Frozen:
+        pool: str = setting("mean", "Pooling.", EVALUATION, choices=("mean", "max"), renamed={"avg": "mean"})
+
+    fixed = Frozen(pool="avg")
+    check(fixed)
+    assert fixed.pool == "mean"
+    with pytest.raises(VitxError, match="--pool must be one of mean, max, got 'sum'"):
+        check(Frozen(pool="sum"))
+
+    shown = " ".join(re.sub("[│╭╮╰╯─]", " ", vitx_cli("eval", "knn", "--help").stdout).split())
+    assert "Former value names still work: backbone (now cls-token)." in shown
+    result = vitx_cli("transfer", "--task", "embedded/digits", "--from", "scratch", "--model", "vit-nano/4",
+                      "--features", "bogus", "--output-dir", str(tmp_path / "t"))
+    _one_line_error(result, "--features must be one of auto, cls-token, patch-mean, got 'bogus'")
+
+
 def test_a_shared_setting_is_declared_once_and_reaches_every_command_that_composes_its_group():
     """Settings several commands take live in groups (settings/groups.py) that each config composes: the same
     declaration (help, panel, bounds, resume rule) everywhere, only the default a config's own, and the option
@@ -133,7 +178,7 @@ def test_a_shared_setting_is_declared_once_and_reaches_every_command_that_compos
                 assert dict(field.metadata) == dict(declared.metadata), (name, declared.name)
                 assert flag_of(field) in helps[name], (name, flag_of(field))
                 checked += 1
-    assert checked == 24 + 28 + 7  # the group settings of pretrain, transfer (with Input) and eval
+    assert checked == 25 + 29 + 7  # the group settings of pretrain, transfer (with Input) and eval
     own = {f.name for f in dataclasses.fields(TransferConfig)} & {f.name for f in dataclasses.fields(PretrainConfig)}
     in_groups = {f.name for g in groups_of(TransferConfig) for f in dataclasses.fields(g)}
     # what the two commands share outside the groups means something different in each (the run's own)

@@ -48,7 +48,9 @@ def test_pretrain_writes_curves_of_its_metrics(pretrained_run, tmp_path):
     assert os.path.samefile(top, checkpoint)  # the run's picture is its latest checkpoint's
     records = metrics(pretrained_run)
     assert _panels(records) == {"loss": ("loss", "val_loss"), "accuracy": ("top1", "val_top1"),
+                                "collapse watch (label-free)": ("rankme_fraction", "feature_std"),
                                 "learning rate": ("lr",)}
+    assert [r["step"] for r in records if "rankme" in r] == [0, 100]  # the watch: step 0, every 100 steps
     _every_key_drawn(records)
 
 

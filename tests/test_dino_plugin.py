@@ -3,19 +3,23 @@ saved, resumed bit for bit and exported on request, iBOT and KoLeo options, and 
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
 import vitx
+from vitx.evaluation import feature_name
 from vitx.registry import OBJECTIVES
 
 from .helpers import metrics, resumed_copy, tiny, vitx_cli
 
 SPEC = "dino(out_dim=64,hidden_dim=32,bottleneck_dim=16,local_crops=2,momentum=0.9,ibot=0.5,koleo=0.1," \
        "warmup_teacher_temp=0.02,warmup_teacher_temp_steps=4)"
-OPTIONS = dict(objective=SPEC, save_every=1, keep_checkpoints=6, monitor="embedded:digits(length=200, eval_length=50)")
+OPTIONS = dict(objective=SPEC, save_every=1, keep_checkpoints=6, monitor="embedded:digits(length=200, eval_length=50)",
+               weight_decay=0.04, weight_decay_end=0.4)  # DINO's weight-decay schedule
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +52,7 @@ def test_views_are_dinos_global_and_local_crops():
 def test_the_run_records_its_views_and_trains_only_the_student(dino_run):
     config = json.loads((dino_run / "config.json").read_text())
     assert [v["size"] for v in config["views"]] == [16, 16, 8] and config["views"][2]["count"] == 2
-    assert config["features"] == "backbone"
+    assert feature_name(config["features"]) == "cls-token"  # the [class] token (recorded as the plugin names it)
     obj = dino(**dict(out_dim=64, hidden_dim=32, bottleneck_dim=16, ibot=0.5))
     trained = {n for n, p in obj.named_parameters() if p.requires_grad}
     assert trained and not any(n.startswith("teacher.") for n in trained)
@@ -78,9 +82,15 @@ def test_the_teacher_is_the_students_moving_average_on_a_cosine_momentum(dino_ru
 def test_schedules_and_losses_are_logged_and_the_monitor_reads_teacher_and_student(dino_run):
     rows = [r for r in metrics(dino_run) if "loss" in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
-    assert [round(r["teacher_temp"], 4) for r in rows] == [0.02, 0.025, 0.03, 0.035, 0.04, 0.04]  # warm-up
+    # DINO's warm-up: np.linspace(warmup_teacher_temp, teacher_temp, W), reaching the end at step W - 1
+    assert [r["teacher_temp"] for r in rows] == pytest.approx([*np.linspace(0.02, 0.04, 4), 0.04, 0.04])
+    # DINO's cosine_scheduler(0.04, 0.4, ...) over the 6 steps, for the update each row's step made
+    assert [r["weight_decay"] for r in rows] == pytest.approx(
+        [0.4 + 0.5 * (0.04 - 0.4) * (1 + math.cos(math.pi * s / 6)) for s in range(6)])
     assert rows[0]["momentum"] == pytest.approx(0.9) and rows[-1]["momentum"] == pytest.approx(1.0)
-    assert all({"dino_loss", "ibot_loss", "koleo_loss", "teacher_entropy"} <= set(r) for r in rows)
+    diagnostics = {"teacher_entropy", "teacher_batch_entropy", "teacher_student_kl"}
+    assert all({"dino_loss", "ibot_loss", "koleo_loss", *diagnostics} <= set(r) for r in rows)
+    assert all(r["teacher_student_kl"] > 0 and 0 < r["teacher_entropy"] < math.log(64) for r in rows)
     assert all("val_dino_loss" in r and "val_momentum" not in r for r in rows)
     monitored = [r for r in metrics(dino_run) if "monitor_knn" in r]
     assert monitored[0]["step"] == 0 and monitored[0]["monitor_knn"] == monitored[0]["teacher_monitor_knn"]
@@ -128,7 +138,8 @@ def test_export_teacher_of_a_run_without_one_is_one_line(pretrained_run, tmp_pat
     ({"local_crops": -1}, "integers"), ({"global_crops": 0}, "positive"), ({"global_crops": 1, "local_crops": 0},
                                                                            "two crops"),
     ({"local_scale": 0.5}, "local_scale"), ({"momentum": 1.5}, "momentum"), ({"teacher_temp": 0}, "temperature"),
-    ({"ibot": -1}, "ibot"), ({"local_size": 6}, "multiple of the patch"), ({"crops": 3}, "no option")])
+    ({"ibot": -1}, "ibot"), ({"local_size": 6}, "multiple of the patch"), ({"crops": 3}, "no option"),
+    ({"blur_sigma": (2.0, 1.0)}, "blur_sigma"), ({"blur_sigma": 1.0}, "blur_sigma")])
 def test_bad_options_are_one_line_errors(options, needle):
     with pytest.raises(vitx.VitxError, match=needle):
         dino(**options)
@@ -140,3 +151,49 @@ def test_an_ema_beside_the_teacher_is_refused_in_one_line(tmp_path):
                    "--output-dir", str(tmp_path / "run"))
     assert res.returncode != 0 and res.stderr.count("\n") == 1 and "its own moving average" in res.stderr
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_dinos_collapse_rules_read_its_teacher_entropies():
+    obj = dino(out_dim=1024, hidden_dim=16, bottleneck_dim=8)
+    assert obj.collapse({"teacher_entropy": 3.0, "teacher_batch_entropy": 5.0}) is None
+    uniform = obj.collapse({"teacher_entropy": 6.90, "teacher_batch_entropy": 6.93})
+    assert "uniform" in uniform and "6.900 of log K = 6.931" in uniform
+    assert "one output dimension" in obj.collapse({"teacher_entropy": 0.01, "teacher_batch_entropy": 0.2})
+
+
+def test_local_crops_position_embeddings_are_resampled_as_dino_does():
+    """facebookresearch/dino vision_transformer.py `interpolate_pos_encoding`, its patch part."""
+    from vitx_dino import dino_pos_embed
+
+    torch.manual_seed(0)
+    pos = torch.randn(1, 1 + 14 * 14, 8)  # (1, 1 + G·G, D) with a [class] position
+    patch_pos_embed, n, dim = pos[:, 1:], 14 * 14, 8
+    w0, h0 = 6 + 0.1, 6 + 0.1
+    dinos = torch.nn.functional.interpolate(
+        patch_pos_embed.reshape(1, int(math.sqrt(n)), int(math.sqrt(n)), dim).permute(0, 3, 1, 2),
+        scale_factor=(w0 / math.sqrt(n), h0 / math.sqrt(n)), mode="bicubic")
+    dinos = dinos.permute(0, 2, 3, 1).view(1, -1, dim)
+    assert torch.equal(dino_pos_embed(pos, (6, 6), 1), dinos)
+
+
+def test_the_last_layer_is_frozen_for_the_first_epoch_by_default():
+    obj = dino(out_dim=32, hidden_dim=16, bottleneck_dim=8)
+    obj.epoch_steps = 3  # what the runner sets: steps per pass over the data
+    obj.on_fit_start(0, 10)
+    last = list(obj.head.last_layer.parameters())
+    for step, frozen in ((0, True), (2, True), (3, False)):
+        obj.step = step
+        for p in last:
+            p.grad = torch.ones_like(p)
+        obj.on_after_backward()
+        assert all((p.grad is None) == frozen for p in last), step
+    told = dino(out_dim=32, hidden_dim=16, bottleneck_dim=8, freeze_last_layer=0)
+    told.epoch_steps = 3
+    told.on_fit_start(0, 10)
+    assert told.frozen_steps == 0  # an explicit count (steps) wins
+
+
+def test_blur_is_drawn_in_pixels_whatever_the_crop_size():
+    views = dino(local_crops=2).views()
+    assert all(v.sigma == (0.1, 2.0) for v in views)  # DINO's radius 0.1–2 px for 224 and 96 px crops alike
+    assert all(v.sigma == (0.05, 0.5) for v in dino(local_crops=2, blur_sigma=(0.05, 0.5)).views())

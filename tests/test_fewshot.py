@@ -65,7 +65,7 @@ def test_fewshot_on_digits_from_a_pretrained_checkpoint(pretrained_run):
 
 
 def test_fewshot_reads_pre_logits_of_a_supervised_run(pretrained_run, mpp_run, tmp_path):
-    """The paper's few-shot features: after the supervised head's tanh layer; `--features backbone` takes the
+    """The paper's few-shot features: after the supervised head's tanh layer; `--features cls-token` takes the
     [class] token instead; a run without that layer (MPP) reads its backbone either way. Reports say which."""
     import json
 
@@ -101,7 +101,7 @@ def test_fewshot_reads_pre_logits_of_a_supervised_run(pretrained_run, mpp_run, t
     assert mean.kind.startswith("patch-mean")
 
     numbers = {}
-    for which in ("pre-logits", "backbone"):
+    for which in ("pre-logits", "cls-token"):
         out = tmp_path / f"{which}.json"
         proc = vitx_cli("eval", "fewshot", "--from", str(pretrained_run), "--shots", "10", "--seeds", "2",
                         "--features", which, "--output", str(out))
@@ -109,7 +109,7 @@ def test_fewshot_reads_pre_logits_of_a_supervised_run(pretrained_run, mpp_run, t
         numbers[which] = json.loads(out.read_text())
         assert numbers[which]["features"].startswith(which)
         assert numbers[which]["shots"]["10"]["mean"] > 0.5  # chance 0.10
-    assert numbers["pre-logits"]["shots"] != numbers["backbone"]["shots"]  # different features, different heads
+    assert numbers["pre-logits"]["shots"] != numbers["cls-token"]["shots"]  # different features, different heads
     bad = vitx_cli("eval", "fewshot", "--from", str(pretrained_run), "--features", "logits")
     assert bad.returncode != 0 and "--features" in bad.stderr and "Traceback" not in bad.stderr
 

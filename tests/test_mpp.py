@@ -193,7 +193,7 @@ def test_monitor_feature_choices_are_the_few_shot_evaluations():
 
 def test_a_transfer_from_mpp_reads_the_patch_tokens_it_trained(mpp_run, tmp_path):
     """--features auto from an MPP start: the head reads the mean patch token (timm's avg pooling, the final norm
-    kept), recorded so the saved classifier is rebuilt alike; --features backbone keeps the [class] token."""
+    kept), recorded so the saved classifier is rebuilt alike; --features cls-token keeps the [class] token."""
     import json
 
     import torch
@@ -202,7 +202,7 @@ def test_a_transfer_from_mpp_reads_the_patch_tokens_it_trained(mpp_run, tmp_path
     from vitx.runs.trained import load_classifier, resolve_run
     from vitx.transfer import TransferConfig, transfer
 
-    for features, pool in (("auto", "avg"), ("backbone", "token")):
+    for features, pool in (("auto", "avg"), ("cls-token", "token")):
         out = tmp_path / features
         transfer(TransferConfig(start=str(mpp_run), features=features, sweep=False, lr=0.01, steps=2, shots=20,
                                 batch_size=8, test_samples=16, workers=0, curves=False, output_dir=str(out)))

@@ -14,7 +14,7 @@ from .helpers import vitx_cli
 
 def test_readouts_are_the_features_each_choice_reads():
     """Every choice of one forward pass equals what `read_as` reads alone; last4's final block is the [class]
-    token; backbone+patch-mean is the two side by side (no copy)."""
+    token; cls-token+patch-mean is the two side by side (no copy). A former name reads as the current one."""
     from vitx.backbones import create_backbone
     from vitx.evaluation.representation import Readouts, read_as, tanh_layer
 
@@ -26,11 +26,13 @@ def test_readouts_are_the_features_each_choice_reads():
     with torch.no_grad():
         out = readouts(x)  # (3, 32 + 64 + 64 + 4·64)
         assert out.shape == (3, 32 + 64 + 64 + 256)
-        for name in ("pre-logits", "backbone", "patch-mean"):
+        for name in ("pre-logits", "cls-token", "patch-mean"):
             torch.testing.assert_close(out[:, readouts.slices[name]], read_as(backbone, name, layer)(x))
-        torch.testing.assert_close(out[:, readouts.slices["last4"]][:, -64:], out[:, readouts.slices["backbone"]])
-        both = out[:, readouts.slices["backbone+patch-mean"]]
-        torch.testing.assert_close(both, torch.cat([read_as(backbone, "backbone")(x), read_as(backbone, "patch-mean")(x)], 1))
+        torch.testing.assert_close(out[:, readouts.slices["last4"]][:, -64:], out[:, readouts.slices["cls-token"]])
+        both = out[:, readouts.slices["cls-token+patch-mean"]]
+        torch.testing.assert_close(both, torch.cat([read_as(backbone, "cls-token")(x), read_as(backbone, "patch-mean")(x)], 1))
+        # "backbone", cls-token's former name, as a plugin's objective may still declare it
+        torch.testing.assert_close(read_as(backbone, "backbone", layer)(x), out[:, readouts.slices["cls-token"]])
     assert not readouts.training  # made from an eval-mode backbone, it stays so
     assert "last4" not in Readouts(create_backbone("vit-nano/4", depth=1)).slices  # one block: no last-n
 
@@ -86,7 +88,7 @@ def test_eval_linear_and_knn_on_two_datasets_in_one_call(tmp_path, mpp_run):
     results = json.loads(out.read_text())["datasets"]
     assert [r["data"] for r in results] == data.split(",")
     for r in results:
-        assert set(r["grid"]) == {"backbone", "patch-mean", "backbone+patch-mean", "last4"}  # MPP: no tanh layer
+        assert set(r["grid"]) == {"cls-token", "patch-mean", "cls-token+patch-mean", "last4"}  # MPP: no tanh layer
         assert r["features"] == r["features_chosen"] and r["lr_chosen"] in (0.1, 1.0)
         assert r["train_samples"] + r["val_samples"] == 300 and r["test_samples"] == 100
         assert 0.1 < r["test_top1"] <= 1 and len(r["test_top1_per_seed"]) == 2
@@ -105,10 +107,10 @@ def test_eval_linear_and_knn_on_two_datasets_in_one_call(tmp_path, mpp_run):
 
 
 @pytest.mark.parametrize("command,args,needle", [
-    ("linear", ["--features", "logits"], "--features must be one of all, auto, pre-logits, backbone, patch-mean, "
-                                         "backbone+patch-mean, last4, got 'logits'"),
+    ("linear", ["--features", "logits"], "--features must be one of all, auto, pre-logits, cls-token, patch-mean, "
+                                         "cls-token+patch-mean, last4, got 'logits'"),
     ("linear", ["--features", "pre-logits"], "--features pre-logits is not available for this start (it has "
-                                             "backbone, patch-mean, backbone+patch-mean, last4)"),
+                                             "cls-token, patch-mean, cls-token+patch-mean, last4)"),
     ("linear", ["--lrs", "0"], "--lrs must be positive, got 0"),
     ("linear", ["--lrs", "a"], "--lrs takes comma-separated numbers, e.g. --lrs 0.001,0.003,0.01,0.03,0.1,0.3,1.0; "
                                "got 'a'"),
@@ -122,7 +124,7 @@ def test_eval_linear_and_knn_on_two_datasets_in_one_call(tmp_path, mpp_run):
     ("knn", ["--k", "0"], "--k are neighbour counts and must be positive, got 0"),
     ("knn", ["--temperature", "0"], "--temperature must be positive, got 0"),
     ("knn", ["--train-samples", "-1"], "--train-samples must not be negative, got -1"),
-    ("knn", ["--features", "last4"], "--features must be one of auto, pre-logits, backbone, patch-mean, got 'last4'"),
+    ("knn", ["--features", "last4"], "--features must be one of auto, pre-logits, cls-token, patch-mean, got 'last4'"),
 ])
 def test_probe_options_are_checked_in_one_line(command, args, needle, tmp_path):
     result = vitx_cli("eval", command, "--from", "scratch", "--model", "vit-nano/4", "--test-samples", "20",
@@ -294,7 +296,7 @@ def test_label_free_figures_tell_spread_from_collapsed_features(tmp_path):
     dimensions have an effective rank near 32 and a per-dimension s.d. near 1/√32; features on a plane, rank
     2; features collapsed to one point (up to noise), rank 1 and s.d. near 0. The monitor logs them, labels
     unused."""
-    from vitx.evaluators.rankme import label_free
+    from vitx.evaluation.collapse import label_free
 
     from .helpers import metrics, tiny
 

@@ -125,7 +125,7 @@ def test_eval_input_is_timm_s_own_for_every_crop_mode(crop_starts, photo_folder,
     monkeypatch.setattr(features, "extract_features", spy)
     out = tmp_path / "linear.json"
     result = vitx_cli("eval", "linear", "--from", str(crop_starts[mode]), "--data", str(photo_folder), "--epochs", "1",
-                      "--lrs", "0.1", "--seeds", "0", "--features", "backbone", "--output", str(out))
+                      "--lrs", "0.1", "--seeds", "0", "--features", "cls-token", "--output", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
     model = timm.create_model("deit_tiny_patch16_224", img_size=32, depth=1, num_classes=0,
                               pretrained_cfg=json.loads((crop_starts[mode] / "config.json").read_text())["pretrained_cfg"])

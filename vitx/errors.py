@@ -42,5 +42,13 @@ class Preempted(VitxError):
     label = "stopped"
 
 
+class Collapsed(VitxError):
+    """--stop-on-collapse: the collapse watch saw the representation collapse, and the run stopped with a
+    checkpoint. Exit status 3: a script can tell it from a bad input (2) and from a preemption (75)."""
+
+    exit_code = 3
+    label = "stopped"
+
+
 class CorruptImageError(VitxError):
     """An image file that cannot be decoded."""

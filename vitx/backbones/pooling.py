@@ -7,19 +7,20 @@ import torch.nn as nn
 
 from ..errors import VitxError
 
-POOLS = {"backbone": "token", "patch-mean": "avg"}  # frozen-feature names (evaluation.FEATURES) → timm's pooling
+POOLS = {"cls-token": "token", "patch-mean": "avg"}  # frozen-feature names (evaluation.FEATURES) → timm's pooling
 
 
 def set_pooling(backbone: nn.Module, features: str) -> None:
-    """Pool `backbone` as `features` ("backbone": the [class] token; "patch-mean": the mean patch token), through
-    timm's `global_pool` with the final norm kept where it is (`fc_norm=False`: the same weights, a different
-    readout); its record says so, so a saved backbone is rebuilt pooled alike (in vitx and in timm)."""
+    """Pool `backbone` as `features` ("cls-token": the [class] token; "patch-mean": the mean patch token; a
+    former name is its caller's to translate, evaluation.feature_name), through timm's `global_pool` with the final norm kept where it is (`fc_norm=False`: the same
+    weights, a different readout); its record says so, so a saved backbone is rebuilt pooled alike (in vitx and
+    in timm)."""
     pool = POOLS[features]
     if getattr(backbone, "global_pool", None) == pool:
         return
     if not hasattr(backbone, "global_pool") or getattr(backbone, "attn_pool", None) is not None or \
             not isinstance(getattr(backbone, "fc_norm", None), nn.Identity):
-        other = "patch-mean" if features == "backbone" else "backbone"
+        other = "patch-mean" if features == "cls-token" else "cls-token"
         raise VitxError(f"this backbone cannot pool as {features} (it is not a timm ViT pooling after its final norm: "
                         f"it has attention pooling or a norm after pooling); pass --features auto or {other}")
     backbone.global_pool = pool

@@ -2,8 +2,8 @@
 
 A supervised pre-training head is Linear → tanh → Linear; its first two layers are the "representation layer",
 and the pre-logits are the tanh outputs. An objective without such a layer (MPP, MAE, SimCLR, a timm start,
-scratch) has pre-logits equal to the backbone's pooled output. `features="backbone"` always takes the backbone's
-output instead (the [class] token after the final norm), for comparison with evaluations that do.
+scratch) has pre-logits equal to the backbone's pooled output. `features="cls-token"` (formerly "backbone") always
+takes the backbone's output instead (the [class] token after the final norm), for comparison with evaluations that do.
 `features="patch-mean"` averages the patch tokens after the final norm (MAE's and BEiT's pooling): masked
 modelling trains the patch tokens and never the [class] token, whose frozen features can then read worse than
 a random network's while fine-tuning from the same weights gains (recipes/reproduction/STUDY.md).
@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import VitxError
-from . import FEATURES
+from . import FEATURES, feature_name
 
 LAYER_KEY = "head.pre_logits.fc"  # the supervised objective's representation layer in heads.safetensors
 
@@ -33,7 +33,7 @@ class Representation(nn.Module):
         if self.patch_mean:
             return "patch-mean (the mean of the patch tokens after the final norm)"
         if self.layer is None:
-            return "backbone output ([class] token after the final norm)"
+            return "cls-token (the backbone's output: the [class] token after the final norm)"
         return "pre-logits (after the pre-training head's tanh representation layer)"
 
     @property
@@ -54,8 +54,8 @@ class Readouts(nn.Module):
     (DINO's and DINOv2's linear evaluation: the [class] token, with the mean patch token, of the last 1 or n
     blocks; MAE's: the mean patch token), extracted once for all of them.
 
-    backbone: the backbone's pooled output (the [class] token after the final norm, or the start's own pooling);
-    patch-mean: the mean patch token after the final norm; backbone+patch-mean: both; last<n>: the [class]
+    cls-token: the backbone's pooled output (the [class] token after the final norm, or the start's own pooling);
+    patch-mean: the mean patch token after the final norm; cls-token+patch-mean: both; last<n>: the [class]
     tokens of the last n blocks, each after the final norm; pre-logits: through the supervised representation
     layer, when the start has one."""
 
@@ -68,12 +68,12 @@ class Readouts(nn.Module):
         dim, widths = int(backbone.embed_dim), {}
         if layer is not None:
             widths["pre-logits"] = int(layer[0].out_features)
-        widths.update({"backbone": dim, "patch-mean": dim})
+        widths.update({"cls-token": dim, "patch-mean": dim})
         if self.last > 1:
             widths[f"last{self.last}"] = self.last * dim
         ends = torch.tensor(list(widths.values())).cumsum(0).tolist()
         self.slices = {name: slice(end - w, end) for (name, w), end in zip(widths.items(), ends)}
-        self.slices["backbone+patch-mean"] = slice(self.slices["backbone"].start, self.slices["patch-mean"].stop)
+        self.slices["cls-token+patch-mean"] = slice(self.slices["cls-token"].start, self.slices["patch-mean"].stop)
         self.train(backbone.training)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -100,8 +100,9 @@ def tanh_layer(weight: torch.Tensor, bias: torch.Tensor) -> nn.Sequential:
 
 
 def read_as(backbone: nn.Module, features: str, layer: nn.Module | None = None) -> Representation:
-    """`backbone` read as `features` (one of FEATURES); `layer` is the representation layer that pre-logits
-    pass through, when the start has one."""
+    """`backbone` read as `features` (one of FEATURES, or a former name of one: a plugin's objective may still
+    declare "backbone"); `layer` is the representation layer that pre-logits pass through, when the start has one."""
+    features = feature_name(features)
     if features not in FEATURES:
         raise VitxError(f"--features must be one of {', '.join(FEATURES)}, got '{features}'")
     return Representation(backbone, layer if features == "pre-logits" else None, patch_mean=features == "patch-mean")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..evaluation import AUTO, FEATURES, FEWSHOT_REG
+from ..evaluation import AUTO, FEATURE_CHOICES, FEWSHOT_REG
 from ..evaluation.config import FrozenConfig
 from ..settings import EVALUATION, MODEL, setting
 from . import Evaluator, register_evaluator
@@ -18,7 +18,7 @@ MONITOR_SHOTS, MONITOR_SEEDS = (1, 10), (0, 1, 2)  # during training: 1- and 10-
 class FewshotConfig(FrozenConfig):
     """Few-shot linear evaluation of frozen features: big_vision's protocol (1/5/10/25 shots, 3 seeds, λ = 2¹⁰)."""
 
-    features: str = setting(AUTO, "auto (what the start's objective trains: patch-mean after MPP or MAE, pre-logits otherwise), pre-logits (the paper's: after the pre-training head's tanh layer when it has one), backbone (the \\[class] token after the final norm) or patch-mean (the mean of the patch tokens).", MODEL, choices=(AUTO, *FEATURES))
+    features: str = setting(AUTO, "auto (what the start's objective trains: patch-mean after MPP or MAE, pre-logits otherwise), pre-logits (the paper's: after the pre-training head's tanh layer when it has one), cls-token (the \\[class] token after the final norm) or patch-mean (the mean of the patch tokens).", MODEL, choices=FEATURE_CHOICES)
     shots: list[int] = setting([1, 5, 10, 25], "Images per class (unlike `vitx transfer --shots`, which counts all training images).", EVALUATION, above=0, says="are images per class and must be positive")
     draws: int = setting(3, "Draws of the shots per count, seeded 0..N-1 (a count: `vitx eval linear --seeds` and `vitx transfer --seeds` list seeds).", EVALUATION, above=0, formerly="--seeds")
     reg: float = setting(FEWSHOT_REG, "L2 regularisation of the least-squares head.", EVALUATION, above=0, says=f"must be positive (the paper's is {FEWSHOT_REG:g})")

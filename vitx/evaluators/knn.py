@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..evaluation import AUTO, FEATURES, KNN_K, KNN_TEMPERATURE
+from ..evaluation import AUTO, FEATURE_CHOICES, KNN_K, KNN_TEMPERATURE
 from ..evaluation.config import FrozenConfig
 from ..settings import EVALUATION, MODEL, setting
 from . import Evaluator, register_evaluator
@@ -16,7 +16,7 @@ class KnnConfig(FrozenConfig):
     """Weighted k-nearest-neighbour classification of frozen features: DINO's protocol (cosine similarity, votes
     weighted exp(sim / T), T = 0.07; k = 10, 20, 100, 200 as DINO reports)."""
 
-    features: str = setting(AUTO, "auto (what the start's objective trains), pre-logits, backbone (\\[class] token) or patch-mean.", MODEL, choices=(AUTO, *FEATURES))
+    features: str = setting(AUTO, "auto (what the start's objective trains), pre-logits, cls-token (\\[class] token) or patch-mean.", MODEL, choices=FEATURE_CHOICES)
     k: list[int] = setting([10, 20, 100, 200], "Neighbours that vote (each at most the train images).", EVALUATION, above=0, limit=1_000_000, says="are neighbour counts and must be positive")
     temperature: float = setting(KNN_TEMPERATURE, "Temperature T of the votes' weights exp(sim / T).", EVALUATION, above=0)
     train_samples: int = setting(0, "Train images that vote: a seeded, class-balanced draw; 0: all.", EVALUATION, min=0, limit=100_000_000)

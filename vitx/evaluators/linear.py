@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..evaluation import AUTO, LINEAR_BATCH, LINEAR_EPOCHS, LINEAR_LRS, READOUTS, VAL_FRACTION
+from ..evaluation import AUTO, FORMER_FEATURES, LINEAR_BATCH, LINEAR_EPOCHS, LINEAR_LRS, READOUTS, VAL_FRACTION
+from ..evaluation import feature_name
 from ..evaluation.config import FrozenConfig
 from ..settings import EVALUATION, MODEL, setting
 from ..settings.groups import LIMITS
@@ -20,7 +21,7 @@ class LinearConfig(FrozenConfig):
     """A linear head on frozen, cached features: lr × features chosen on a held-out part of train, reported on
     test (DINO's and DINOv2's linear evaluation, with MAE's BatchNorm)."""
 
-    features: list[str] = setting(["all"], "Feature choices the probe picks from on validation: all (every one the start has), or some of pre-logits, backbone (\\[class] token), patch-mean, backbone+patch-mean, last4 (the \\[class] tokens of the last 4 blocks); auto: the start's own.", MODEL, choices=("all", AUTO, *READOUTS))
+    features: list[str] = setting(["all"], "Feature choices the probe picks from on validation: all (every one the start has), or some of pre-logits, cls-token (\\[class] token), patch-mean, cls-token+patch-mean, last4 (the \\[class] tokens of the last 4 blocks); auto: the start's own.", MODEL, choices=("all", AUTO, *READOUTS), renamed=FORMER_FEATURES)
     lrs: list[float] = setting(list(LINEAR_LRS), "SGD learning rates of the grid (one head each, trained side by side).", EVALUATION, above=0, limit=1000)
     epochs: int = setting(LINEAR_EPOCHS, "Passes over the cached train features.", EVALUATION, above=0, limit=100_000)
     batch_size: int = setting(LINEAR_BATCH, "Batch of features per SGD step.", EVALUATION, above=1, limit=10_000_000)
@@ -39,8 +40,8 @@ def linear_choices(cfg: LinearConfig, available: dict[str, slice]) -> list[str]:
     if "all" in cfg.features:
         return ordered
     own = start_features(cfg.start)
-    own = own if own in available else "backbone"  # pre-logits without a representation layer: the pooled output
-    chosen = [own if name == "auto" else name for name in cfg.features]
+    own = own if own in available else "cls-token"  # pre-logits without a representation layer: the pooled output
+    chosen = [own if name == "auto" else feature_name(name) for name in cfg.features]  # (a config made unchecked)
     missing = [name for name in chosen if name not in available]
     if missing:
         raise VitxError(f"--features {missing[0]} is not available for this start (it has {', '.join(ordered)})")

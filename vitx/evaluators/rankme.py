@@ -9,26 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..evaluation.collapse import label_free  # the figures, beside the rules that read them
 from ..evaluation.config import FrozenConfig
 from . import Evaluator, register_evaluator
-
-EPS = 1e-7  # RankMe's ε in p_k = σ_k / Σσ + ε
-
-
-def label_free(features: Any) -> dict[str, float]:
-    """RankMe, it as a fraction of min(N, D), and the normalised features' mean per-dimension s.d. (with 1/√D,
-    its value for features spread evenly over the sphere) of (N, D) features."""
-    import math
-
-    import torch
-
-    z = torch.as_tensor(features, dtype=torch.float64)  # (N, D)
-    sigma = torch.linalg.svdvals(z)  # (min(N, D),)
-    p = sigma / sigma.sum().clamp_min(1e-300) + EPS
-    rank = float(torch.exp(-(p * p.log()).sum()))
-    unit = torch.nn.functional.normalize(z, dim=1)  # (N, D) on the sphere
-    return {"rankme": rank, "rankme_fraction": rank / min(z.shape), "feature_std": float(unit.std(dim=0).mean()),
-            "feature_std_spread": 1 / math.sqrt(z.shape[1])}
 
 
 @dataclass

@@ -30,6 +30,9 @@ class Objective(nn.Module):
     # the representation this objective trains, which frozen-feature evaluation reads unless told otherwise
     # (one of evaluation.FEATURES): masked modelling trains the patch tokens, never the [class] token
     features: ClassVar[str] = "pre-logits"
+    # the optimiser steps of one pass over the training data (None: a stream of unknown length), set by the
+    # runner before `on_fit_start`: for schedules the field states in epochs (DINO freezes its last layer for one)
+    epoch_steps: int | None = None
 
     def __init__(self, backbone: nn.Module, **options: Any) -> None:
         super().__init__()
@@ -70,6 +73,13 @@ class Objective(nn.Module):
         """The layer between the backbone's pooled output and the logits whose output is the pre-logits (the
         supervised head's Linear → tanh), read by the representation monitor as few-shot evaluation reads it;
         None: the pre-logits are the backbone's output."""
+        return None
+
+    def collapse(self, metrics: dict[str, float]) -> str | None:
+        """What this objective's own figures say of a collapse (a teacher whose output stopped depending on its
+        input, say), in one clause naming the figure; None: nothing. Called at every log step with the logged
+        means of `forward`'s metrics; the runner's label-free watch (evaluation/collapse.py) reads the
+        features themselves for every objective."""
         return None
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:

@@ -16,7 +16,9 @@ from ..errors import VitxError
 Records = list[dict[str, Any]]
 
 # logged for people watching a run, not curves of what it learns
-NOT_DRAWN = frozenset({"step", "images_per_s", "input_wait", "grad_norm", "skipped_images", "skipped_nonfinite"})
+NOT_DRAWN = frozenset({"step", "images_per_s", "input_wait", "grad_norm", "skipped_images", "skipped_nonfinite",
+                       "rankme"})  # (rankme: drawn as its fraction of the most it can be)
+LABEL_FREE = ("rankme_fraction", "feature_std")  # the collapse watch's (evaluation/collapse.py), drawn together
 SPLITS = ("val_", "test_")  # prefixes of evaluated metrics: drawn with their training metric, in its colour
 
 
@@ -75,17 +77,19 @@ def drawable_keys(records: Iterable[dict[str, Any]]) -> list[str]:
 def plan_panels(records: Records) -> list[Panel]:
     """The panels for these records (one run's, or several runs' together): loss; accuracy (the objective's
     metrics in [0, 1]: top1, MPP's colour_acc against its baseline_acc, ...; each other metric on its own);
-    the representation monitor (`monitor_*`); the learning rate. Empty groups are left out."""
+    the representation monitor (`monitor_*`); the collapse watch's label-free figures; the learning rate. Empty groups are left out."""
     keys = drawable_keys(records)
     ordered = sorted(keys, key=lambda k: (base_name(k), k))  # train, then its val_/test_ versions
     loss = [k for k in ordered if base_name(k).endswith("loss")]
     monitor = [k for k in keys if k.startswith("monitor_")]
-    rest = [k for k in ordered if k not in loss and k not in monitor and k != "lr"]
+    watch = [k for k in LABEL_FREE if k in keys]
+    rest = [k for k in ordered if k not in loss and k not in monitor and k not in watch and k != "lr"]
     fractions = [k for k in rest if all(0.0 <= v <= 1.0 for v in series(records, k)[1])]
     by_base: dict[str, list[str]] = {}
     for k in rest:
         if k not in fractions:
             by_base.setdefault(base_name(k), []).append(k)
     titled = [("loss", loss), ("accuracy", fractions), *by_base.items(), ("representation monitor", monitor),
+              ("collapse watch (label-free)", watch),
               ("learning rate", ["lr"] if "lr" in keys else [])]
     return [Panel(title, tuple(group)) for title, group in titled if group]

@@ -66,7 +66,8 @@ def _steps(results: dict[str, Any]) -> str:
 
 MONITOR_FEATURES = {
     "pre-logits": "the pre-logits, which for MPP (no representation layer) are the [class] token after the final norm",
-    "backbone": "the [class] token after the final norm",
+    "cls-token": "the [class] token after the final norm",
+    "backbone": "the [class] token after the final norm",  # cls-token's former name, in older results.json
     "patch-mean": "the mean of the patch tokens after the final norm, which MPP trains (it never trains the "
                   "[class] token)",
 }

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..errors import VitxError
-from ..evaluation import AUTO, FEATURES
+from ..evaluation import AUTO, FEATURE_CHOICES
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, SCHEDULE, check, setting
 from ..settings import defaults, result_settings
 from ..settings.groups import LIMITS, LOG_FORMATS, OPTIMIZERS, PRECISIONS
@@ -17,7 +17,7 @@ CHOICES = {
     "optimizer": OPTIMIZERS,
     "schedule": ("cosine", "linear"),
     "precision": PRECISIONS,
-    "monitor_features": (AUTO, *FEATURES),
+    "monitor_features": FEATURE_CHOICES,  # with the features' former names (FORMER_FEATURES), which still work
     "log_format": LOG_FORMATS,
 }
 
@@ -136,7 +136,9 @@ class PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, Syste
     monitor: str = setting("", "Labelled data, one or several comma-separated (e.g. embedded:digits,embedded:shapes): log few-shot linear and kNN accuracy of the features at each checkpoint.", EVALUATION, affects_result=False)
     monitor_every: int = setting(0, "Also run the --monitor every N steps; 0: at checkpoints only.", EVALUATION, min=0, affects_result=False)
     monitor_probes: list[str] = setting(["fewshot", "knn"], "What the --monitor runs: evaluators by name (`vitx eval --help` lists them): fewshot (closed-form 1- and 10-shot heads), knn (weighted 20-NN, DINO's), linear (a linear probe, lr chosen on a held-out fifth: `vitx eval linear`'s, 30 epochs), rankme (label-free: the features' effective rank and spread, which fall when a representation collapses), or a plugin's.", EVALUATION, affects_result=False)
-    monitor_features: str = setting(AUTO, "What the --monitor reads: auto (what the objective trains: patch-mean for MPP and MAE, pre-logits otherwise), pre-logits (the paper's few-shot features), backbone (\\[class] token) or patch-mean (the mean patch token).", EVALUATION, choices=CHOICES["monitor_features"], affects_result=False)
+    monitor_features: str = setting(AUTO, "What the --monitor reads: auto (what the objective trains: patch-mean for MPP and MAE, pre-logits otherwise), pre-logits (the paper's few-shot features), cls-token (the \\[class] token after the final norm) or patch-mean (the mean patch token).", EVALUATION, choices=CHOICES["monitor_features"], affects_result=False)
+    watch_every: int = setting(100, "Label-free collapse watch: the effective rank (RankMe) and spread of the features of 256 training images (a seeded draw; no labels), at step 0 and every N steps, and the objective's own collapse figures at each log step; a collapse is said once, in one line. 0: off.", EVALUATION, min=0, affects_result=False)
+    stop_on_collapse: bool = setting(False, "When the watch sees a collapse: checkpoint and stop (exit 3) instead of saying so and training on.", EVALUATION, affects_result=False)
     output_dir: str = setting("runs/pretrain", "Run directory.", CHECKPOINTS, affects_result=False)
     save_every: int = setting(400, "Checkpoint every N steps (and at the end).", CHECKPOINTS, above=0, affects_result=False)
     save_every_minutes: float = setting(0.0, "Also checkpoint when this many minutes have passed since the last save; 0: off.", CHECKPOINTS, min=0, affects_result=False)

@@ -1,6 +1,6 @@
 """What the loop measures besides the training loss: validation (every process its share, as many forwards
-as the busiest one so a sharded model never waits), and the --monitor's evaluators on the student, the
-objective's teacher and the moving average.
+as the busiest one so a sharded model never waits), the --monitor's evaluators on the student, the
+objective's teacher and the moving average, and the collapse watch's label-free figures.
 
 A mixin of `loop.Trainer`.
 """
@@ -10,12 +10,19 @@ from typing import Any
 
 import torch
 
-from ..data import TensorSplit, eval_loader, first_sample_batch
+import numpy as np
+
+from ..data import TensorSplit, decode_split, eval_loader, first_sample_batch
 from ..data.loader import iterate
+from ..errors import CorruptImageError
 from ..evaluation import AUTO
+from ..evaluation.collapse import label_free
+from ..evaluation.features import extract_features
 from ..evaluation.monitor import Monitors
 from ..evaluation.representation import read_as
 from .randomness import EVAL, seed_position
+
+WATCH_IMAGES = 256  # the collapse watch's training images: RankMe up to 256 (vit-s: 384-d), 1 s of a CPU forward
 
 
 class Evaluating:
@@ -32,6 +39,30 @@ class Evaluating:
         if setup.ema is not None:
             metrics.update({f"ema_{k}": v for k, v in self.monitor(setup.ema.module).items()})
         return metrics
+
+    def watched(self) -> dict[str, float]:
+        """The label-free figures (evaluation/collapse.py) of the live features, read as the monitor reads them,
+        of WATCH_IMAGES training images (a seeded draw, decoded at the first call); {} where the training data
+        has no length (a stream) or the draw cannot be decoded (said once)."""
+        setup = self.setup
+        if self._watch_images is None:
+            self._watch_images = watch_images(setup.train_source, setup.preprocess, setup.cfg.seed)
+            if self._watch_images is None and setup.accelerator.is_main_process:
+                self.console.print("[yellow]note: the collapse watch needs training data of known length and "
+                                   "decodable images; it is off for this run (--monitor-probes rankme reads "
+                                   "--monitor's images instead)[/]")
+        if self._watch_images is None or not len(self._watch_images):
+            return {}
+        objective = setup.accelerator.unwrap_model(setup.model)
+        chosen = setup.cfg.monitor_features
+        features = read_as(objective.backbone, objective.features if chosen == AUTO else chosen,
+                           objective.representation_layer())
+        was_training = features.training
+        with torch.no_grad():
+            x = extract_features(features, self._watch_images, device=setup.accelerator.device,
+                                 normalise=setup.preprocess.normalise)  # (N, D)
+        features.train(was_training)
+        return label_free(x)
 
     def monitor(self, objective: torch.nn.Module | None = None,
                 backbone: torch.nn.Module | None = None) -> dict[str, float]:
@@ -96,3 +127,17 @@ class Evaluating:
         keys = sorted(sums)
         totals = acc.reduce(torch.stack([sums[k] for k in keys] + [count]), reduction="sum")
         return {f"{prefix}{k}": float(v / totals[-1]) for k, v in zip(keys, totals[:-1])}
+
+
+def watch_images(source: Any, preprocess: Any, seed: int) -> torch.Tensor | None:
+    """WATCH_IMAGES of `source` drawn with the run's seed (never the first N: data is often sorted by class),
+    decoded at the run's resolution: (N, 3, S, S) uint8; None for a stream or an undecodable draw."""
+    try:
+        n = len(source)
+    except TypeError:  # a stream: no length to draw from
+        return None
+    chosen = np.sort(np.random.default_rng([seed, 79]).permutation(n)[:WATCH_IMAGES])
+    try:
+        return decode_split(source, preprocess, chosen).images
+    except CorruptImageError:
+        return None

@@ -1,7 +1,8 @@
 """The runner: one Accelerate training loop that drives any objective through the `Objective` contract.
 
 Read top to bottom, `Trainer._fit` is the loop: a step (`stepping.py`: accumulation, clipping, the skip of a
-non-finite update), then what is due after it, decided in one place (`due`): log, validate, monitor, save, stop.
+non-finite update), then what is due after it, decided in one place (`due`): log, validate, monitor, watch for a
+collapse, save, stop.
 Validation and the monitor are `evaluating.py`'s, a checkpoint is `saving.py`'s (the run-folder layout:
 `runs/rundir.py`), progress lines, metrics.jsonl and the start and end lines `reporting.py`'s. It knows nothing
 about what the objective computes. What it runs is built in `setup.py`; where it runs, in `launch.py`; what its
@@ -19,8 +20,9 @@ from accelerate.utils import DistributedType
 from rich.console import Console
 
 from ..data.views import expand
-from ..errors import DISK_STATE_ERRNOS, Preempted, VitxError
+from ..errors import DISK_STATE_ERRNOS, Collapsed, Preempted, VitxError
 from ..checkpoint import cannot_write
+from ..evaluation.collapse import LABEL_FREE_KEYS, Watch, representation_collapse
 from ..evaluation.monitor import Probe
 from .agreement import Agreement
 from .config import default_workers
@@ -52,6 +54,7 @@ class Due:
     log: bool  # metrics to metrics.jsonl, the trackers and the progress line
     validate: bool  # the validation split (and the EMA's)
     monitor: bool  # the --monitor's evaluators
+    watch: bool  # the collapse watch's label-free figures (evaluation/collapse.py)
     save: bool  # a checkpoint
     stop: bool  # a stop signal: save, then exit 75
 
@@ -94,6 +97,10 @@ class Trainer(Stepping, Evaluating, Saving):
         self.save_due = False  # --save-every-minutes has passed (by the main process's clock)
         self._tick = (0.0, self.step_count)  # (time, step) of the last log step: images per second since then
         self.input_wait = 0.0  # seconds the loop waited for the loader since then (its share: input_wait)
+        # a collapse said once: the label-free figures' rule and the objective's own (evaluation/collapse.py)
+        self.watch = Watch([(representation_collapse, LABEL_FREE_KEYS), (setup.objective.collapse, None)])
+        self._watch_images: torch.Tensor | None = None  # decoded at the first watch step (evaluating.py)
+        self.collapse_stop = False  # --stop-on-collapse and a collapse was seen: save and stop after this step
 
     def due(self) -> Due:
         """What is due after the step just taken: the one place these decisions are made."""
@@ -101,8 +108,14 @@ class Trainer(Stepping, Evaluating, Saving):
         stop = self.stop_requested and step < cfg.steps  # at the last step: just finish
         save = step % cfg.save_every == 0 or step == cfg.steps or self.save_due or stop
         monitor = bool(cfg.monitor) and not stop and (save or (cfg.monitor_every > 0 and step % cfg.monitor_every == 0))
-        log = save or monitor or step % cfg.log_every == 0  # checkpoints are always logged, with validation
-        return Due(log=log, validate=save and not stop, monitor=monitor, save=save, stop=stop)  # a stop has seconds
+        watch = self.watching() and not stop and step % cfg.watch_every == 0
+        log = save or monitor or watch or step % cfg.log_every == 0  # checkpoints are always logged, with validation
+        return Due(log=log, validate=save and not stop, monitor=monitor, watch=watch, save=save, stop=stop)
+
+    def watching(self) -> bool:
+        """The collapse watch's figures are taken (at step 0 and every --watch-every steps of a run that long)."""
+        cfg = self.setup.cfg
+        return 0 < cfg.watch_every <= cfg.steps
 
     def fit(self) -> dict[str, Any]:
         setup, acc = self.setup, self.setup.accelerator
@@ -140,7 +153,7 @@ class Trainer(Stepping, Evaluating, Saving):
         cfg = self.setup.cfg
         log = self._begin()
         last: dict[str, float] = {}
-        due, saved = Due(False, False, False, False, False), None
+        due, saved = Due(False, False, False, False, False, False), None
         with Progress(self.console, cfg.log_format, self.setup.accelerator.is_main_process) as progress, \
                 StopRequests(parse_signals(cfg.stop_signals)) as requests:
             self.agreement.requests = requests
@@ -151,6 +164,8 @@ class Trainer(Stepping, Evaluating, Saving):
                 due = self.due()
                 if due.log:
                     last = self._report(due, log, progress)
+                if self.collapse_stop:  # --stop-on-collapse: a checkpoint of where it collapsed, then stop
+                    due = Due(log=due.log, validate=False, monitor=False, watch=False, save=True, stop=True)
                 if due.save:
                     saved = self.save()
                 progress.advance(self.step_count)
@@ -158,6 +173,10 @@ class Trainer(Stepping, Evaluating, Saving):
                     break
         self.agreement.requests = None
         self._end(log)
+        if due.stop and self.collapse_stop:
+            found = self.watch.found
+            raise Collapsed(f"--stop-on-collapse: collapse at step {found.step}: {found.said}; checkpoint "
+                            f"{saved or self.setup.run.latest()} written")
         if due.stop:
             signame = requests.received or "a stop signal (on another process)"
             raise Preempted(f"{signame} at step {self.step_count}: checkpoint {saved or self.setup.run.latest()} "
@@ -177,10 +196,13 @@ class Trainer(Stepping, Evaluating, Saving):
             acc.init_trackers("vitx", config={k: ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v
                                               for k, v in cfg.to_dict().items() if v is not None},  # hparams: scalars
                               init_kwargs=tracker_kwargs(cfg))
+        setup.objective.epoch_steps = epoch_steps(setup.train_source, cfg.batch_size)
         setup.objective.on_fit_start(self.step_count, cfg.steps)
-        if cfg.monitor and not resumed and log:
-            log.write({"step": 0, **self.monitored()})
-        elif cfg.monitor:
+        start = {**(self.monitored() if cfg.monitor and not resumed else {}),
+                 **(watch_figures(self.watched()) if self.watching() and not resumed else {})}  # the starting point
+        if start and log:
+            log.write({"step": 0, **start})
+        if cfg.monitor and resumed:
             self.monitor()
         self._tick, self.input_wait = (time.perf_counter(), self.step_count), 0.0
         self.agreement.saved()
@@ -206,11 +228,28 @@ class Trainer(Stepping, Evaluating, Saving):
                 metrics.update(self.evaluate(prefix="ema_val_", model=setup.ema.module))
         if due.monitor:
             metrics.update(self.monitored())
+        figures = self.watched() if due.watch else {}
+        metrics.update(watch_figures(figures))
+        if cfg.weight_decay_end is not None:
+            metrics["weight_decay"] = self.weight_decay(step - 1)  # the last update's, as lr is
+        said = self._watch(step, {**metrics, **figures})
         if log:
-            log.write({"step": step, **metrics})
+            log.write({"step": step, **metrics, **({"collapse": said} if said else {})})
         acc.log(metrics, step=step)
         progress.log(step, metrics)
         return {"step": step, **metrics}
+
+    def _watch(self, step: int, metrics: dict[str, float]) -> str | None:
+        """A collapse first seen in this log step's figures: said in one line (and returned, for metrics.jsonl);
+        with --stop-on-collapse the run then saves and stops, on every process if any saw it."""
+        setup, acc = self.setup, self.setup.accelerator
+        found = self.watch.observe(step, metrics)
+        if found is not None and acc.is_main_process:
+            self.console.print(f"[yellow]warning: {found.line()}[/]", soft_wrap=True)
+        if setup.cfg.stop_on_collapse:
+            seen = torch.tensor([0.0 if self.watch.found is None else 1.0], device=acc.device)
+            self.collapse_stop = bool(acc.reduce(seen, reduction="sum") > 0) and step < setup.cfg.steps
+        return found.said if found is not None else None
 
     def _end(self, log: MetricsLog | None) -> None:
         if log:
@@ -218,4 +257,17 @@ class Trainer(Stepping, Evaluating, Saving):
         self.setup.accelerator.end_training()
 
 
-__all__ = ["Due", "Trainer", "compiled"]
+def watch_figures(figures: dict[str, float]) -> dict[str, float]:
+    """What of the collapse watch's figures a log step records (the others are constants of the run)."""
+    return {k: figures[k] for k in ("rankme", "rankme_fraction", "feature_std") if k in figures}
+
+
+def epoch_steps(source: Any, batch_size: int) -> int | None:
+    """Optimiser steps per pass over `source` (at least 1); None for a stream, whose length is unknown."""
+    try:
+        return max(1, len(source) // batch_size)
+    except TypeError:
+        return None
+
+
+__all__ = ["Due", "Trainer", "compiled", "epoch_steps"]

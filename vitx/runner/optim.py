@@ -43,7 +43,8 @@ def param_groups(model: nn.Module, weight_decay: float, lr: float,
 
     def group(layer: int, decayed: bool) -> dict:
         scale = layer_decay ** (depth + 1 - layer) if layer_decay != 1.0 else 1.0
-        return {"params": [], "weight_decay": weight_decay if decayed else 0.0, "lr": lr * scale, "lr_scale": scale}
+        return {"params": [], "weight_decay": weight_decay if decayed else 0.0, "lr": lr * scale, "lr_scale": scale,
+                "decayed": decayed}  # (a weight-decay schedule sets the decayed groups' rate: set_weight_decay)
 
     # without layer decay: the paper's two groups (decayed first, as sorted below), even when one is empty
     groups = {} if layer_decay != 1.0 else {(0, True): group(0, True), (0, False): group(0, False)}
@@ -87,6 +88,19 @@ def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
     if schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * progress))
     return 1.0 - progress
+
+
+def weight_decay_at(step: int, total: int, start: float, end: float) -> float:
+    """The weight decay of the update at 0-based `step` of `total`: DINO's `cosine_scheduler(start, end, ...)`,
+    end + (start − end) · (1 + cos(π · step / total)) / 2, without warm-up."""
+    return end + 0.5 * (start - end) * (1.0 + math.cos(math.pi * step / max(1, total)))
+
+
+def set_weight_decay(optimizer: torch.optim.Optimizer, value: float) -> None:
+    """`value` for every group that decays (biases, norms, position embeddings and tokens keep 0)."""
+    for group in optimizer.param_groups:
+        if group.get("decayed", group["weight_decay"] > 0):
+            group["weight_decay"] = value
 
 
 def build_schedule(optimizer: torch.optim.Optimizer, total: int, warmup: int, schedule: str) -> LambdaLR:

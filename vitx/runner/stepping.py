@@ -17,6 +17,7 @@ from ..data.loader import close
 from ..data.photometry import Params, apply
 from ..errors import VitxError
 from ..runs.rundir import step_number
+from .optim import set_weight_decay, weight_decay_at
 from .randomness import TRAIN, seed_position
 
 
@@ -70,6 +71,8 @@ class Stepping:
         every process (one decision, like AMP's loss scaler): the weights stay as they were, the schedule and
         the data move on, and the step is counted in `skipped_nonfinite`."""
         setup, acc = self.setup, self.setup.accelerator
+        if setup.cfg.weight_decay_end is not None:  # a function of the step: a resumed run follows it exactly
+            set_weight_decay(setup.optimizer, self.weight_decay(self.step_count))
         waiting = time.perf_counter()
         batches = micro_batches or [next(self.batches()) for _ in range(setup.cfg.grad_accum)]
         self.input_wait += time.perf_counter() - waiting  # the loop idle for its input (read at log steps)
@@ -109,6 +112,12 @@ class Stepping:
             setup.ema.update(setup.objective, step=self.step_count)
         setup.objective.on_step_end(self.step_count)
 
+    def weight_decay(self, step: int) -> float:
+        """The decayed groups' weight decay for the update at 0-based `step` (--weight-decay-end's schedule)."""
+        cfg = self.setup.cfg
+        end = cfg.weight_decay if cfg.weight_decay_end is None else cfg.weight_decay_end
+        return weight_decay_at(step, cfg.steps, cfg.weight_decay, end)
+
     def _decide_and_step(self, nonfinite: torch.Tensor) -> torch.Tensor:
         """Skip or apply this update, the same on every process, and agree on stopping and saving after it
         (agreement.py). Returns the device flag ok (1.0 applied, 0.0 skipped)."""
@@ -124,10 +133,11 @@ class Stepping:
             setup.optimizer.step()
         return torch.full((), 0.0 if skip else 1.0, device=acc.device)
 
-    def _peak_lr(self) -> Any:
-        """The learning rate of the update about to be made, at full scale (layer decay scales the groups)."""
-        group = self.setup.optimizer.param_groups[0]
-        return group["lr"] / group.get("lr_scale", 1.0) if group.get("lr_scale", 1.0) != 1.0 else group["lr"]
+    def _peak_lr(self) -> float:
+        """The learning rate of the update about to be made: --lr times the schedule's factor at this step (the
+        groups' own rates are that times layer decay's scale)."""
+        inner = getattr(self.setup.scheduler, "scheduler", self.setup.scheduler)  # Accelerate's wrapper
+        return self.setup.cfg.lr * inner.lr_lambdas[0](inner.last_epoch)
 
     def _clip_gradients(self) -> torch.Tensor:
         """The global gradient norm before clipping; clipped to --grad-clip (0: measured, not clipped)."""

@@ -105,18 +105,19 @@ def start_input(start: str, backbone: nn.Module) -> dict[str, Any]:
 def start_features(start: str) -> str:
     """What a start's objective trained as its representation (`Objective.features`): its config.json's
     `features`, else (a run older than the record) its objective's declaration, else pre-logits (scratch, timm
-    starts, a transfer's classifier)."""
-    from ..evaluation import FEATURES
+    starts, a transfer's classifier). By its current name (evaluation.FEATURES): a run recorded, or a plugin
+    declares, a former one ("backbone")."""
+    from ..evaluation import FEATURES, feature_name
     from ..registry import OBJECTIVES
 
     config = (read_json_object(Path(start).expanduser() / "config.json") or {}) if start != SCRATCH else {}
-    recorded = config.get("features")
+    recorded = feature_name(config["features"]) if isinstance(config.get("features"), str) else None
     if recorded in FEATURES:
         return recorded
     name = (config.get("objective") or {}).get("name") if isinstance(config.get("objective"), dict) else None
     if not isinstance(name, str) or name not in OBJECTIVES.names():  # (a plugin's objective that is not installed)
         return "pre-logits"
-    return getattr(OBJECTIVES.get(name).obj, "features", "pre-logits")
+    return feature_name(getattr(OBJECTIVES.get(name).obj, "features", "pre-logits"))
 
 
 def representation(backbone: nn.Module, start: str, features: str = "auto", use_ema: bool = False) -> Representation:

@@ -6,7 +6,7 @@ come. Torch-free: `vitx --help` reads it.
 
 A field made with `setting` is an option `--lr` of its command (`flag=` names another, `cli=False` none);
 `choices`, `min` (inclusive), `above` (exclusive), `max` and `below` (exclusive) bound it, and `check` refuses
-values outside them in one line naming the option.
+values outside them in one line naming the option; `renamed` keeps a choice's former name working.
 """
 from __future__ import annotations
 
@@ -22,11 +22,24 @@ EVALUATION, CHECKPOINTS, OUTPUT, SYSTEM = "Evaluation", "Checkpoints and resumpt
 PANELS = (MODEL, DATA, PROTOCOL, OPTIMISATION, SCHEDULE, EVALUATION, CHECKPOINTS, OUTPUT, SYSTEM)
 
 
+class Choices(tuple):
+    """Choices with their former names (`renamed`, former → current): a table of choices that several settings
+    share (the runner's CHOICES) hands the renames to each setting made with it."""
+
+    renamed: dict[str, str]
+
+    def __new__(cls, values: Iterable[Any], renamed: dict[str, str] | None = None) -> "Choices":
+        made = super().__new__(cls, values)
+        made.renamed = dict(renamed or {})
+        return made
+
+
 def setting(default: Any, help: str, group: str, *, flag: str | None = None, choices: Iterable[Any] | None = None,
             min: float | None = None, above: float | None = None, max: float | None = None,
             below: float | None = None, limit: int | None = None, cli: bool = True, repeat: bool = False,
             shown: str | None = None, says: str | None = None, example: str | None = None, affects_result: bool = True,
-            length: int | None = None, distinct: bool = False, formerly: str | None = None) -> Any:
+            length: int | None = None, distinct: bool = False, formerly: str | None = None,
+            renamed: dict[str, str] | None = None) -> Any:
     """A config field with everything its option needs. `default` may be a list (copied per instance);
     `shown` replaces the "[default: ...]" of --help (None: the default itself); `repeat`: a list option given
     once per item (`--adapter a --adapter b`) instead of comma-separated; `limit`: a size far above any real
@@ -35,13 +48,19 @@ def setting(default: Any, help: str, group: str, *, flag: str | None = None, cho
     setting does not change what a run computes (where it writes, how it logs), so a resumed run may change it;
     `length`: a list setting's exact number of items (3 for a per-RGB-channel value); `distinct`: a list setting
     whose items must differ (seeds: a repeated one would count one run twice and shrink the spread); `formerly`:
-    the option's old name, which users already type: it keeps working, and --help says so."""
+    the option's old name, which users already type: it keeps working, and --help says so; `renamed`: former
+    value → current value of a renamed choice (default: the `Choices`' own), which recipes, old command lines,
+    plugins and the config.json of runs made before the rename still hold: `check` reads the former as the
+    current, and --help says so (those whose current value is not one of `choices` are left out)."""
     if group not in PANELS:
         raise ValueError(f"unknown panel {group!r}")
-    meta = {"help": help, "group": group, "flag": flag, "choices": tuple(choices) if choices is not None else None,
+    renamed = renamed if renamed is not None else getattr(choices, "renamed", None)
+    choices = tuple(choices) if choices is not None else None
+    renamed = {old: new for old, new in (renamed or {}).items() if choices is None or new in choices} or None
+    meta = {"help": help, "group": group, "flag": flag, "choices": choices,
             "min": min, "above": above, "max": max, "below": below, "limit": limit, "cli": cli, "repeat": repeat,
             "shown": shown, "says": says, "example": example, "affects_result": affects_result, "length": length,
-            "distinct": distinct, "formerly": formerly}
+            "distinct": distinct, "formerly": formerly, "renamed": renamed}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -186,9 +205,34 @@ def check_field(field: dataclasses.Field, value: Any, named: Callable[[dataclass
                             "real run (a typo?)")
 
 
+def current(field: dataclasses.Field, value: Any) -> Any:
+    """`value` with a former name of one of the setting's choices (`renamed`) read as its current name, item by
+    item in a list."""
+    renamed = field.metadata.get("renamed")
+    if not renamed:
+        return value
+    if isinstance(value, list):
+        items = [renamed.get(item, item) if isinstance(item, str) else item for item in value]
+        return items if items != value else value
+    return renamed.get(value, value) if isinstance(value, str) else value
+
+
+def current_values(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """Recorded settings of config class `cls` (an older run's transfer.json) with former names read as current:
+    a record written before a rename compares equal to the config made now."""
+    fields = {f.name: f for f in declared(cls)}
+    return {key: current(fields[key], value) if key in fields else value for key, value in values.items()}
+
+
 def check(config: Any, named: Callable[[dataclasses.Field], str] = flag_of) -> None:
     """Every declared setting of `config` within its declaration (the first violation, in one line naming the
-    setting as `named` says: its option by default)."""
+    setting as `named` says: its option by default), after a former name of a choice is replaced by its
+    current one (in place, frozen configs too), so what runs and what is recorded use the current name."""
+    for field in declared(type(config)):
+        value = getattr(config, field.name)
+        now = current(field, value)
+        if now is not value:
+            object.__setattr__(config, field.name, now)
     for field in declared(type(config)):
         check_field(field, getattr(config, field.name), named)
 
@@ -197,9 +241,12 @@ def help_text(field: dataclasses.Field) -> str:
     """The option's help with its default (typer prints brackets literally when escaped)."""
     old = field.metadata.get("formerly")
     also = f" Its former name {old} still works." if old else ""
+    renamed = field.metadata.get("renamed")
+    if renamed:
+        also += " Former value names still work: " + ", ".join(f"{a} (now {b})" for a, b in renamed.items()) + "."
     return f"{field.metadata['help']}{also} \\[default: {shown_default(field)}]"
 
 
-__all__ = ["as_flags", "CHECKPOINTS", "DATA", "EVALUATION", "MODEL", "OPTIMISATION", "OUTPUT", "PANELS", "PROTOCOL", "SCHEDULE",
+__all__ = ["as_flags", "CHECKPOINTS", "Choices", "current", "current_values", "DATA", "EVALUATION", "MODEL", "OPTIMISATION", "OUTPUT", "PANELS", "PROTOCOL", "SCHEDULE",
            "SYSTEM", "check", "check_field", "declared", "defaults", "groups_of", "shared_values", "with_default", "flag_of", "flags", "help_text", "result_settings", "setting",
            "shown_default"]

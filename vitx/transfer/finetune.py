@@ -29,6 +29,7 @@ from ..runs.rundir import RunDir
 from ..tasks import Task, TaskSplits, open_task
 from ..tasks.splits import task_class_names
 from .config import TransferConfig
+from ..evaluation import feature_name
 from ..evaluation.features import extract_features, source_features
 from ..evaluation.fewshot import fit_least_squares
 from ..runs.start import load_start, representation, start_features, start_input
@@ -72,8 +73,8 @@ class Prepared:
 def prepare(cfg: TransferConfig, task: Task, splits: TaskSplits | None = None) -> Prepared:
     splits = splits or open_task(task, cfg.shots, cfg.data_dir, seed=cfg.seed, test_samples=cfg.test_samples)
     start = load_start(cfg.start, cfg.model, cfg.seed, use_ema=cfg.use_ema)
-    read = start_features(cfg.start) if cfg.features == "auto" else cfg.features
-    if read in ("backbone", "patch-mean"):  # what the head reads (auto, pre-logits: the start's own pooling)
+    read = start_features(cfg.start) if cfg.features == "auto" else feature_name(cfg.features)
+    if read in ("cls-token", "patch-mean"):  # what the head reads (auto, pre-logits: the start's own pooling)
         set_pooling(start, read)
     size = cfg.image_size or int(start.patch_embed.img_size[0])
     adapters = resolve_adapters(cfg.adapters)
@@ -126,6 +127,7 @@ def run_config(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_d
         warmup_steps=int(round(cfg.warmup * steps)), schedule="cosine", output_dir=str(out_dir),
         save_every=min(cfg.save_every, steps), keep_checkpoints=1, log_every=min(cfg.log_every, steps),
         eval_samples=eval_samples, curves=curves, tracker_run=f"{prep.task.name} {out_dir.name}",
+        watch_every=0,  # (supervised fine-tuning: no collapse to watch)
         tracker_group=f"{Path(cfg.output_dir).name}/{prep.task.name}")
     return PretrainConfig(**{**shared_values(cfg, PretrainConfig), **own}).validate()
 

@@ -38,6 +38,7 @@ from ..errors import VitxError
 from ..runner.launch import is_main_process
 from ..runs.ownership import check_output_dir
 from ..runs.rundir import WEIGHTS, mark_run
+from ..settings import current_values
 from ..runner.reporting import make_console
 from ..data.opener import DataOptions
 from ..tasks import GROUPS, Task, TaskSplits, open_task, select_tasks
@@ -119,6 +120,7 @@ def _claim(cfg: TransferConfig, task: Task, resume: bool,
     refuses to mix two different transfers in one directory."""
     root = root or task_dir(cfg, task)
     saved = read_json_object(root / "transfer.json")
+    saved = current_values(TransferConfig, saved) if saved is not None else None  # (a setting's former value names)
     settings = result_settings(cfg)
     if saved is not None and _started(root):  # (a claim that trained nothing blocks nothing: it is replaced)
         if _other_task(saved.get("task"), task.name):

@@ -7,7 +7,9 @@ jitter, grayscale, blur and solarisation as DINO's transform has them, seeded pe
 (a copy of both, never optimised) sees the global crops; its weights follow the student's by an exponential
 moving average whose momentum rises from `momentum` to 1 on a cosine over the run. The loss is the
 cross-entropy between the teacher's centred, sharpened output and the student's, for every pair of
-different crops; the teacher temperature warms up linearly. Options:
+different crops; the teacher temperature warms up as DINO's linspace; the head's last layer is frozen for the
+first epoch; local crops' position embeddings are resampled as DINO's `interpolate_pos_encoding`; DINO's
+collapse diagnostics are logged and read by `collapse` (the runner's collapse watch). Options:
 
 - `ibot` (weight, 0: off): iBOT's masked-patch self-distillation. A `mask_ratio` of the student's global-crop
   patches become a learned [mask] token; the student's patch outputs there are distilled from the teacher's
@@ -23,6 +25,7 @@ beside the student, and exported with `vitx export --export-teacher` (DINO evalu
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 from typing import Any
 
@@ -34,34 +37,49 @@ from vitx.backbones.droppath import set_drop_path
 
 DINO_JITTER = (0.4, 0.4, 0.2, 0.1)  # DINO's ColorJitter(brightness, contrast, saturation, hue), p = 0.8
 LOCAL_FRACTION = 96 / 224  # local crops: 96px beside 224px global crops
+BLUR_SIGMA = (0.1, 2.0)  # DINO's GaussianBlur radius_min, radius_max: PIL's radius is the sigma, in pixels
+UNIFORM = 0.99  # a teacher whose mean entropy is this fraction of log K or more has a uniform output: collapsed
+ONE_DIMENSION = math.log(2)  # a batch-mean teacher output with less entropy: one dimension takes the whole batch
 
 
-def dino_views(size: int, local_size: int, global_crops: int = 2, local_crops: int = 6, global_scale: float = 0.4,
-               local_scale: float = 0.05) -> tuple[View, ...]:
+def dino_pos_embed(pos_embed: torch.Tensor, grid: tuple[int, int], prefix: int) -> torch.Tensor:
+    """The position embeddings (1, prefix + G·G, D) for a crop of `grid` patches, as DINO's
+    `interpolate_pos_encoding`: the patch grid resampled bicubically (no antialiasing) with scale factor
+    (grid + 0.1) / G (DINO's 0.1 avoids floating-point error in the output size), [class] embedding kept.
+    Returns (1, grid[0]·grid[1], D), the patches' only."""
+    patch = pos_embed[:, prefix:]  # (1, G·G, D)
+    side, dim = int(math.sqrt(patch.shape[1])), patch.shape[-1]
+    grid_pos = patch.reshape(1, side, side, dim).permute(0, 3, 1, 2)  # (1, D, G, G)
+    out = torch.nn.functional.interpolate(grid_pos, scale_factor=((grid[0] + 0.1) / side, (grid[1] + 0.1) / side),
+                                          mode="bicubic")  # (1, D, grid[0], grid[1])
+    if tuple(out.shape[-2:]) != tuple(grid):
+        raise VitxError(f"dino: position embeddings resampled to {tuple(out.shape[-2:])}, not {tuple(grid)}")
+    return out.permute(0, 2, 3, 1).reshape(1, grid[0] * grid[1], dim)
+
+
+def dino_views(size: int, local_size: int, global_crops: int = 2, local_crops: int = 8, global_scale: float = 0.4,
+               local_scale: float = 0.05, blur_sigma: tuple[float, float] = BLUR_SIGMA) -> tuple[View, ...]:
     """DINO's DataAugmentationDINO as views: global crop 1 always blurred, global crop 2 blurred 10% and solarised
-    20%, local crops blurred half the time; all flipped, colour-jittered and turned gray as DINO does; blur
-    sigmas scale with the crop (0.1–2 px at 224)."""
-    common = {"jitter": DINO_JITTER, "jitter_p": 0.8, "gray": 0.2, "flip": 0.5}
-
-    def sigma(side: int) -> tuple[float, float]:
-        return 0.1 * side / 224, 2.0 * side / 224
-
-    big = {"size": size, "scale": (global_scale, 1.0), "sigma": sigma(size), **common}
+    20%, local crops blurred half the time; all flipped, colour-jittered and turned gray as DINO does; the blur's
+    sigma drawn in `blur_sigma` pixels whatever the crop's size (DINO's PIL GaussianBlur radius 0.1–2)."""
+    common = {"jitter": DINO_JITTER, "jitter_p": 0.8, "gray": 0.2, "flip": 0.5, "sigma": tuple(blur_sigma)}
+    big = {"size": size, "scale": (global_scale, 1.0), **common}
     first = [View(blur=1.0, **big)] if global_crops >= 1 else []
     second = [View(count=global_crops - 1, blur=0.1, solarize=0.2, **big)] if global_crops > 1 else []
     local = [View(count=local_crops, size=local_size, scale=(local_scale, global_scale), blur=0.5,
-                  sigma=sigma(local_size), **common)] if local_crops else []
+                  **common)] if local_crops else []
     return tuple(first + second + local)
 
 
 @register_objective("dino", description="DINO (lightly): multi-crop self-distillation from an EMA teacher; "
                                         "iBOT and KoLeo options")
 class DINO(Objective):
-    features = "backbone"  # the [class] token is what the DINO head reads (and what DINO evaluates)
+    features = "cls-token"  # the [class] token is what the DINO head reads (and what DINO evaluates)
 
     def __init__(self, backbone: nn.Module, out_dim: int = 65536, hidden_dim: int = 2048, bottleneck_dim: int = 256,
-                 norm_last_layer: bool = True, batch_norm: bool = False, freeze_last_layer: int = 0, global_crops: int = 2,
-                 local_crops: int = 6, local_size: int = 0, global_scale: float = 0.4, local_scale: float = 0.05,
+                 norm_last_layer: bool = True, batch_norm: bool = False, freeze_last_layer: int | None = None,
+                 global_crops: int = 2, local_crops: int = 8, local_size: int = 0, global_scale: float = 0.4,
+                 local_scale: float = 0.05, blur_sigma: tuple[float, float] = BLUR_SIGMA,
                  momentum: float = 0.996, teacher_temp: float = 0.04, warmup_teacher_temp: float = 0.04,
                  warmup_teacher_temp_steps: int = 0, student_temp: float = 0.1, center_momentum: float = 0.9,
                  ibot: float = 0.0, mask_ratio: float = 0.3, koleo: float = 0.0, **options: Any) -> None:
@@ -71,7 +89,8 @@ class DINO(Objective):
                   "global_crops": global_crops}
         if any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in counts.values()):
             raise VitxError(f"dino {', '.join(counts)} must be positive integers")
-        steps = {"freeze_last_layer": freeze_last_layer, "local_crops": local_crops, "local_size": local_size,
+        steps = {"freeze_last_layer": 0 if freeze_last_layer is None else freeze_last_layer,
+                 "local_crops": local_crops, "local_size": local_size,
                  "warmup_teacher_temp_steps": warmup_teacher_temp_steps}
         if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in steps.values()):
             raise VitxError(f"dino {', '.join(steps)} must be integers ≥ 0")
@@ -79,6 +98,9 @@ class DINO(Objective):
             raise VitxError("dino needs at least two crops in all (global_crops + local_crops ≥ 2)")
         if not 0 < local_scale < global_scale <= 1:
             raise VitxError(f"dino needs 0 < local_scale < global_scale <= 1, got {local_scale} and {global_scale}")
+        if (not isinstance(blur_sigma, (tuple, list)) or len(blur_sigma) != 2
+                or not all(isinstance(v, (int, float)) for v in blur_sigma) or not 0 < blur_sigma[0] <= blur_sigma[1]):
+            raise VitxError(f"dino blur_sigma must be (low, high) pixels with 0 < low <= high, got {blur_sigma!r}")
         if not 0 <= momentum <= 1 or not 0 <= center_momentum < 1:
             raise VitxError("dino momentum must be in [0, 1] and center_momentum in [0, 1)")
         if min(teacher_temp, warmup_teacher_temp, student_temp) <= 0:
@@ -90,7 +112,8 @@ class DINO(Objective):
         super().__init__(backbone, out_dim=out_dim, hidden_dim=hidden_dim, bottleneck_dim=bottleneck_dim,
                          norm_last_layer=norm_last_layer, batch_norm=batch_norm, freeze_last_layer=freeze_last_layer,
                          global_crops=global_crops, local_crops=local_crops, local_size=local_size,
-                         global_scale=global_scale, local_scale=local_scale, momentum=momentum,
+                         global_scale=global_scale, local_scale=local_scale, blur_sigma=tuple(blur_sigma),
+                         momentum=momentum,
                          teacher_temp=teacher_temp, warmup_teacher_temp=warmup_teacher_temp,
                          warmup_teacher_temp_steps=warmup_teacher_temp_steps, student_temp=student_temp,
                          center_momentum=center_momentum, ibot=ibot, mask_ratio=mask_ratio, koleo=koleo)
@@ -110,7 +133,7 @@ class DINO(Objective):
             with warnings.catch_warnings():  # lightly's head uses torch's older weight_norm (a FutureWarning)
                 warnings.simplefilter("ignore", FutureWarning)
                 made = DINOProjectionHead(backbone.embed_dim, hidden_dim, bottleneck_dim, out_dim, batch_norm,
-                                          freeze_last_layer=freeze_last_layer, norm_last_layer=norm_last_layer)
+                                          norm_last_layer=norm_last_layer)  # (frozen by `on_after_backward`)
             if like is not None:
                 made.load_state_dict(like.state_dict())
             return made
@@ -132,24 +155,30 @@ class DINO(Objective):
         # the teacher is the student's moving average: saved and resumed with the objective, never optimised
         self.teacher = nn.ModuleDict(teacher).requires_grad_(False)
         self.step, self.steps = 0, 1  # the next step and the run's length (`on_fit_start`): the schedules' clock
+        self.frozen_steps = freeze_last_layer or 0  # the last layers' fixed steps (None: one epoch's, at the start)
 
     # ---- what the loader makes ------------------------------------------------------------------------------
     def views(self) -> tuple[View, ...]:
         o = self.options
         return dino_views(self.image_size, self.local_size, o["global_crops"], o["local_crops"], o["global_scale"],
-                          o["local_scale"])
+                          o["local_scale"], o["blur_sigma"])
 
     # ---- schedules -----------------------------------------------------------------------------------------
     def on_fit_start(self, step: int, steps: int) -> None:
         self.step, self.steps = step, max(1, steps)
+        if self.options["freeze_last_layer"] is None:  # DINO's default: the first epoch (a stream's length: unknown)
+            self.frozen_steps = self.epoch_steps or 0
 
     def teacher_temperature(self) -> float:
-        """Linear warm-up from `warmup_teacher_temp` over `warmup_teacher_temp_steps`, then `teacher_temp`."""
+        """DINO's warm-up, `np.linspace(warmup_teacher_temp, teacher_temp, W)` over the first W steps (the end
+        value reached at step W − 1), then `teacher_temp`."""
         o = self.options
         warm = o["warmup_teacher_temp_steps"]
-        if self.step >= warm:
+        if self.step >= warm or (self.step == warm - 1 and warm > 1):
             return float(o["teacher_temp"])
-        return float(o["warmup_teacher_temp"] + (o["teacher_temp"] - o["warmup_teacher_temp"]) * self.step / warm)
+        if warm == 1:  # linspace(a, b, 1) is [a]
+            return float(o["warmup_teacher_temp"])
+        return float(o["warmup_teacher_temp"] + (o["teacher_temp"] - o["warmup_teacher_temp"]) * self.step / (warm - 1))
 
     def teacher_momentum(self, step: int) -> float:
         """The EMA momentum after optimiser step `step` (0-based): `momentum` → 1 on a cosine over the run."""
@@ -158,9 +187,10 @@ class DINO(Objective):
         return cosine_schedule(step, self.steps, self.options["momentum"], 1.0)
 
     def on_after_backward(self) -> None:
-        self.head.cancel_last_layer_gradients(self.step)  # DINO keeps the last layer fixed for the first steps
-        if self.options["ibot"] > 0:
-            self.ibot_head.cancel_last_layer_gradients(self.step)
+        if self.step < self.frozen_steps:  # DINO keeps the last layer fixed for the first epoch (`grad = None`)
+            heads = [self.head] + ([self.ibot_head] if self.options["ibot"] > 0 else [])
+            for param in (p for head in heads for p in head.last_layer.parameters()):
+                param.grad = None
 
     @torch.no_grad()
     def on_step_end(self, step: int) -> None:
@@ -173,6 +203,40 @@ class DINO(Objective):
             update_momentum(self.ibot_head, self.teacher["ibot_head"], m)
         self.step = step
 
+    @torch.no_grad()
+    def diagnostics(self, t_out: torch.Tensor, student: list[torch.Tensor], center: torch.Tensor,
+                    temp: float) -> dict[str, torch.Tensor]:
+        """DINO's collapse diagnostics (its paper's §5.3): the teacher's centred, sharpened output P_t (g·B, K)
+        has `teacher_entropy` (the per-image mean; log K: uniform, the same for every image) and
+        `teacher_batch_entropy` (of the batch's mean output; near 0: one dimension for every image), and
+        `teacher_student_kl`, KL(P_t ‖ P_s) over the loss's pairs of different crops (→ 0 in either collapse)."""
+        p = torch.softmax((t_out.float() - center.view(1, -1)) / temp, dim=-1)  # (g·B, K)
+        logp = torch.log_softmax((t_out.float() - center.view(1, -1)) / temp, dim=-1)
+        mean = p.mean(0)  # (K,)
+        g = self.options["global_crops"]
+        teacher, kl, pairs = list(zip(p.chunk(g), logp.chunk(g))), 0.0, 0
+        for i, (pt, lt) in enumerate(teacher):
+            for j, s in enumerate(student):
+                if i != j:  # as the loss pairs them: each teacher global crop with every other student crop
+                    ls = torch.log_softmax(s.float() / self.options["student_temp"], dim=-1)
+                    kl, pairs = kl + (pt * (lt - ls)).sum(-1).mean(), pairs + 1
+        return {"teacher_entropy": -(p * logp).sum(-1).mean(),
+                "teacher_batch_entropy": -(mean * mean.clamp_min(1e-12).log()).sum(),
+                "teacher_student_kl": kl / max(1, pairs)}
+
+    def collapse(self, metrics: dict[str, float]) -> str | None:
+        """DINO's two collapses (its paper's Fig. 7): a uniform teacher output (entropy ≥ 99% of log K) or one
+        dimension for every image (the batch's mean output below log 2)."""
+        k = self.options["out_dim"]
+        entropy, batch = metrics.get("teacher_entropy"), metrics.get("teacher_batch_entropy")
+        if entropy is not None and entropy >= UNIFORM * math.log(k):
+            return (f"the DINO teacher's output is uniform (entropy {entropy:.3f} of log K = {math.log(k):.3f}), the "
+                    "same for every image; try a lower teacher_temp, a higher center_momentum or a lower lr")
+        if batch is not None and batch < ONE_DIMENSION:
+            return (f"one output dimension of the DINO teacher takes every image (the batch's mean output has entropy "
+                    f"{batch:.3f} < log 2); try a higher teacher_temp or a lower center_momentum")
+        return None
+
     def teacher_backbone(self) -> nn.Module:
         return self.teacher["backbone"]
 
@@ -180,7 +244,6 @@ class DINO(Objective):
     def encode(self, backbone: nn.Module, images: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """(B, 3, S, S) at any multiple of the patch → (B, prefix + N, D) after the final norm; position
         embeddings resampled to the crop's grid; `mask` (B, N) bool: those patches become the [mask] token."""
-        from timm.layers import resample_abs_pos_embed
         from timm.models._manipulate import checkpoint_seq
 
         bb = backbone
@@ -190,10 +253,10 @@ class DINO(Objective):
         grid = (images.shape[-2] // self.patch, images.shape[-1] // self.patch)
         if grid == tuple(bb.patch_embed.grid_size):
             x = bb._pos_embed(x)  # (B, prefix + N, D)
-        else:
+        else:  # as DINO resamples them (`dino_pos_embed`), [class] position kept
             prefix = 0 if bb.no_embed_class else bb.num_prefix_tokens
-            pos = resample_abs_pos_embed(bb.pos_embed, list(grid), list(bb.patch_embed.grid_size),
-                                         num_prefix_tokens=prefix)
+            patches = dino_pos_embed(bb.pos_embed, grid, prefix)  # (1, n, D)
+            pos = torch.cat([bb.pos_embed[:, :prefix], patches], 1)  # (1, prefix + n, D)
             tokens = [t.expand(x.shape[0], -1, -1) for t in (bb.cls_token, bb.reg_token) if t is not None]
             x = torch.cat(tokens + [x + pos], 1) if bb.no_embed_class else torch.cat(tokens + [x], 1) + pos
             x = bb.pos_drop(x)
@@ -223,7 +286,8 @@ class DINO(Objective):
         student = list(torch.cat(s_out).chunk(len(views)))  # [(B, out_dim)] per crop, globals first
         teacher = list(t_out.chunk(g))  # [(B, out_dim)] per global crop
         temp = self.teacher_temperature()
-        keep = None if self.training else self.criterion.center.clone()  # evaluation leaves the centre as it was
+        center = self.criterion.center.clone()  # (1, out_dim) what the loss centres with (it then moves)
+        keep = None if self.training else center  # evaluation leaves the centre as it was
         dino = self.criterion(teacher, student, teacher_temp=temp)
         out = {"dino_loss": dino.detach()}
         if self.training:  # the schedules' values at this step (evaluation has none of its own)
@@ -247,11 +311,9 @@ class DINO(Objective):
             out["koleo_loss"] = koleo.detach()
         if keep is not None:
             self.criterion.center.copy_(keep)
-        with torch.no_grad():  # a collapsing teacher puts all its mass on one dimension (entropy → 0)
-            p = torch.softmax((t_out.float() - self.criterion.center.view(1, -1)) / temp, dim=-1)
-            out["teacher_entropy"] = -(p * p.clamp_min(1e-12).log()).sum(-1).mean()
+        out.update(self.diagnostics(t_out, student, center, temp))
         out["loss"] = loss
         return out
 
 
-__all__ = ["DINO", "dino_views"]
+__all__ = ["DINO", "dino_pos_embed", "dino_views"]
