@@ -102,12 +102,13 @@ def test_a_healthy_supervised_run_is_not_flagged_and_the_watch_changes_nothing_i
 
     from vitx.runner import pretrain
 
-    pretrain(tiny(tmp_path, **{**WATCHED, "lr": 2e-3}))
-    pretrain(tiny(tmp_path / "off", **{**WATCHED, "lr": 2e-3, "watch_every": 0}))
+    healthy = {**WATCHED, "lr": 2e-3, "steps": 10}
+    pretrain(tiny(tmp_path, **healthy))
+    pretrain(tiny(tmp_path / "off", **{**healthy, "watch_every": 0}))
     watched, unwatched = load_file(tmp_path / "run" / "model.safetensors"), load_file(tmp_path / "off" / "run" / "model.safetensors")
     assert all(torch.equal(watched[k], unwatched[k]) for k in watched)  # no draw of the run's is touched
     assert not any("rankme" in r for r in metrics(tmp_path / "off" / "run"))
     rows = metrics(tmp_path / "run")
-    assert len([r for r in rows if "rankme" in r]) == 5
+    assert len([r for r in rows if "rankme" in r]) == 3
     assert not any("collapse" in r for r in rows)
     assert min(r["rankme"] for r in rows if "rankme" in r) > 2 * RANK_FLOOR

@@ -138,7 +138,7 @@ def test_resuming_a_transfer_with_another_recipe_is_refused(recipe_transfer):
     from vitx.transfer import transfer as run_transfer
 
     cfg, _ = recipe_transfer
-    with pytest.raises(VitxError, match="layer_decay"):
+    with pytest.raises(VitxError, match="--layer-decay 0.65 there, 0.75 here"):
         run_transfer(replace(cfg, layer_decay=0.75), resume=True)
 
 

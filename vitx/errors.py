@@ -50,5 +50,14 @@ class Collapsed(VitxError):
     label = "stopped"
 
 
+class SelectionPending(VitxError):
+    """A transfer's final runs need the suite's selection (or their task's), whose sweep points are not all on disk
+    yet (other shards are running them, or have not run). Exit status 4: a job array or script can tell "run me
+    again later" (or pass --wait) from a failure (2), a collapse (3) and a preemption (75)."""
+
+    exit_code = 4
+    label = "waiting"
+
+
 class CorruptImageError(VitxError):
     """An image file that cannot be decoded."""

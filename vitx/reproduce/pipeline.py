@@ -5,10 +5,7 @@ so a second call after a crash only does what is missing."""
 from __future__ import annotations
 
 import json
-import os
 import platform
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +24,7 @@ from ..runner.launch import process_device
 from ..runner.reporting import make_console
 from ..runs.rundir import RunDir
 from ..transfer import TransferConfig, transfer
+from ..transfer.jobs import cores, start_transfer, write_recipe
 from .claims import judge
 from ..errors import VitxError
 from ..spec import parse_spec
@@ -86,29 +84,27 @@ def _transfer_settings(plan: Plan, start: str, out: Path, seed: int, **changes: 
 
 def _transfers(jobs: dict[str, dict[str, Any]], parallel: int, console: Console) -> dict[str, dict[str, Any]]:
     """Run transfer jobs (name → TransferConfig settings): in this process one after the other, or `parallel` at
-    a time as `vitx transfer` processes (small models leave most of a GPU idle; each gets its share of cores)."""
+    a time as `vitx transfer` processes (small models leave most of a GPU idle; each gets its share of the cores
+    and of the GPUs: transfer/jobs.py)."""
     if parallel <= 1:
         return {name: transfer(TransferConfig(**settings), resume=Path(settings["output_dir"]).exists(),
                                console=console)["tasks"][0] for name, settings in jobs.items()}
     from concurrent.futures import ThreadPoolExecutor
 
-    workers = max(1, (len(os.sched_getaffinity(0)) - 1) // parallel)
+    workers = max(1, (cores() - 1) // parallel)
 
     def run(name: str) -> dict[str, Any]:
         settings = {**jobs[name], "workers": workers}
         out = Path(settings["output_dir"])
         summary = out / "summary.json"
         if not summary.exists():
-            out.parent.mkdir(parents=True, exist_ok=True)
-            recipe = out.parent / f"{out.name}.toml"  # the job's settings as a recipe: the CLI checks them as any
-            atomic_write_text(recipe, "[transfer]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()
-                                                               if v is not None))
-            args = [sys.executable, "-m", "vitx", "transfer", "--recipe", str(recipe)] + \
-                (["--resume"] if out.exists() else [])
-            with open(out.parent / f"{out.name}.log", "w") as log:
-                done = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT)
-            if done.returncode != 0:
-                raise VitxError(f"transfer {name} failed (exit {done.returncode}); see {out.parent / (out.name + '.log')}")
+            # the job's settings as a recipe: the CLI checks them as any
+            recipe = write_recipe(out.parent / f"{out.name}.toml", settings)
+            log = out.parent / f"{out.name}.log"
+            code = start_transfer(recipe, log, list(jobs).index(name), parallel, ("--resume",) if out.exists() else (),
+                                  append=False).wait()
+            if code != 0:
+                raise VitxError(f"transfer {name} failed (exit {code}); see {log}")
         console.print(f"transfer {name}: done")
         return json.loads(summary.read_text())["tasks"][0]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..errors import VitxError
 from ..runner.config import check_policy, check_trackers
-from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, PROTOCOL, SCHEDULE
+from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, PROTOCOL, SCHEDULE, SYSTEM
 from ..settings import check, declared, defaults, flag_of, result_settings as declared_result_settings, setting
 from ..settings import with_default
 from ..settings.groups import LIMITS, Augmentation, Columns, Input, Optimisation, Output, System, Weights
@@ -79,9 +79,16 @@ class TransferConfig(Weights, Columns, Input, Augmentation, Optimisation, Output
     save_every: int = setting(500, "Checkpoint each run every N steps (for --resume).", CHECKPOINTS, above=0, affects_result=False)
     log_every: int = with_default(Output, "log_every", 25)
     log_with: str = with_default(Output, "log_with", "none")
+    # How the suite's work items (each sweep point, each seed's final run) are spread over processes: none of
+    # these changes a number (transfer/items.py, schedule.py, jobs.py)
+    shard: str = setting("", "Run shard I of N of the suite's work items (I from 0), e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT: N processes, started anywhere with one shared --output-dir, run one suite; the last to finish writes the summary.", SYSTEM, shown="all items", example="0/4", affects_result=False)
+    jobs: int = setting(1, "Run K work items at once on this machine, each in its own process (one per visible GPU in turn; on a CPU each gets its share of the cores as threads), logs in <output>/logs/job<i>.log.", SYSTEM, above=0, limit=1024, affects_result=False)
+    wait: bool = setting(False, "When final runs need a selection whose sweep points other processes are still running, wait for them (polling the disk) instead of exiting with status 4.", SYSTEM, affects_result=False)
+    dry_run: bool = setting(False, "Print the work list (items, steps, image size, shards) and an estimate of its cost from a few measured steps on this machine; train nothing.", SYSTEM, affects_result=False)
 
     def validate(self) -> "TransferConfig":
         check(self)  # every bound and choice, as declared
+        parse_shard(self.shard)
         if not self.lrs:
             raise VitxError("--lrs is empty: give at least one learning rate to sweep, e.g. --lrs 0.01,0.03")
         if not self.sweep_steps:
@@ -105,6 +112,20 @@ class TransferConfig(Weights, Columns, Input, Augmentation, Optimisation, Output
         if not self.sweep:
             return [(self.lr, self.steps)]
         return [(lr, steps) for steps in self.sweep_steps for lr in self.lrs]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`--shard I/N` as (I, N), 0 ≤ I < N; "" (no --shard) is (0, 1): every item."""
+    if not text:
+        return 0, 1
+    index, _, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i, n = -1, 0
+    if not 0 <= i < n:
+        raise VitxError(f"--shard takes I/N with 0 ≤ I < N (I counts from 0), e.g. --shard 0/4; got '{text}'")
+    return i, n
 
 
 def refuse_ignored(cfg: TransferConfig) -> None:

@@ -93,17 +93,25 @@ def prepare(cfg: TransferConfig, task: Task, splits: TaskSplits | None = None) -
                     cfg.drop_path)
 
 
-def build_model(prep: Prepared) -> Supervised:
-    """A copy of the start, as a classifier with the task's classes, with every adapter applied in role order."""
-    model = Supervised(copy.deepcopy(prep.start), prep.task.num_classes, head="linear", **prep.head_options)
-    if prep.drop_path > 0:
-        set_drop_path(model.backbone, prep.drop_path)
-    ctx = AdaptContext(image_size=prep.preprocess.image_size, num_classes=prep.task.num_classes)
-    for adapter in prep.adapters:
+def adapted_model(start: nn.Module, num_classes: int, image_size: int, adapters: list[Adapter],
+                  head_options: dict[str, float] | None = None, drop_path: float = 0.0) -> Supervised:
+    """A copy of `start`, as a classifier with `num_classes` classes at `image_size`, with every adapter applied
+    in role order."""
+    model = Supervised(copy.deepcopy(start), num_classes, head="linear", **(head_options or {}))
+    if drop_path > 0:
+        set_drop_path(model.backbone, drop_path)
+    ctx = AdaptContext(image_size=image_size, num_classes=num_classes)
+    for adapter in adapters:
         adapter.apply(model, ctx)
-    if not prep.method.closed_form and trainable_parameters(model) == 0:
-        raise VitxError(f"after the adapters {', '.join(a.name for a in prep.adapters)} nothing is left to train")
+    if not adapters[-1].closed_form and trainable_parameters(model) == 0:
+        raise VitxError(f"after the adapters {', '.join(a.name for a in adapters)} nothing is left to train")
     return model
+
+
+def build_model(prep: Prepared) -> Supervised:
+    """The task's model: a copy of its start with its classes and every adapter applied."""
+    return adapted_model(prep.start, prep.task.num_classes, prep.preprocess.image_size, prep.adapters,
+                         prep.head_options, prep.drop_path)
 
 
 def parameter_counts(prep: Prepared) -> dict[str, int]:
@@ -126,8 +134,8 @@ def run_config(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_d
         data=prep.splits.origin, image_size=cfg.image_size, steps=steps, lr=lr, seed=cfg.seed,
         warmup_steps=int(round(cfg.warmup * steps)), schedule="cosine", output_dir=str(out_dir),
         save_every=min(cfg.save_every, steps), keep_checkpoints=1, log_every=min(cfg.log_every, steps),
-        eval_samples=eval_samples, curves=curves, tracker_run=f"{prep.task.name} {out_dir.name}",
-        watch_every=0,  # (supervised fine-tuning: no collapse to watch)
+        eval_samples=eval_samples, curves=curves, watch_every=0,  # (supervised fine-tuning: no collapse to watch)
+        tracker_run=f"{prep.task.name} {out_dir.name}",
         tracker_group=f"{Path(cfg.output_dir).name}/{prep.task.name}")
     return PretrainConfig(**{**shared_values(cfg, PretrainConfig), **own}).validate()
 
@@ -185,4 +193,4 @@ def closed_form(prep: Prepared, limit: int, start: str, use_ema: bool = False) -
             "test_samples": float(len(labels)), "features": features.kind}
 
 
-__all__ = ["Fitted", "Prepared", "build_model", "closed_form", "parameter_counts", "prepare", "run_config", "train_run"]
+__all__ = ["Fitted", "Prepared", "adapted_model", "build_model", "closed_form", "parameter_counts", "prepare", "run_config", "train_run"]

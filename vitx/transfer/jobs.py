@@ -1,0 +1,193 @@
+"""`vitx transfer` in child processes: `--jobs K` runs K of a suite's work items at once on this machine, and
+`vitx reproduce` its transfers side by side. Each child gets its share of the machine: of the cores as
+OpenMP/MKL threads (two runs with the cores each on 2 cores slowed each other 5-20×), of the GPUs one in turn
+(several per GPU when there are more jobs than GPUs); its output goes to its own log file."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from rich.console import Console
+
+from ..checkpoint import atomic_write_text
+from ..errors import Preempted, VitxError
+from .claims import JOURNAL
+from .config import TransferConfig
+from .items import Item
+
+TICK = 2.0  # seconds between looks at the children and the claims journal
+
+
+def cores() -> int:
+    """The cores this process may use (its CPU affinity: a SLURM or container allotment)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process sees, as CUDA_VISIBLE_DEVICES names them (none without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    listed = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return listed or [str(i) for i in range(torch.cuda.device_count())]
+
+
+def share_env(index: int, jobs: int, gpus: list[str]) -> dict[str, str]:
+    """The environment of the `index`-th of `jobs` processes: cores // jobs threads, GPU index mod #GPUs."""
+    threads = str(max(1, cores() // jobs))
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1"}
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
+    return env
+
+
+def write_recipe(path: Path, settings: dict[str, Any]) -> Path:
+    """A transfer's settings as a recipe file, which the child's command line checks as any recipe."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, "[transfer]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()
+                                                     if v is not None))
+    return path
+
+
+def _plugin_args() -> list[str]:
+    """--plugin for each plugin file or module this process loaded (installed ones load themselves)."""
+    from .. import plugins
+
+    return [a for name, origin in plugins.loaded.items() if origin.startswith(("file ", "module "))
+            for a in ("--plugin", name)]
+
+
+def start_transfer(recipe: Path, log: Path, index: int = 0, jobs: int = 1, extra: tuple[str, ...] = (),
+                   gpus: list[str] | None = None, append: bool = True) -> subprocess.Popen:
+    """`vitx transfer --recipe RECIPE EXTRA` as the `index`-th of `jobs` processes, its output in `log` (added
+    to it, or replacing it)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "vitx", *_plugin_args(), "transfer", "--recipe", str(recipe), *extra]
+    with open(log, "ab" if append else "wb") as out:
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=share_env(index, jobs, visible_gpus() if gpus is None else gpus))
+
+
+def last_line(log: Path) -> str:
+    """A child's last line (its error, when it failed)."""
+    with contextlib.suppress(OSError):
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+        return lines[-1].strip() if lines else ""
+    return ""
+
+
+class Journal:
+    """The claims journal read as it grows: each child's items taken and finished, for the progress view."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset = path, path.stat().st_size if path.is_file() else 0
+
+    def new_lines(self) -> list[list[str]]:
+        """[time, holder, event, item] of each line since the last call."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return []
+        whole = data[: data.rfind(b"\n") + 1]  # a line being written is read next time
+        self.offset += len(whole)
+        return [parts for line in whole.decode(errors="replace").splitlines()
+                if len(parts := line.split(" ", 4)) >= 4]
+
+
+def child_settings(cfg: TransferConfig) -> dict[str, Any]:
+    """The settings each job runs with: the parent's, one item at a time each, waiting for the selection, with
+    its share of the cores for loading when the workers are not given."""
+    share = max(1, cores() // cfg.jobs)
+    settings = {**cfg.to_dict(), "jobs": 1, "wait": True, "dry_run": False}
+    if cfg.workers < 0:
+        settings["workers"] = max(0, share - 1)
+    return settings
+
+
+def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console) -> list[tuple[int, int, Path]]:
+    """Run `cfg.jobs` children `vitx transfer … --jobs 1 --wait --resume` on the suite's folder; they share its
+    (or the shard's) items through the claims. Prints one line per item a job takes or finishes; `done(item)`
+    says which are on disk. Returns the failed ones: (job, exit status, log)."""
+    output = Path(cfg.output_dir)
+    recipe = write_recipe(output / "logs" / "jobs.toml", child_settings(cfg))
+    gpus = visible_gpus()
+    journal = Journal(output / JOURNAL)
+    children = [start_transfer(recipe, output / "logs" / f"job{i}.log", i, cfg.jobs, ("--resume",), gpus)
+                for i in range(cfg.jobs)]
+    job_of = {str(p.pid): i for i, p in enumerate(children)}
+    place = f"GPUs {', '.join(gpus)}" if gpus else f"{max(1, cores() // cfg.jobs)} thread(s) each"
+    console.print(f"{cfg.jobs} jobs on {len(mine)} item(s) ({place}); logs in {output / 'logs'}/job<i>.log",
+                  soft_wrap=True)
+    stop = threading.Event()
+    try:
+        with _stop_on_signals(stop):
+            while any(p.poll() is None for p in children) and not stop.is_set():
+                time.sleep(TICK)
+                _show(journal, job_of, mine, done, console)
+    finally:
+        for p in children:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)  # each checkpoints and stops (exit 75); --resume continues
+        for p in children:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=120)
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        _show(journal, job_of, mine, done, console)
+    if stop.is_set():
+        raise Preempted(f"stopped: the {cfg.jobs} jobs checkpointed their items; continue the suite with --resume")
+    return [(i, p.returncode, output / "logs" / f"job{i}.log") for i, p in enumerate(children) if p.returncode]
+
+
+def _show(journal: Journal, job_of: dict[str, int], mine: list[Item], done: Any, console: Console) -> None:
+    lines = journal.new_lines()
+    if not lines:
+        return
+    finished = sum(1 for item in mine if done(item))
+    for _, holder, event, key, *_ in lines:
+        job = job_of.get(holder.rsplit(":", 1)[-1])
+        if job is not None and event != "skipped":
+            console.print(f"[{finished}/{len(mine)} done] job {job}: {event} {key}", soft_wrap=True, markup=False)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """While the jobs run, SIGTERM or SIGUSR1 to this process (a scheduler's preemption) sets `stop`: the jobs
+    are stopped too, each with a checkpoint. The previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    for sig in before:
+        signal.signal(sig, lambda signum, frame: stop.set())
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def describe_failures(failed: list[tuple[int, int, Path]]) -> VitxError:
+    """One line for the jobs that failed: the first's own last line and where its log is."""
+    job, code, log = failed[0]
+    more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+    return VitxError(f"job {job} failed with exit status {code}{more}: {last_line(log)[:200]}; see {log}; "
+                     "--resume continues the suite")
+
+
+__all__ = ["cores", "describe_failures", "run_jobs", "share_env", "start_transfer", "visible_gpus", "write_recipe"]

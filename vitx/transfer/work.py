@@ -1,0 +1,137 @@
+"""One work item run in this process: a sweep point, one seed's final run, a closed-form fit. Each writes only
+its own folder and, last, the marker that says it is done (point.json, final.json, the task's result.json)."""
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import replace
+from typing import Any
+
+from rich.console import Console
+
+from .. import __version__
+from ..checkpoint import read_json_object
+from ..runs.rundir import WEIGHTS
+from ..tasks import Task, TaskSplits
+from ..tasks.custom import describe_record
+from .config import TransferConfig, result_settings
+from .finetune import Prepared, closed_form, parameter_counts, prepare, train_run
+from .folders import claim_task, point_dir, release_task, write_json
+from .items import CLOSED, FINAL, SWEEP, Item
+
+
+def open_task_run(cfg: TransferConfig, task: Task, splits: TaskSplits | None,
+                  console: Console) -> tuple[Prepared, dict[str, Any]]:
+    """The task's prepared splits and start, its header lines, and the settings every file of its result carries."""
+    prep = prepare(cfg, task, splits)
+    console.print(f"{task.name}: {len(prep.train)} train + {len(prep.val)} val images, test {len(prep.test)} "
+                  f"({prep.splits.origin}) at {prep.preprocess.image_size}px | from {cfg.start} | "
+                  f"adapters {', '.join(a.describe() for a in prep.adapters)}", soft_wrap=True)
+    pre = prep.preprocess
+    console.print(f"{task.name}: input mean {tuple(round(v, 4) for v in pre.mean)}, std {tuple(round(v, 4) for v in pre.std)}, "
+                  f"{pre.interpolation} ({prep.input_from})", soft_wrap=True)
+    settings = {"task": task.name, **result_settings(cfg), "vitx_version": __version__,
+                "source": prep.splits.source, "synthetic": prep.splits.synthetic,
+                "input": {"mean": list(prep.preprocess.mean), "std": list(prep.preprocess.std),
+                          "interpolation": prep.preprocess.interpolation, "from": prep.input_from},
+                "parameters": parameter_counts(prep)}  # what the method trains, of the whole model
+    counts = settings["parameters"]
+    console.print(f"{task.name}: trains {counts['trainable']:,} of {counts['total']:,} parameters", soft_wrap=True)
+    record = prep.splits.record
+    if record is not None:  # how the splits were made: a data task's draw, a VTAB task's definition
+        shown = describe_record(record) if task.data is not None else f"splits {record['definition']}"
+        console.print(f"{task.name}: labels {task.label}; {shown}", soft_wrap=True)
+        settings["splits"] = record
+    return prep, settings
+
+
+class Worker:
+    """Runs items in this process. A task is prepared (its start loaded, its small splits decoded) when its
+    first item here runs, and kept while the next items are the same task's (the work list keeps a task's items
+    together); its folder is claimed then (transfer.json), and given back when the preparation fails."""
+
+    def __init__(self, cfg: TransferConfig, console: Console, tasks: dict[str, Task],
+                 splits: dict[str, TaskSplits], folders: dict[str, Any]) -> None:
+        self.cfg, self.console, self.tasks, self.splits, self.folders = cfg, console, tasks, splits, folders
+        self._open: tuple[str, Prepared, dict[str, Any]] | None = None
+
+    def prepared(self, name: str) -> tuple[Prepared, dict[str, Any]]:
+        if self._open is None or self._open[0] != name:
+            self._open = None  # the previous task's images go before the next task's come
+            root, task = self.folders[name], self.tasks[name]
+            claim_task(self.cfg, task, True, root)
+            try:
+                prep, settings = open_task_run(self.cfg, task, self.splits.get(name), self.console)
+            except BaseException:  # a start that is not there, data that cannot be read: nothing trained
+                release_task(root)
+                raise
+            self._open = (name, prep, settings)
+        return self._open[1], self._open[2]
+
+    def run(self, item: Item, choice: dict[str, Any] | None = None, points: int = 0) -> None:
+        """Run `item`; a final run with `choice` ({lr, steps, selection}); `points`: the size of the sweep grid
+        (for the progress label)."""
+        if item.kind == SWEEP:
+            self.sweep_point(item, points)
+        elif item.kind == FINAL:
+            self.final(item, choice or {})
+        elif item.kind == CLOSED:
+            self.closed(item)
+
+    def sweep_point(self, item: Item, points: int) -> None:
+        """Train on trainN, score on valN; point.json keeps the numbers, the weights go."""
+        prep, settings = self.prepared(item.task)
+        root = self.folders[item.task]
+        done = [p for p in (read_json_object(point_dir(root, lr, steps) / "point.json")
+                            for lr, steps in self.cfg.points()) if p]  # in grid order: ties go to the first
+        best = max(done, key=lambda p: p["val_top1"]) if done else None
+        shown = f" | best val {best['val_top1']:.1%} (lr {best['lr']:g}, {best['steps']})" if best else ""
+        tick = time.perf_counter()
+        fitted = train_run(self.cfg, prep, item.lr, item.steps, item.folder, prep.train, prep.val, self.console,
+                           f"{item.task} sweep {item.index}/{points} lr {item.lr:g} × {item.steps}{shown}",
+                           {**settings, "phase": "sweep"})
+        last = fitted.validated()
+        point = {"lr": item.lr, "steps": item.steps, "val_top1": last["val_top1"], "val_loss": last["val_loss"],
+                 "train_loss": last.get("loss"), "seconds": time.perf_counter() - tick}
+        if fitted.main:
+            write_json(item.marker, point)
+            shutil.rmtree(item.folder / "checkpoints", ignore_errors=True)  # weights of a sweep point: not needed
+            for name in WEIGHTS:
+                (item.folder / name).unlink(missing_ok=True)
+
+    def final(self, item: Item, choice: dict[str, Any]) -> None:
+        """Retrain the chosen point on trainN ∪ valN with the item's seed, test it; final.json keeps the test
+        figures and the task's settings (its result.json is assembled from them)."""
+        prep, settings = self.prepared(item.task)
+        lr, steps, selection = choice["lr"], choice["steps"], choice["selection"]
+        seeds = self.cfg.seeds or [self.cfg.seed]
+        label = (f"{item.task} final lr {lr:g} × {steps} on {len(prep.train) + len(prep.val)}"
+                 + (f" seed {item.seed}" if len(seeds) > 1 else ""))
+        tick = time.perf_counter()
+        fitted = train_run(replace(self.cfg, seed=item.seed), prep, lr, steps, item.folder, prep.train_val, None,
+                           self.console, label, {**settings, "phase": "final", "seed": item.seed,
+                                                 "selection": selection, "chosen": {"lr": lr, "steps": steps}},
+                           curves=self.cfg.curves and item.index == 0)
+        limit = self.cfg.test_samples or len(prep.test)
+        self.console.print(f"{item.task}: evaluating on {limit} test images", soft_wrap=True)
+        tested = fitted.trainer.evaluate(prep.test, limit=limit, prefix="test_")
+        if fitted.trainer.setup.ema is not None:  # --ema-decay: the average of the weights, tested beside them
+            tested.update(fitted.trainer.evaluate(prep.test, limit=limit, prefix="ema_test_",
+                                                  model=fitted.trainer.setup.ema.module))
+        if fitted.main:
+            write_json(item.marker, {"seed": item.seed, "chosen": {"lr": lr, "steps": steps}, "selection": selection,
+                                     **tested, "test_samples": min(limit, len(prep.test)),
+                                     "seconds": time.perf_counter() - tick, "settings": settings})
+
+    def closed(self, item: Item) -> None:
+        """A closed-form method (few-shot least squares): nothing to sweep or train; the result at once."""
+        prep, settings = self.prepared(item.task)
+        began, task = time.perf_counter(), self.tasks[item.task]
+        metrics = closed_form(prep, self.cfg.test_samples, self.cfg.start, self.cfg.use_ema)
+        result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": [], "chosen": None,
+                  "selection": "closed form", **metrics, "seconds": time.perf_counter() - began}
+        write_json(item.marker, result)
+        self.console.print(f"{task.name}: test top-1 {result['test_top1']:.2%} (closed form)", soft_wrap=True)
+
+
+__all__ = ["Worker", "open_task_run"]
