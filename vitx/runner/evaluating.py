@@ -45,18 +45,15 @@ class Evaluating:
         of WATCH_IMAGES training images (a seeded draw, decoded at the first call); {} where the training data
         has no length (a stream) or the draw cannot be decoded (said once)."""
         setup = self.setup
-        if self._watch_images is None:
+        if self._watch_images is None:  # (False: none to be had, said at the first call)
             self._watch_images = watch_images(setup.train_source, setup.preprocess, setup.cfg.seed)
-            if self._watch_images is None and setup.accelerator.is_main_process:
+            if self._watch_images is False and setup.accelerator.is_main_process:
                 self.console.print("[yellow]note: the collapse watch needs training data of known length and "
                                    "decodable images; it is off for this run (--monitor-probes rankme reads "
                                    "--monitor's images instead)[/]")
-        if self._watch_images is None or not len(self._watch_images):
+        if self._watch_images is False or not len(self._watch_images):
             return {}
-        objective = setup.accelerator.unwrap_model(setup.model)
-        chosen = setup.cfg.monitor_features
-        features = read_as(objective.backbone, objective.features if chosen == AUTO else chosen,
-                           objective.representation_layer())
+        features = self.features(setup.accelerator.unwrap_model(setup.model))
         was_training = features.training
         with torch.no_grad():
             x = extract_features(features, self._watch_images, device=setup.accelerator.device,
@@ -74,10 +71,14 @@ class Evaluating:
             self._monitor = Monitors(self.setup.cfg.monitor, pre.image_size, mean=pre.mean, std=pre.std,
                                      probes=tuple(self.setup.cfg.monitor_probes))
         objective = objective or self.setup.accelerator.unwrap_model(self.setup.model)
+        return self._monitor(self.features(objective, backbone), self.setup.accelerator.device)
+
+    def features(self, objective: torch.nn.Module, backbone: torch.nn.Module | None = None) -> torch.nn.Module:
+        """`objective`'s backbone (or `backbone`, read as `objective` reads its own) as the frozen features the
+        monitor and the collapse watch read: --monitor-features, or what the objective trains."""
         chosen = self.setup.cfg.monitor_features
-        features = read_as(backbone or objective.backbone, objective.features if chosen == AUTO else chosen,
-                           objective.representation_layer())
-        return self._monitor(features, self.setup.accelerator.device)
+        return read_as(backbone or objective.backbone, objective.features if chosen == AUTO else chosen,
+                       objective.representation_layer())
 
     @torch.no_grad()
     def evaluate(self, source: Any = None, limit: int | None = None, prefix: str = "val_",
@@ -129,15 +130,15 @@ class Evaluating:
         return {f"{prefix}{k}": float(v / totals[-1]) for k, v in zip(keys, totals[:-1])}
 
 
-def watch_images(source: Any, preprocess: Any, seed: int) -> torch.Tensor | None:
+def watch_images(source: Any, preprocess: Any, seed: int) -> torch.Tensor | bool:
     """WATCH_IMAGES of `source` drawn with the run's seed (never the first N: data is often sorted by class),
-    decoded at the run's resolution: (N, 3, S, S) uint8; None for a stream or an undecodable draw."""
+    decoded at the run's resolution: (N, 3, S, S) uint8; False for a stream or an undecodable draw."""
     try:
         n = len(source)
     except TypeError:  # a stream: no length to draw from
-        return None
+        return False
     chosen = np.sort(np.random.default_rng([seed, 79]).permutation(n)[:WATCH_IMAGES])
     try:
         return decode_split(source, preprocess, chosen).images
     except CorruptImageError:
-        return None
+        return False

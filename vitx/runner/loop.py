@@ -99,7 +99,7 @@ class Trainer(Stepping, Evaluating, Saving):
         self.input_wait = 0.0  # seconds the loop waited for the loader since then (its share: input_wait)
         # a collapse said once: the label-free figures' rule and the objective's own (evaluation/collapse.py)
         self.watch = Watch([(representation_collapse, LABEL_FREE_KEYS), (setup.objective.collapse, None)])
-        self._watch_images: torch.Tensor | None = None  # decoded at the first watch step (evaluating.py)
+        self._watch_images: torch.Tensor | bool | None = None  # decoded at the first watch (False: none to be had)
         self.collapse_stop = False  # --stop-on-collapse and a collapse was seen: save and stop after this step
 
     def due(self) -> Due:
