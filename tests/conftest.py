@@ -11,8 +11,20 @@ import pytest
 # imports it.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
+# The suite runs on pytest-xdist's workers, one per core up to 4 (`pytest_xdist_auto_num_workers`): each worker,
+# and every process a test starts, computes with one thread, so that the workers never oversubscribe the cores
+# (set before torch is imported: its thread pool reads it once).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
 from .helpers import MPP_OVERRIDES, TINY, TRANSFER, vitx_cli  # noqa: E402
+
+WORKERS = 4  # at most: beyond that the session fixtures, trained once per worker, cost more than they save
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto`: one worker per core this process may use, at most WORKERS."""
+    return max(1, min(WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 # Trained once per session, read by many tests. Each is a real run of the code under test; the tests that read
 # it check different things on it (learning, checkpoint layout, transfer, inspection, recipes).

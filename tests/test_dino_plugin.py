@@ -139,7 +139,8 @@ def test_export_teacher_of_a_run_without_one_is_one_line(pretrained_run, tmp_pat
                                                                            "two crops"),
     ({"local_scale": 0.5}, "local_scale"), ({"momentum": 1.5}, "momentum"), ({"teacher_temp": 0}, "temperature"),
     ({"ibot": -1}, "ibot"), ({"local_size": 6}, "multiple of the patch"), ({"crops": 3}, "no option"),
-    ({"blur_sigma": (2.0, 1.0)}, "blur_sigma"), ({"blur_sigma": 1.0}, "blur_sigma")])
+    ({"blur_sigma": (2.0, 1.0)}, "blur_sigma"), ({"blur_sigma": 1.0}, "blur_sigma"),
+    ({"centering": "median"}, "centering must be one of mean, sinkhorn")])
 def test_bad_options_are_one_line_errors(options, needle):
     with pytest.raises(vitx.VitxError, match=needle):
         dino(**options)
@@ -197,3 +198,30 @@ def test_blur_is_drawn_in_pixels_whatever_the_crop_size():
     views = dino(local_crops=2).views()
     assert all(v.sigma == (0.1, 2.0) for v in views)  # DINO's radius 0.1–2 px for 224 and 96 px crops alike
     assert all(v.sigma == (0.05, 0.5) for v in dino(local_crops=2, blur_sigma=(0.05, 0.5)).views())
+
+
+def test_sinkhorn_centering_is_dinov2s_teacher_and_the_loss_pairs_crops_as_dinos():
+    """centering=sinkhorn: the teacher's targets are DINOv2's Sinkhorn-Knopp over the batch (rows sum to 1, each
+    dimension near an equal share; a shift of the logits changes nothing) and the loss is DINO's cross-view
+    cross-entropy on them: with mean centring's targets, `cross_view_entropy` is lightly's DINOLoss."""
+    from lightly.loss import DINOLoss
+    from vitx_dino import cross_view_entropy, sinkhorn_teacher
+
+    torch.manual_seed(0)
+    logits = torch.randn(64, 8)  # (g·B, K): more images than dimensions, so equal shares are reachable
+    p = sinkhorn_teacher(logits, 0.5)
+    assert torch.allclose(p.sum(1), torch.ones(64), atol=1e-6)
+    shares, plain = p.sum(0), torch.softmax(logits / 0.5, -1).sum(0)  # (K,) images per dimension
+    assert shares.max() - shares.min() < (plain.max() - plain.min()) / 2.5  # 2.4 against 6.9 images here
+    assert torch.allclose(sinkhorn_teacher(logits, 0.5, iterations=50).sum(0), torch.full((8,), 8.0), atol=1e-3)
+    assert torch.allclose(sinkhorn_teacher(logits + 7.0, 0.5), p, atol=1e-6)
+    assert torch.allclose(sinkhorn_teacher(torch.zeros(6, 3), 0.04), torch.full((6, 3), 1 / 3))  # no signal: uniform
+    teacher, student = list(torch.randn(2, 4, 8)), list(torch.randn(3, 4, 8))  # 2 global crops; 3 crops in all
+    lightly = DINOLoss(8, 0.07, 0.07, 1, 0.1, 0.9)(teacher, student, teacher_temp=0.07)
+    targets = [torch.softmax(t / 0.07, -1) for t in teacher]  # lightly's centre starts at 0
+    assert cross_view_entropy(targets, student, 0.1).item() == pytest.approx(lightly.item(), rel=1e-6)
+    obj = dino(out_dim=32, hidden_dim=16, bottleneck_dim=8, local_crops=1, centering="sinkhorn").train()
+    views = [torch.randn(8, 3, 16, 16), torch.randn(8, 3, 16, 16), torch.randn(8, 3, 8, 8)]
+    out = obj({"views": views})
+    assert torch.isfinite(out["loss"]) and torch.equal(obj.criterion.center, torch.zeros_like(obj.criterion.center))
+    assert 0 < out["teacher_entropy"].item() <= math.log(32) + 1e-5

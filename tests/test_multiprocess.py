@@ -1,5 +1,6 @@
 """Acceptance: `accelerate launch` with 2 CPU processes gives the 1-process loss curve at the same global batch,
 and each process draws its own randomness."""
+import json
 import os
 import shutil
 import subprocess
@@ -53,21 +54,32 @@ def test_two_processes_match_one(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate CLI not on PATH")
-def test_one_validation_image_on_two_processes(tmp_path):
-    """--eval-samples 1 on 2 processes: the process with no image takes part in the reduction (it used to
-    return early and leave the other waiting) and the result is the 1-process value."""
-    from vitx.runner import pretrain
+def test_a_transfer_runs_its_runs_one_after_another_on_two_processes(tmp_path):
+    """A transfer runs several runs in one process (here two seeds' final runs, each tested after its fit): the
+    first run's end used to take the process group down (Accelerate's end_training), so its test evaluation, and
+    the next run, failed on 2 processes. Each seed's result is the 1-process one at the same global batch. One
+    test image: the process with none takes part in the reduction (it used to return early and leave the other
+    waiting), as a validation does."""
+    from vitx.transfer import TransferConfig, transfer
 
-    opts = dict(model="vit-nano/4", data="embedded:shapes", batch_size=8, steps=2, warmup_steps=1, save_every=2,
-                eval_samples=1, workers=0, log_with="none", curves=False)
-    one = pretrain({**opts, "output_dir": str(tmp_path / "one")})
+    opts = dict(task="embedded/digits", shots=10, start="scratch", model="vit-nano/4", image_size=16, sweep=False,
+                steps=1, batch_size=4, test_samples=1, workers=0, curves=False, seeds=[0, 1])
+    transfer(TransferConfig(**opts, output_dir=str(tmp_path / "one")))  # one process: this one
     two = subprocess.run(["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                          "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29519",
-                          "-m", "vitx", "pretrain", *as_flags({**opts, "output_dir": str(tmp_path / "two")})],
+                          "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29520",
+                          "-m", "vitx", "transfer", "--task", "embedded/digits", "--shots", "10", "--from", "scratch",
+                          "--model", "vit-nano/4", "--image-size", "16", "--no-sweep", "--steps", "1",
+                          "--batch-size", "4", "--test-samples", "1", "--workers", "0", "--no-curves",
+                          "--seeds", "0,1", "--output-dir", str(tmp_path / "two")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
-    last = metrics(tmp_path / "two")[-1]
-    assert last["val_loss"] == pytest.approx(one["val_loss"], rel=1e-5) and last["val_top1"] == one["val_top1"]
+    for run in ("final", "final-seed1"):  # seed 0's run, seed 1's
+        here, there = (tmp_path / side / "embedded-digits" / run for side in ("one", "two"))
+        a, b = (json.loads((side / "final.json").read_text()) for side in (here, there))
+        assert b["test_samples"] == a["test_samples"] == 1 and b["test_top1"] == a["test_top1"]
+        assert b["test_loss"] == pytest.approx(a["test_loss"], rel=1e-5), (run, a, b)
+        (x,), (y,) = metrics(here), metrics(there)  # the one step's gradient: the same global batch
+        assert y["grad_norm"] == pytest.approx(x["grad_norm"], rel=1e-5), (run, x, y)
 
 
 RECORDING_MPP = '''

@@ -83,8 +83,9 @@ def test_predict_with_a_supervised_pretraining_gives_its_validation_accuracy(pre
     assert abs(correct / len(val) - reported) < 1e-6
 
 
-def test_a_corrupt_image_is_one_line_and_skip_corrupt_goes_past_it(transfer_run, tmp_path):
+def test_a_corrupt_image_is_one_line_and_skip_corrupt_goes_past_it(transfer_run, tmp_path, monkeypatch):
     out, _ = transfer_run
+    monkeypatch.setenv("COLUMNS", "240")  # the table's file names whole, however long the temporary folder's path
     _save_test_pngs(tmp_path, 2)
     (tmp_path / "part1" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
     proc = vitx_cli("predict", str(out), str(tmp_path), "--json")

@@ -51,9 +51,14 @@ def test_claims_follow_their_criteria():
     assert not hires_claim(fake(hires=0.35))["holds"]
 
 
-def test_reproduction_pipeline_writes_a_complete_report_and_resumes(tmp_path):
+CORE = replace(QUICK, pretrainings={k: v for k, v in QUICK.pretrainings.items() if k in ("supervised", "mpp")})
+
+
+@pytest.mark.parametrize("plan", [CORE, pytest.param(QUICK, marks=pytest.mark.slow)],  # QUICK: + the plugins'
+                         ids=["core", "with-plugins"])  # MAE, SimCLR and DINO rows: 58 s against ~30 s
+def test_reproduction_pipeline_writes_a_complete_report_and_resumes(tmp_path, plan):
     out = tmp_path / "repro"
-    first = reproduce(out, QUICK)
+    first = reproduce(out, plan)
     report = (out / "REPORT.md").read_text()
     assert [c["id"] for c in first["claims"]] == ["mpp", "posemb-supervised", "posemb-mpp", "distance", "hires"]
     assert report.count("| yes |") + report.count("| **no** |") == 5
@@ -66,12 +71,12 @@ def test_reproduction_pipeline_writes_a_complete_report_and_resumes(tmp_path):
     assert "### MPP against pre-training compute" in report and "| 3 | 48 |" in report
     weights = (out / "pretrain-supervised" / "model.safetensors").stat().st_mtime_ns
     assert not first["resumed"]
-    second = reproduce(out, QUICK)  # everything is done: nothing is trained again
+    second = reproduce(out, plan)  # everything is done: nothing is trained again
     assert second["resumed"] and "reused the runs" in (out / "REPORT.md").read_text()
     assert (out / "pretrain-supervised" / "model.safetensors").stat().st_mtime_ns == weights
     assert second["transfer"]["mpp"][0]["test_top1"] == first["transfer"]["mpp"][0]["test_top1"]
     with pytest.raises(VitxError, match=r"holds a reproduction of another plan \(shots differ: was 40\)"):
-        reproduce(out, replace(QUICK, shots=30))  # refused before anything is trained or overwritten
+        reproduce(out, replace(plan, shots=30))  # refused before anything is trained or overwritten
     assert json.loads((out / "plan.json").read_text())["shots"] == 40
 
 

@@ -101,10 +101,11 @@ def test_claims_are_exclusive_and_a_dead_holder_s_are_taken_over(tmp_path):
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    path.write_text(json.dumps({**elsewhere, "host": mine.me.host, "pid": gone.pid}))  # this host, a dead process
+    here = {**elsewhere, "host": mine.me.host, "boot": mine.me.boot, "pid_ns": mine.me.pid_ns}  # this machine
+    path.write_text(json.dumps({**here, "pid": gone.pid}))  # this machine, a dead process
     assert other.stale(other._read(path)) == f"process {gone.pid} is gone" and other.take("t/sweep/a")
     other.release("t/sweep/a")
-    path.write_text(json.dumps({**elsewhere, "host": mine.me.host, "pid": os.getppid()}))  # this host, alive
+    path.write_text(json.dumps({**here, "pid": os.getppid()}))  # this machine, alive
     assert not other.take("t/sweep/a")
     path.write_text("")  # a claim being written (O_EXCL, where there are no hard links): its holder's
     assert not other.take("t/sweep/a")
@@ -118,7 +119,7 @@ def test_claims_are_exclusive_and_a_dead_holder_s_are_taken_over(tmp_path):
 
 def test_each_job_gets_its_share_of_the_machine_and_the_parent_s_settings(tmp_path, monkeypatch):
     """--jobs K: each child gets cores / K threads and a GPU in turn, and runs the parent's settings (written as
-    a recipe, read back by the command line as any recipe) one item at a time, waiting for the selection."""
+    a recipe, read back by the command line as any recipe) one item at a time."""
     from vitx.recipe import resolve
     from vitx.transfer import TransferConfig, jobs
 
@@ -134,7 +135,346 @@ def test_each_job_gets_its_share_of_the_machine_and_the_parent_s_settings(tmp_pa
                          output_dir=str(tmp_path / "out"))
     recipe = jobs.write_recipe(tmp_path / "jobs.toml", jobs.child_settings(cfg))
     child = TransferConfig(**resolve(TransferConfig, "transfer", str(recipe), [], {})).validate()
-    assert child == TransferConfig(**{**cfg.to_dict(), "jobs": 1, "wait": True, "workers": 3})
+    assert child == TransferConfig(**{**cfg.to_dict(), "jobs": 1, "workers": 3})  # --wait as the parent's
+
+
+def _elsewhere(claims, host: str = "node-8"):
+    """`claims` as a process on another machine sees it (same pid, other host: only its heartbeat tells)."""
+    from dataclasses import replace
+
+    claims.me = replace(claims.me, host=host)
+    return claims
+
+
+def test_a_paused_holder_loses_its_claim_and_leaves_the_new_holder_s_alone(tmp_path, monkeypatch):
+    """A holder paused past STALE_AFTER has its claim taken over by another machine's process: its heartbeat
+    reads the claim again, finds another holder and says so once; its release leaves the new claim in place."""
+    from vitx.transfer import claims as module
+    from vitx.transfer.claims import STALE_AFTER, Claims
+
+    monkeypatch.setattr(module, "HEARTBEAT", 0.02)
+    said, theirs = [], []
+    mine = Claims(tmp_path, said.append)
+    assert mine.take("t/sweep/a") and mine.still_mine("t/sweep/a")
+    path = mine.path("t/sweep/a")
+    thief = _elsewhere(Claims(tmp_path, theirs.append))
+    with mine._lock:  # the holder paused (SIGSTOP, a frozen VM): its heartbeat stops, a beat in flight ends
+        time.sleep(0.1)
+        os.utime(path, (time.time() - STALE_AFTER - 5,) * 2)  # ... for over 5 minutes
+        assert thief.take("t/sweep/a") and "took over the claim" in theirs[-1]
+    deadline = time.time() + 5
+    while not said and time.time() < deadline:  # the heartbeat notices
+        time.sleep(0.01)
+    assert len(said) == 1 and said[0].startswith(f"t/sweep/a: this process's claim was taken over by {thief.me}")
+    assert not mine.still_mine("t/sweep/a") and len(said) == 1  # said once
+    mine.release("t/sweep/a")  # the item ends here: the claim is the new holder's, and stays
+    assert json.loads(path.read_text())["host"] == "node-8" and thief.still_mine("t/sweep/a")
+    thief.release("t/sweep/a")
+    assert not path.exists()
+    assert [e[2] for e in journal(tmp_path)] == ["taken", "taken-over", "lost", "done"]
+
+
+def test_process_ids_are_looked_up_only_on_the_same_machine(tmp_path):
+    """Containers can share a host name (host networking) but not a boot and pid namespace: a claim of another
+    namespace, or of a vitx that did not record them, is stale only by its heartbeat, never by its process id."""
+    from vitx.transfer.claims import STALE_AFTER, Claims
+
+    claims = Claims(tmp_path)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    me = claims.me.record()
+    path = claims.path("t/final")
+    path.parent.mkdir(parents=True)
+    for other in ({"pid_ns": 4026531836 if me["pid_ns"] != 4026531836 else 1}, {"boot": "another-boot"},
+                  {"boot": None, "pid_ns": None}):
+        path.write_text(json.dumps({**me, "pid": gone.pid, **other}))  # its pid is nobody here: not evidence
+        assert claims.stale(claims._read(path)) is None and not claims.take("t/final"), other
+        os.utime(path, (time.time() - STALE_AFTER - 5,) * 2)
+        assert claims.stale(claims._read(path)).startswith("no heartbeat for"), other
+    if me["boot"] is not None and me["pid_ns"] is not None:  # Linux: the same machine
+        path.write_text(json.dumps({**me, "pid": gone.pid}))
+        assert claims.stale(claims._read(path)) == f"process {gone.pid} is gone"
+
+
+def test_a_claim_that_cannot_be_read_for_a_moment_is_not_stale(tmp_path, monkeypatch):
+    """An I/O error reading a claim (NFS, a busy disk) says nothing of its age: it is not taken over."""
+    import errno
+
+    from vitx.transfer.claims import Claims
+
+    holder, other = _elsewhere(Claims(tmp_path)), Claims(tmp_path)
+    assert holder.take("t/sweep/a")
+    real = Path.read_text
+
+    def failing(self, *args, **kwargs):
+        if self.suffix == ".claim":
+            raise OSError(errno.EIO, "Input/output error")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", failing)
+    found = other._read(other.path("t/sweep/a"))
+    assert found.unknown and other.stale(found) is None and not other.take("t/sweep/a")
+    assert holder.still_mine("t/sweep/a")  # nor does its holder think it lost
+    monkeypatch.setattr(Path, "read_text", real)
+    holder.release("t/sweep/a")
+
+
+class _Stub:
+    """A Worker that trains nothing: `during(item)` happens while the item runs, then its marker is written."""
+
+    def __init__(self, during=None) -> None:
+        self.during, self.ran = during, []
+
+    def run(self, item, choice=None, points=0, confirm=lambda: None) -> None:
+        if self.during is not None:
+            self.during(item)
+        confirm()
+        item.marker.parent.mkdir(parents=True, exist_ok=True)
+        item.marker.write_text("{}")
+        self.ran.append(item.key)
+
+
+def _scheduler(tmp_path, mine_keys, worker, wait=False, claims=None):
+    """A two-sweep-point, one-final task (select task) whose items `mine_keys` are this process's share."""
+    import io
+
+    from rich.console import Console
+
+    from vitx.transfer import TransferConfig
+    from vitx.transfer.assemble import Assembler
+    from vitx.transfer.claims import Claims
+    from vitx.transfer.items import FINAL, SWEEP, Item
+    from vitx.transfer.schedule import Scheduler
+    from vitx.transfer.suite import Suite
+
+    cfg = TransferConfig(task="t", lrs=[0.01, 0.1], sweep_steps=[2], output_dir=str(tmp_path))
+    root = tmp_path / "t"
+    items = [Item("t", SWEEP, root / "sweep" / f"lr{lr}", tmp_path, 2, lr, 0, n) for n, lr in enumerate(cfg.lrs, 1)]
+    items.append(Item("t", FINAL, root / "final", tmp_path, 2, None, 0, 0))
+    suite = Suite(cfg, [], [], {}, {"t": root}, "task", items)
+    console = Console(file=io.StringIO(), width=400)
+    claims = claims or Claims(tmp_path, lambda line: console.print(line, markup=False))
+    share = [i for i in items if i.key in mine_keys]
+    return Scheduler(suite, worker, Assembler(suite, console), claims, share, wait, console), items
+
+
+def test_an_item_whose_claim_was_lost_is_not_marked_done_and_another_machine_s_claim_is_pending(tmp_path):
+    """The item's claim is taken over while it runs (this process was paused): its marker is not written and
+    its claim stays the new holder's. An item of this share claimed from another machine, which may have died,
+    is not left behind with exit 0: exit 4 naming its heartbeat, or with --wait taken over once stale."""
+    from vitx.errors import SelectionPending
+    from vitx.transfer.claims import STALE_AFTER, Claims
+
+    thief = _elsewhere(Claims(tmp_path, lambda line: None))
+
+    def paused(item):
+        if item.index == 1:
+            os.utime(thief.path(item.key), (time.time() - STALE_AFTER - 5,) * 2)
+            assert thief.take(item.key)
+
+    worker = _Stub(paused)
+    scheduler, (a, b, _) = _scheduler(tmp_path, {"t/sweep/lr0.01", "t/sweep/lr0.1"}, worker)
+    with pytest.raises(SelectionPending, match=rf"1 item\(s\) of this process's share are claimed by processes on "
+                                               rf"other machines: t/sweep/lr0.01 \(node-8:{os.getpid()}, last "
+                                               r"heartbeat 0 s ago; taken over after 300 s\); run this again"):
+        scheduler.run()
+    assert worker.ran == [b.key] and not a.marker.exists() and b.marker.exists()
+    assert json.loads(thief.path(a.key).read_text())["host"] == "node-8" and not scheduler.claims.held
+    assert [e[2] for e in journal(tmp_path) if e[3] == a.key] == ["taken", "taken-over", "lost", "skipped"]
+
+    waiting, _ = _scheduler(tmp_path, {a.key}, _Stub(), wait=True)
+    assert waiting.next_step().kind == "wait"  # --wait: until it is done, or its claim stale
+    os.utime(thief.path(a.key), (time.time() - STALE_AFTER - 5,) * 2)
+    assert waiting.run() == [a] and a.marker.exists()
+    thief.release_all()
+
+
+def test_final_runs_wait_for_their_share_s_sweep_points_and_not_for_a_failed_one(tmp_path):
+    """A final run waits for sweep points of its own share that a live process runs (a sibling job), without
+    --wait too; for a point of another shard it stops pending; for one that failed in its process it stops
+    pending even with --wait (nobody will run it until its shard is run again)."""
+    from vitx.transfer.claims import Claims
+
+    sibling = Claims(tmp_path).path("t/sweep/lr0.01")  # held by a process alive on this machine
+    sibling.parent.mkdir()
+    sibling.write_text(json.dumps({**Claims(tmp_path).me.record(), "pid": os.getppid(), "proc_start": None}))
+    share, items = _scheduler(tmp_path, {"t/sweep/lr0.01", "t/sweep/lr0.1", "t/final"}, _Stub())
+    items[1].marker.parent.mkdir(parents=True)
+    items[1].marker.write_text(json.dumps({"lr": 0.1, "steps": 2, "val_top1": 0.5}))
+    step = share.next_step()
+    assert step.kind == "wait" and "waiting for them" in step.message, step.message
+    alone, _ = _scheduler(tmp_path, {"t/final"}, _Stub())
+    sibling.unlink()
+    assert alone.next_step().kind == "pending"  # another shard's point, not running: exit 4, as before
+    failing = Claims(tmp_path)
+    assert failing.take("t/sweep/lr0.01")
+    failing.release("t/sweep/lr0.01", "failed")
+    waiting, _ = _scheduler(tmp_path, {"t/final"}, _Stub(), wait=True)
+    step = waiting.next_step()
+    assert step.kind == "pending" and f"t/sweep/lr0.01 (failed in {failing.me})" in step.message, step.message
+
+
+def test_jobs_have_their_own_settings_session_and_death_and_get_a_stop_at_once(tmp_path, monkeypatch):
+    """--jobs: the children's settings and logs are this process's (logs/<host>-<pid>-<id>/: another machine's
+    --jobs on the same folder has its own); each child is in its own session (a signal to the job's process group
+    reaches only the parent), dies with the parent (PR_SET_PDEATHSIG) and gets a stop signal forwarded at once
+    (a repeat more than REPEAT_S later would stop it without a checkpoint)."""
+    import io
+    import socket
+    import threading
+
+    from rich.console import Console
+
+    from vitx.errors import Preempted
+    from vitx.runner.preemption import REPEAT_S
+    from vitx.transfer import TransferConfig, jobs
+
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    fake = tmp_path / "python"  # stands for `python -m vitx transfer …`: says what it is, and when it is stopped
+    fake.write_text(f"#!{sys.executable}\n" + FAKE_CHILD)
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    monkeypatch.setattr(jobs, "TICK", 0.05)
+    monkeypatch.setenv("VITX_TEST_SEEN", str(seen))
+    sent = []
+
+    def stop_when_started():
+        deadline = time.time() + 60
+        while len(list(seen.glob("*.ready"))) < 2:
+            if time.time() > deadline:
+                return
+            time.sleep(0.01)
+        sent.append(time.time())
+        os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's preemption, to the parent alone
+
+    thread = threading.Thread(target=stop_when_started)
+    thread.start()
+    cfg = TransferConfig(task="vtab/dtd", jobs=2, output_dir=str(tmp_path / "suite"))
+    with pytest.raises(Preempted, match="the 2 jobs checkpointed their items"):
+        jobs.run_jobs(cfg, [], lambda item: False, Console(file=io.StringIO()))
+    thread.join()
+    (folder,) = (tmp_path / "suite" / "logs").iterdir()
+    assert folder.name.startswith(f"{socket.gethostname()}-{os.getpid()}-") and (folder / "jobs.toml").is_file()
+    for ready in seen.glob("*.ready"):
+        pid, sid, death, args = ready.read_text().split(" ", 3)
+        assert sid == pid and death == str(int(signal.SIGKILL)), (sid, pid, death)
+        assert f"--recipe {folder / 'jobs.toml'}" in args
+        assert float((seen / f"{pid}.term").read_text()) - sent[0] < REPEAT_S
+    assert sorted(p.name for p in folder.glob("job*.log")) == ["job0.log", "job1.log"]
+
+
+FAKE_CHILD = """import ctypes, os, signal, sys, time
+seen = os.environ["VITX_TEST_SEEN"]
+death = ctypes.c_int()
+ctypes.CDLL(None).prctl(2, ctypes.byref(death))  # PR_GET_PDEATHSIG
+
+
+def stop(signum, frame):
+    with open(f"{seen}/{os.getpid()}.term", "w") as fh:
+        fh.write(repr(time.time()))
+    sys.exit(75)
+
+
+signal.signal(signal.SIGTERM, stop)
+with open(f"{seen}/{os.getpid()}.tmp", "w") as fh:
+    fh.write(f"{os.getpid()} {os.getsid(0)} {death.value} {' '.join(sys.argv[1:])}")
+os.rename(f"{seen}/{os.getpid()}.tmp", f"{seen}/{os.getpid()}.ready")
+time.sleep(60)
+"""
+
+
+def test_a_job_pending_makes_the_parent_pending_with_its_line(tmp_path):
+    from vitx.errors import SelectionPending
+    from vitx.transfer.jobs import describe_failures
+
+    pending, failed = tmp_path / "job0.log", tmp_path / "job1.log"
+    pending.write_text("vtab/dtd: ...\nwaiting: 2 final run(s) (vtab/dtd) need the suite's selection, ...\n")
+    failed.write_text("error: out of memory\n")
+    error = describe_failures([(0, 4, pending)])
+    assert isinstance(error, SelectionPending) and str(error).startswith("2 final run(s) (vtab/dtd) need")
+    error = describe_failures([(0, 4, pending), (1, 2, failed)])  # a failure is said first
+    assert not isinstance(error, SelectionPending) and str(error).startswith("job 1 failed with exit status 2")
+
+
+def test_temporary_names_are_unique_beyond_the_process_id(tmp_path, monkeypatch):
+    """Pods on different hosts often share pid 1 on one shared filesystem: a temporary name is not the pid alone."""
+    from vitx import checkpoint
+
+    names, real = [], Path.write_text
+    monkeypatch.setattr(Path, "write_text", lambda self, *a, **k: (names.append(self.name), real(self, *a, **k))[1])
+    checkpoint.atomic_write_text(tmp_path / "x.json", "1")
+    checkpoint.atomic_write_text(tmp_path / "x.json", "2")
+    assert checkpoint.create_whole(tmp_path / "y.json", "3") and not checkpoint.create_whole(tmp_path / "y.json", "4")
+    assert len(set(names)) == 4 and all(f"-{os.getpid()}-" in n for n in names), names
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "y.json"]  # no temporary file left
+    assert (tmp_path / "y.json").read_text() == "3"
+
+
+def test_task_folders_do_not_depend_on_hash_order(tmp_path, monkeypatch):
+    """Data folders that share names in two groups: the names given do not depend on PYTHONHASHSEED (the order a
+    set of paths is walked in), or a process would not find another's folders."""
+    import pathlib
+
+    from vitx.tasks import Task
+    from vitx.transfer import TransferConfig
+    from vitx.transfer.folders import task_dirs
+
+    cfg = TransferConfig(output_dir=str(tmp_path))
+    tasks = [Task(p, "custom", 2, "label", data=p) for p in ("/r/a/photos", "/r/b/photos", "/s/a-photos",
+                                                             "/t/a-photos")]
+    named = []
+    for first in ("data-photos", "data-a-photos"):  # the two orders a set of the two shared folders can take
+        monkeypatch.setattr(pathlib.PurePath, "__hash__", lambda self, first=first: 0 if self.name == first else 1)
+        named.append({n: p.name for n, p in task_dirs(cfg, tasks).items()})
+    assert named[0] == named[1] and len(set(named[0].values())) == 4, named
+
+
+def test_skip_missing_is_refused_in_a_shard_where_a_task_is_missing(tmp_path):
+    """The shards of a suite partition one work list and choose on one set of tasks: a shard that skipped a task
+    another has would compute others. Refused in one line."""
+    import io
+
+    from rich.console import Console
+
+    from vitx.tasks import select_tasks
+    from vitx.transfer import TransferConfig
+    from vitx.transfer.folders import task_dirs
+    from vitx.transfer.protocol import open_suite
+
+    cfg = TransferConfig(task="vtab/dtd,vtab/pets", data_dir=str(tmp_path / "none"), skip_missing=True,
+                         shard="0/2", output_dir=str(tmp_path / "out"))
+    tasks = select_tasks(cfg.task)
+    with pytest.raises(VitxError, match=r"^--skip-missing with --shard: no data here for vtab/dtd, vtab/pets, "):
+        open_suite(cfg, tasks, task_dirs(cfg, tasks), Console(file=io.StringIO()))
+
+
+def test_only_the_main_process_prints_results_and_a_task_of_a_suite_s_folder_says_its_selection(tmp_path):
+    """A launch's second process assembles silently (its lines and table were a second copy); the summary of
+    one task from a --select suite folder (`selection`: {"select": "suite"}, no point) prints without a KeyError."""
+    import io
+
+    from rich.console import Console
+
+    from vitx.tasks import select_tasks
+    from vitx.transfer import TransferConfig
+    from vitx.transfer.assemble import Assembler
+    from vitx.transfer.suite import Suite
+
+    cfg = TransferConfig(task="vtab/dtd", select="suite", output_dir=str(tmp_path))
+    (task,) = select_tasks(cfg.task)
+    root = tmp_path / "vtab-dtd"
+    root.mkdir()
+    (root / "result.json").write_text(json.dumps({
+        "task": task.name, "group": task.group, "test_top1": 0.5, "selection": "suite", "seconds": 3.0,
+        "chosen": {"lr": 0.1, "steps": 2}, "sweep": [{"lr": 0.1, "steps": 2, "val_top1": 0.4}]}))
+    shown = {}
+    for main in (True, False):
+        out = io.StringIO()
+        suite = Suite(cfg, [task], [task], {}, {task.name: root}, "task", [])
+        assert Assembler(suite, Console(file=out, width=300), main).summary()["selection"] == {"select": "suite"}
+        shown[main] = out.getvalue()
+    assert "already done" in shown[True] and "selection: suite" in shown[True] and shown[False] == ""
 
 
 def test_shards_run_one_after_another_give_the_one_process_numbers(release, tmp_path):

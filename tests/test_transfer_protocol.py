@@ -272,6 +272,9 @@ def test_seeds_repeat_the_final_run_and_give_mean_and_spread(tmp_path):
     assert result["seeds"] == [0, 1] and len(per_seed) == 2
     assert result["test_top1"] == pytest.approx(sum(per_seed) / 2)
     assert result["test_top1_std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / 2 ** 0.5)
+    # --seeds 1 alone: that seed's final run, no spread (its result line raised KeyError before)
+    (one,) = transfer(TransferConfig(**{**cfg.to_dict(), "output_dir": str(tmp_path / "one"), "seeds": [1]}))["tasks"]
+    assert one["test_top1"] == per_seed[1] and "test_top1_std" not in one
     rows = [{"task": "a", "group": "natural", "test_top1": 0.5, "test_top1_per_seed": [0.4, 0.6]},
             {"task": "b", "group": "natural", "test_top1": 0.7, "test_top1_per_seed": [0.6, 0.8]}]
     summary = summarise(rows)

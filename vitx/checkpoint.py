@@ -9,6 +9,8 @@ import errno
 import json
 import os
 import re
+import secrets
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +40,44 @@ def fsync_tree(root: Path) -> None:
         fsync_path(Path(folder))
 
 
+def aside(path: Path) -> Path:
+    """A temporary name beside `path`, unique on a shared filesystem: processes on different hosts (pods) can
+    have the same process id (often 1), so the host and a random part go into it too."""
+    return path.with_name(f".{path.name}.tmp-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a kill leaves the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    fsync_path(tmp)
-    os.replace(tmp, path)
+    tmp = aside(path)
+    try:
+        tmp.write_text(text)
+        fsync_path(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # (gone once renamed; left by a failed write otherwise)
     fsync_path(path.parent)
+
+
+def create_whole(path: Path, text: str) -> bool:
+    """Create `path` holding `text` only if no file is there, atomically and whole: of processes that try at once
+    (on one host or several sharing the filesystem) exactly one gets True. Written aside, then hard-linked into
+    place (the link fails when the file exists); on a filesystem without links, O_CREAT | O_EXCL (whole but for
+    the moment it is being written). Other OS errors are raised for the caller to put in its own words."""
+    tmp = aside(path)
+    try:
+        tmp.write_text(text)
+        try:
+            os.link(tmp, path)
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):  # (a filesystem without links)
+                raise
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "w") as fh:
+                fh.write(text)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 _REASONS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is used up",
@@ -81,7 +114,7 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
 
 def save_weights(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
     """safetensors, written under a temporary name, synced, then renamed into place."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = aside(path)
     save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp),
               metadata={"format": "pt", **(metadata or {})})
     fsync_path(tmp)

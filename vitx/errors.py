@@ -42,6 +42,13 @@ class Preempted(VitxError):
     label = "stopped"
 
 
+class Interrupted(VitxError):
+    """Ctrl-C. Raised in place of KeyboardInterrupt, which typer turns into a silent exit 130."""
+
+    exit_code = 130
+    label = "interrupted"
+
+
 class Collapsed(VitxError):
     """--stop-on-collapse: the collapse watch saw the representation collapse, and the run stopped with a
     checkpoint. Exit status 3: a script can tell it from a bad input (2) and from a preemption (75)."""

@@ -14,7 +14,7 @@ from typing import Any, Iterator, List
 import typer
 
 from .. import __version__
-from ..errors import DISK_STATE_ERRNOS, VitxError
+from ..errors import DISK_STATE_ERRNOS, Interrupted, VitxError
 from ..invocation import recording
 from ..plugins import load_env_plugins, load_plugin
 from .catalog import adapters, models, objectives, plugins, tasks
@@ -68,13 +68,6 @@ def _take_plugins(argv: list[str]) -> tuple[list[str], list[str]]:
         else:
             rest.append(arg)
     return rest, plugins
-
-
-class Interrupted(VitxError):
-    """Ctrl-C. Raised in place of KeyboardInterrupt, which typer turns into a silent exit 130."""
-
-    exit_code = 130
-    label = "interrupted"
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -64,7 +65,7 @@ def save(fig: "Figure", path: str | Path) -> Path:
     """Write `fig` to `path` (format from the suffix: png, pdf or svg) under a temporary name, then rename."""
     path = Path(path)
     fmt = figure_format(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(8)}")  # unique on a shared disk, not a pid
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(tmp, format=fmt, dpi=DPI)

@@ -16,6 +16,21 @@ import torch
 from .preemption import StopRequests
 
 
+_host: tuple[Any, Any] | None = None  # (the default group, the gloo group made beside it)
+
+
+def host_group() -> Any:
+    """A gloo group beside the default one (multi-process, fused skip), made at its first use (a collective: every
+    process makes it at the same step) and kept for the process's later runs, as the default group is; destroyed
+    with it at exit."""
+    global _host
+    import torch.distributed as dist
+
+    if _host is None or _host[0] is not dist.group.WORLD:  # none yet, or the default group was made again
+        _host = (dist.group.WORLD, dist.new_group(backend="gloo"))
+    return _host[1]
+
+
 class Agreement:
     """The local requests of one process and the collectives that make them everyone's."""
 
@@ -24,7 +39,6 @@ class Agreement:
         self.minutes = save_every_minutes
         self.requests: StopRequests | None = None  # set while a run is fitting
         self.last_save = time.monotonic()
-        self._host_group = None  # a gloo group beside the default one (multi-process, fused skip)
 
     def saved(self) -> None:
         """A checkpoint was written: the --save-every-minutes clock starts again."""
@@ -44,10 +58,8 @@ class Agreement:
             return asked, due
         import torch.distributed as dist
 
-        if self._host_group is None:
-            self._host_group = dist.new_group(backend="gloo")
         flags = torch.tensor([float(asked), float(due)])
-        dist.all_reduce(flags, group=self._host_group)
+        dist.all_reduce(flags, group=host_group())
         return bool(flags[0] > 0), bool(flags[1] > 0)
 
     def with_skip(self, nonfinite: torch.Tensor) -> tuple[bool, bool, bool]:

@@ -3,6 +3,7 @@ command. The one place that decides devices and processes: Accelerate, from how 
 (`accelerate launch`, torchrun, or plain: one process on the GPU if there is one, else the CPU)."""
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 
@@ -47,17 +48,18 @@ def make_accelerator(cfg: PretrainConfig) -> Accelerator:
     """The Accelerator for a run (fresh process-wide state), after checking the batch divides over processes."""
     if cfg.precision == "fp16" and not torch.cuda.is_available():
         raise VitxError("fp16 mixed precision needs a GPU; on CPU use --precision bf16 or no")
-    # Accelerate keeps process-wide singletons; a second run in the same (non-distributed) process, as in tests,
-    # notebooks and sweeps, must not inherit the first run's precision or accumulation settings
-    if not torch.distributed.is_initialized():
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
+    # Accelerate keeps process-wide singletons; a second run in the same process, as in tests, notebooks, sweeps
+    # and a transfer's runs, must not inherit the first run's precision or accumulation settings. The process
+    # state (rank, device, the process group) is kept while its group is up: it is the launch's, not the run's.
+    AcceleratorState._reset_state(reset_partial_state=not torch.distributed.is_initialized())
+    GradientState._reset_state()
     _warn_single_process_cpu_launch()
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32  # no effect without TF32
     accelerator = Accelerator(
         cpu=not torch.cuda.is_available(), mixed_precision=cfg.precision, gradient_accumulation_steps=cfg.grad_accum,
         step_scheduler_with_optimizer=False, log_with=_trackers(cfg.log_with),
         project_config=ProjectConfiguration(project_dir=cfg.output_dir, logging_dir=f"{cfg.output_dir}/logs"))
+    _group_ends_at_exit()
     world = accelerator.num_processes
     if cfg.batch_size % (world * cfg.grad_accum):
         raise VitxError(f"--batch-size {cfg.batch_size} must divide evenly over {world} process(es) × "
@@ -83,12 +85,45 @@ def configure_deepspeed(accelerator: Accelerator, cfg: PretrainConfig) -> None:
     ds["gradient_clipping"] = float(cfg.grad_clip)
 
 
+def end_run(accelerator: Accelerator) -> None:
+    """A run's end: its trackers finished (Accelerate keeps them on the main process). Not
+    `Accelerator.end_training`, which also destroys the default process group (Accelerate 1.x): a process runs
+    several runs (a transfer's sweep points, final runs and seeds; a notebook), and the next one, and the
+    collectives after a fit (a transfer's test evaluation), need the group. It goes when the process exits."""
+    for tracker in accelerator.trackers:
+        tracker.finish()
+
+
+_exit_hooked = False
+
+
+def _group_ends_at_exit() -> None:
+    """Under a launcher the process group, once up, stays up for every run of the process; it is destroyed at the
+    process's exit (what `end_training` did at the end of each run; NCCL warns about a group left at exit)."""
+    global _exit_hooked
+    if not _exit_hooked and torch.distributed.is_available() and torch.distributed.is_initialized():
+        atexit.register(_destroy_group)
+        _exit_hooked = True
+
+
+def _destroy_group() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()  # the default group and every group made beside it
+
+
+def process_state() -> PartialState:
+    """This process's Accelerate state (device, rank, processes), its process group up under a launcher."""
+    state = PartialState(cpu=not torch.cuda.is_available())
+    _group_ends_at_exit()
+    return state
+
+
 def process_device() -> torch.device:
     """This process's device, as Accelerate assigns it (cuda:<local rank> under a launcher; the CPU without a
     GPU): for commands that compute but do not train (few-shot evaluation, inspection, closed-form transfer)."""
-    return PartialState(cpu=not torch.cuda.is_available()).device
+    return process_state().device
 
 
 def is_main_process() -> bool:
     """Whether this process writes files and prints results (one per run, however many processes there are)."""
-    return PartialState(cpu=not torch.cuda.is_available()).is_main_process
+    return process_state().is_main_process

@@ -27,7 +27,7 @@ from ..evaluation.monitor import Probe
 from .agreement import Agreement
 from .config import default_workers
 from .evaluating import Evaluating
-from .launch import tracker_kwargs
+from .launch import end_run, tracker_kwargs
 from .preemption import StopRequests, parse_signals
 from .reporting import MetricsLog, Progress, make_console
 from .saving import Saving
@@ -254,7 +254,7 @@ class Trainer(Stepping, Evaluating, Saving):
     def _end(self, log: MetricsLog | None) -> None:
         if log:
             log.close()
-        self.setup.accelerator.end_training()
+        end_run(self.setup.accelerator)  # trackers finished; the process group stays up for the next run
 
 
 def watch_figures(figures: dict[str, float]) -> dict[str, float]:

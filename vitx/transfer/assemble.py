@@ -72,7 +72,9 @@ class Assembler:
         self.said: set[str] = set()
 
     def say(self, line: str) -> None:
-        self.console.print(line, soft_wrap=True)
+        """A line for people, from the main process only (a launch's others assemble the same, silently)."""
+        if self.main:
+            self.console.print(line, soft_wrap=True)
 
     def task_result(self, name: str) -> dict[str, Any] | None:
         """The task's result: read, or assembled and written when all its items are on disk; None before."""
@@ -105,8 +107,8 @@ class Assembler:
         if self.main:
             write_json(root / "result.json", result)
         self.said.add(name)
-        seeds = result.get("seeds")
-        spread = f" ± {result['test_top1_std']:.2%} over seeds {seeds}" if seeds else ""
+        # one seed has no spread (its settings still record seeds=[s])
+        spread = f" ± {result['test_top1_std']:.2%} over seeds {result['seeds']}" if "test_top1_std" in result else ""
         if "ema_test_top1" in result:
             spread += f" (EMA of the weights: {result['ema_test_top1']:.2%})"
         self.say(f"{name}: test top-1 {result['test_top1']:.2%}{spread} with lr {best['lr']:g} × {best['steps']} "
@@ -124,9 +126,9 @@ class Assembler:
         summary["selection"] = suite.settle(self.console, self.main) or \
             {"select": results[0].get("selection") if results else suite.cfg.select}  # type: ignore[union-attr]
         summary["compare"] = compare_with(suite.cfg, results, summary)  # type: ignore[arg-type]
-        if self.main:
+        if self.main:  # (a launch's other processes: neither the file nor a second copy of the table)
             write_json(suite.output / "summary.json", {"tasks": results, **summary, "groups": list(GROUPS)})
-        print_summary(results, summary, self.console)  # type: ignore[arg-type]
+            print_summary(results, summary, self.console)  # type: ignore[arg-type]
         return {"tasks": results, **summary}
 
 

@@ -2,15 +2,17 @@
 
 A claim is `<output>/claims/<item>.claim`, created atomically and whole (of two processes one gets it)
 and holding its holder: host, process id (and the process's start time, which a reused id does not share),
-when it began. While the item runs a heartbeat thread touches it every HEARTBEAT seconds; it is deleted when
-the item ends, done or failed. A claim whose holder is gone is stale and taken over: on the same host, when its
-process no longer exists; from another host, when its heartbeat is older than STALE_AFTER seconds. Every claim
-taken, taken over, finished or given up is one line of `<output>/claims.log` (time, holder, event, item).
+the host's boot id and the process's pid namespace (two containers can share a host name and a process id),
+when it began. While the item runs a heartbeat thread checks that the claim still names its holder and touches
+it every HEARTBEAT seconds; it is deleted when the item ends, done or failed, and only by its holder. A claim
+whose holder is gone is stale and taken over: on the same machine (host, boot and pid namespace alike), when
+its process no longer exists; otherwise when its heartbeat is older than STALE_AFTER seconds. A holder that was
+paused that long finds its claim taken over: it says so, and what it ran of the item is not kept. Every claim
+taken, taken over, lost, finished or given up is one line of `<output>/claims.log` (time, holder, event, item).
 """
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import socket
@@ -19,13 +21,19 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from ..errors import VitxError
+from ..checkpoint import create_whole
+from ..errors import Interrupted, Preempted, VitxError
 
 HEARTBEAT = 30.0  # seconds between touches of a held claim
-STALE_AFTER = 300.0  # a claim from another host untouched for this long is its holder's, killed
+STALE_AFTER = 300.0  # a claim untouched for this long (from another machine, or unreadable) is its holder's, dead
 FOLDER, JOURNAL = "claims", "claims.log"
+
+
+class ClaimLost(VitxError):
+    """This process's claim on an item was taken over (it was paused, or cut off from the disk, past STALE_AFTER):
+    the item is another process's now, and what this one ran of it is not kept."""
 
 
 def _proc_start(pid: int) -> str | None:
@@ -36,6 +44,22 @@ def _proc_start(pid: int) -> str | None:
     except OSError:
         return None
     return text.rsplit(")", 1)[-1].split()[19]
+
+
+def _boot_id() -> str | None:
+    """This boot of the machine's kernel (Linux): containers on one host share it, two hosts never do."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _pid_namespace() -> int | None:
+    """This process's pid namespace (Linux): process ids mean the same process only inside one."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
 
 
 def _alive(pid: int) -> bool:
@@ -50,24 +74,51 @@ def _alive(pid: int) -> bool:
 
 @dataclass(frozen=True)
 class Holder:
-    """Who holds a claim."""
+    """Who holds a claim. `pid` -1: a claim that could not be read (its `beat` None when not even its time)."""
 
     host: str
     pid: int
     proc_start: str | None = None
     began: str = ""
-    beat: float = 0.0  # the claim file's last touch (its mtime)
+    boot: str | None = None  # the host's boot id
+    pid_ns: int | None = None  # the holder's pid namespace
+    beat: float | None = None  # the claim file's last touch (its mtime), when it was read
 
     def __str__(self) -> str:
-        return f"{self.host}:{self.pid}"
+        return f"{self.host}:{self.pid}" if self.pid >= 0 else "an unreadable claim"
+
+    @property
+    def unknown(self) -> bool:
+        return self.pid < 0
+
+    @property
+    def ident(self) -> tuple[Any, ...]:
+        """What tells one holding process from every other (a claim names its holder when these match)."""
+        return self.host, self.pid, self.began, self.boot, self.pid_ns
+
+    def age(self) -> float | None:
+        """Seconds since the last heartbeat; None when the claim's time could not be read."""
+        return None if self.beat is None else time.time() - self.beat
+
+    def beside(self, other: "Holder") -> bool:
+        """Whether `other` runs on this machine, where its process id can be looked up: the same host, boot and
+        pid namespace (each known: a container sharing the host's name is not enough)."""
+        return (self.host == other.host and self.boot is not None and self.boot == other.boot
+                and self.pid_ns is not None and self.pid_ns == other.pid_ns)
 
     @classmethod
     def me(cls) -> "Holder":
         return cls(socket.gethostname(), os.getpid(), _proc_start(os.getpid()),
-                   datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                   datetime.now(timezone.utc).isoformat(timespec="seconds"), _boot_id(), _pid_namespace())
 
     def record(self) -> dict[str, Any]:
-        return {"host": self.host, "pid": self.pid, "proc_start": self.proc_start, "began": self.began}
+        return {"host": self.host, "pid": self.pid, "proc_start": self.proc_start, "began": self.began,
+                "boot": self.boot, "pid_ns": self.pid_ns}
+
+
+def _stopped(exc: BaseException) -> bool:
+    """Whether `exc` is a stop asked for (a preemption, Ctrl-C), not a failure of the item."""
+    return isinstance(exc, (Preempted, Interrupted, KeyboardInterrupt))
 
 
 class Claims:
@@ -77,7 +128,8 @@ class Claims:
         self.folder, self.journal = Path(output) / FOLDER, Path(output) / JOURNAL
         self.say = say
         self.me = Holder.me()
-        self.held: set[Path] = set()
+        self.held: dict[Path, str] = {}  # claim file → item
+        self.lost: set[Path] = set()  # held, then taken over by another process
         self._lock = threading.Lock()
         self._beating: threading.Event | None = None
 
@@ -88,6 +140,11 @@ class Claims:
         """The holder in a claim file; None when there is none (or it vanished as it was read)."""
         try:
             beat = path.stat().st_mtime
+        except FileNotFoundError:
+            return None
+        except OSError:  # (a moment's trouble with the disk: nothing known, not even its age)
+            return Holder("?", -1)
+        try:
             text = path.read_text()
         except FileNotFoundError:
             return None
@@ -96,15 +153,17 @@ class Claims:
         try:
             data = json.loads(text)
             return Holder(str(data["host"]), int(data["pid"]), data.get("proc_start"), str(data.get("began", "")),
-                          beat)
+                          data.get("boot"), data.get("pid_ns"), beat)
         except (ValueError, KeyError, TypeError):  # (O_EXCL's claim being written, or torn by a kill)
             return Holder("?", -1, beat=beat)
 
     def stale(self, holder: Holder) -> str | None:
         """Why `holder`'s claim is stale, or None while it may still be working."""
-        if holder.pid < 0:  # unreadable: being written for a moment, or torn by a kill long ago
-            return "its claim file is unreadable" if time.time() - holder.beat > HEARTBEAT else None
-        if holder.host == self.me.host:
+        age = holder.age()
+        if holder.unknown:  # being written for a moment, torn by a kill long ago, or not readable just now
+            return f"its claim file is torn, untouched for {age:.0f} s" if age is not None and age > STALE_AFTER \
+                else None
+        if self.me.beside(holder):  # its process id can be looked up here
             if holder.pid == self.me.pid:  # (a claim this process holds is never looked at)
                 return "left by this process"
             if not _alive(holder.pid):
@@ -112,8 +171,11 @@ class Claims:
             if holder.proc_start is not None and _proc_start(holder.pid) not in (None, holder.proc_start):
                 return f"process {holder.pid} is another process now"
             return None
-        age = time.time() - holder.beat
-        return f"no heartbeat for {age:.0f} s" if age > STALE_AFTER else None
+        return f"no heartbeat for {age:.0f} s" if age is not None and age > STALE_AFTER else None
+
+    def alive_here(self, holder: Holder) -> bool:
+        """Whether `holder` is a process seen alive on this machine (not only a fresh heartbeat from elsewhere)."""
+        return self.me.beside(holder) and self.stale(holder) is None
 
     def holder(self, key: str) -> Holder | None:
         """The live process that holds the item (not this one), or None: unclaimed, stale, or ours."""
@@ -130,41 +192,66 @@ class Claims:
         if path in self.held:
             return True
         for _ in range(2):  # twice: a claim released between our try and our look
-            if self._create(path):
+            if self._create(path, key):
                 self.log("taken", key)
                 return True
             found = self._read(path)
             if found is None:
                 continue
             reason = self.stale(found)
-            if reason is None or not self._remove_stale(path, found) or not self._create(path):
+            if reason is None or not self._move_out(path, found) or not self._create(path, key):
                 return False
             self.log("taken-over", key, f"from {found} ({reason})")
             self.say(f"{key}: took over the claim of {found} ({reason})")
             return True
         return False
 
-    def release(self, key: str, event: str = "done") -> None:
-        """Give the claim up (`event`: done, failed or stopped, for the journal)."""
+    def still_mine(self, key: str) -> bool:
+        """Whether the item's claim still names this process, read again: a process paused (or cut off from the
+        disk) past STALE_AFTER finds it taken over, says so once, and must not finish the item."""
         path = self.path(key)
         with self._lock:
-            self.held.discard(path)
-            if not self.held and self._beating is not None:
-                self._beating.set()
-                self._beating = None
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+            if path not in self.held:
+                return False
+        found = self._read(path)
+        if found is not None and (found.ident == self.me.ident or (found.unknown and found.beat is None)):
+            return True  # ours (or not readable just now: looked at again at the next heartbeat)
+        self._lose(path, key, found)
+        return False
+
+    def release(self, key: str, event: str = "done") -> None:
+        """Give the claim up (`event`: done, failed, stopped or lost, for the journal). Only a claim that still names
+        this process is removed: one taken over is its new holder's."""
+        path = self.path(key)
+        with self._lock:
+            was_lost = path in self.lost
+            self.lost.discard(path)
+            self._drop(path)
+        if was_lost:  # (its journal line was written when it was found lost)
+            return
+        found = self._read(path)
+        if found is not None and not found.unknown and found.ident != self.me.ident:
+            self._lose(path, key, found, held=False)
+            return
+        self._move_out(path, self.me)
         self.log(event, key)
 
+    def release_all(self, event: str = "stopped") -> None:
+        """Give up every claim still held (a process that stops between taking an item and running it)."""
+        with self._lock:
+            keys = list(self.held.values())
+        for key in keys:
+            self.release(key, event)
+
     @contextlib.contextmanager
-    def holding(self, key: str):
+    def holding(self, key: str) -> Iterator[None]:
         """Run the body with the item claimed (the claim must have been taken); released however it ends."""
         event = "failed"
         try:
             yield
             event = "done"
         except BaseException as exc:
-            event = "stopped" if type(exc).__name__ in ("Preempted", "Interrupted", "KeyboardInterrupt") else event
+            event = "lost" if isinstance(exc, ClaimLost) else "stopped" if _stopped(exc) else event
             raise
         finally:
             self.release(key, event)
@@ -180,46 +267,65 @@ class Claims:
             finally:
                 os.close(fd)
 
-    def _create(self, path: Path) -> bool:
-        """Create the claim whole (written aside, then hard-linked into place: the link fails when the claim
-        exists), or, on a filesystem without links, with O_CREAT | O_EXCL."""
-        text = json.dumps(self.me.record())
-        tmp = path.with_name(f".{path.name}.{self.me.host}-{self.me.pid}")
+    def failed(self, keys: list[str]) -> dict[str, str]:
+        """Of `keys`, those whose last event in the journal is `failed` (its holder gave it up with an error, and
+        nobody has taken it since): item → who failed."""
+        wanted, last = set(keys), {}
+        with contextlib.suppress(OSError):
+            for line in self.journal.read_text(errors="replace").splitlines():
+                parts = line.split(" ", 4)
+                if len(parts) >= 4 and parts[3] in wanted and parts[2] not in ("skipped", "lost"):  # (not its state)
+                    last[parts[3]] = (parts[2], parts[1])
+        return {key: who for key, (event, who) in last.items() if event == "failed"}
+
+    def _create(self, path: Path, key: str) -> bool:
+        """Create the claim whole (checkpoint.create_whole: of processes on any hosts, one gets it)."""
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(text)
-            try:
-                os.link(tmp, path)
-            except OSError as exc:
-                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
-                    raise
-                with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "w") as fh:
-                    fh.write(text)
-        except FileExistsError:
-            return False
+            if not create_whole(path, json.dumps(self.me.record())):
+                return False
         except OSError as exc:
             raise VitxError(f"cannot claim work in {path.parent}: {exc.strerror or exc}; choose another "
                             "--output-dir") from None
-        finally:
-            tmp.unlink(missing_ok=True)
         with self._lock:
-            self.held.add(path)
+            self.held[path] = key
+            self.lost.discard(path)
             if self._beating is None:
                 self._beating = threading.Event()
                 threading.Thread(target=self._beat, args=(self._beating,), daemon=True,
                                  name="vitx-claim-heartbeat").start()
         return True
 
-    def _remove_stale(self, path: Path, seen: Holder) -> bool:
-        """Move a stale claim out of the way; of several processes that saw it stale, one succeeds. A claim that
-        changed between the look and the move (a fresh one) is put back."""
-        tomb = path.with_name(f"{path.name}.stale-{self.me.host}-{self.me.pid}")
+    def _drop(self, path: Path) -> None:
+        """Forget a held claim (under the lock); the heartbeat stops with the last."""
+        self.held.pop(path, None)
+        if not self.held and self._beating is not None:
+            self._beating.set()
+            self._beating = None
+
+    def _lose(self, path: Path, key: str, found: Holder | None, held: bool = True) -> None:
+        """The claim names another process now (or none): said once, in the journal and to people."""
+        with self._lock:
+            if held and path not in self.held:
+                return
+            self._drop(path)
+            if held:
+                self.lost.add(path)
+        self.log("lost", key, f"to {found or 'nobody'}")
+        self.say(f"{key}: this process's claim was taken over by {found or 'another process'} (no heartbeat "
+                 f"seen for {STALE_AFTER:.0f} s: paused or cut off from the disk?); it is theirs, and what ran of it "
+                 "here is not kept")
+
+    def _move_out(self, path: Path, seen: Holder) -> bool:
+        """Remove the claim at `path` if it names `seen` (moved aside first: of several processes that try, one
+        succeeds); a claim that changed between the look and the move (a fresh one) is put back."""
+        tomb = path.with_name(f"{path.name}.gone-{self.me.host}-{self.me.pid}-{os.urandom(4).hex()}")
         try:
             os.rename(path, tomb)
         except FileNotFoundError:
             return False
         moved = self._read(tomb)
-        if moved is not None and (moved.host, moved.pid, moved.began) != (seen.host, seen.pid, seen.began):
+        if moved is None or moved.ident != seen.ident:
             with contextlib.suppress(OSError):
                 os.link(tomb, path)  # never over a newer one
             tomb.unlink(missing_ok=True)
@@ -228,12 +334,14 @@ class Claims:
         return True
 
     def _beat(self, stop: threading.Event) -> None:
+        """Every HEARTBEAT seconds: each held claim checked (still this process's?) and touched."""
         while not stop.wait(HEARTBEAT):
             with self._lock:
-                held = list(self.held)
-            for path in held:
-                with contextlib.suppress(OSError):
-                    os.utime(path)
+                held = list(self.held.values())
+            for key in held:
+                if self.still_mine(key):
+                    with contextlib.suppress(OSError):
+                        os.utime(self.path(key))
 
 
-__all__ = ["Claims", "HEARTBEAT", "Holder", "STALE_AFTER"]
+__all__ = ["ClaimLost", "Claims", "HEARTBEAT", "Holder", "STALE_AFTER"]

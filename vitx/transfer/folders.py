@@ -3,15 +3,13 @@ transfers out of one folder: each task's transfer.json, the suite's suite.json."
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import atomic_write_text, cannot_write, read_json_object
+from ..checkpoint import atomic_write_text, cannot_write, create_whole, read_json_object
 from ..errors import VitxError
 from ..runs.rundir import mark_run
 from ..settings import current_values, flags
@@ -36,7 +34,7 @@ def task_dirs(cfg: TransferConfig, tasks: list[Task]) -> dict[str, Path]:
     a/photos,b/photos`): then each is named after as much of its path as tells them apart (data-a-photos,
     data-b-photos), or, where no part does, its path's hash. Deterministic: a resumed transfer finds its own."""
     named = {t.name: task_dir(cfg, t) for t in tasks}
-    for folder in {f for f in named.values() if list(named.values()).count(f) > 1}:
+    for folder in sorted({f for f in named.values() if list(named.values()).count(f) > 1}):  # (not hash order)
         group = [t for t in tasks if named[t.name] == folder and t.data is not None]
         parts = {t.name: Path(t.name.rstrip("/")).parts for t in group}
         taken = {f.name for n, f in named.items() if n not in parts}
@@ -183,24 +181,10 @@ def check_suite(cfg: TransferConfig, tasks: list[str], joining: bool, begun: boo
 
 def _create(path: Path, record: dict[str, Any]) -> bool:
     """Write `path` only if no file is there (atomically: of processes started together, one writes it)."""
-    text = json.dumps(record, indent=2)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text)
-        try:
-            os.link(tmp, path)  # whole or not at all; fails when the file exists: the first writer's record stands
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):  # (a filesystem without links)
-                raise
-            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "w") as fh:
-                fh.write(text)
-        return True
-    except FileExistsError:
-        return False
+        return create_whole(path, json.dumps(record, indent=2))  # the first writer's record stands
     except OSError as exc:
         raise VitxError(f"{cannot_write(path.parent, exc)}; choose another --output-dir") from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def drop_suite(cfg: TransferConfig) -> None:

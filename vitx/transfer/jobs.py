@@ -1,24 +1,29 @@
 """`vitx transfer` in child processes: `--jobs K` runs K of a suite's work items at once on this machine, and
 `vitx reproduce` its transfers side by side. Each child gets its share of the machine: of the cores as
 OpenMP/MKL threads (two runs with the cores each on 2 cores slowed each other 5-20×), of the GPUs one in turn
-(several per GPU when there are more jobs than GPUs); its output goes to its own log file."""
+(several per GPU when there are more jobs than GPUs); its output goes to its own log file. --jobs's children
+and their settings are this process's alone (`<output>/logs/<host>-<pid>-<random>/`: several machines may run
+--jobs on one shared folder); they are stopped by it (a stop signal forwarded at once, so that it counts as the
+one request it is) and die with it."""
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from rich.console import Console
 
 from ..checkpoint import atomic_write_text
-from ..errors import Preempted, VitxError
+from ..errors import Preempted, SelectionPending, VitxError
 from .claims import JOURNAL
 from .config import TransferConfig
 from .items import Item
@@ -69,15 +74,24 @@ def _plugin_args() -> list[str]:
             for a in ("--plugin", name)]
 
 
+def _dies_with(parent: int) -> Callable[[], None]:
+    """What a child runs before `vitx` starts: it gets SIGKILL when `parent` dies, even by SIGKILL (Linux)."""
+    from ..data.loader import _die_with
+
+    return lambda: _die_with(parent)
+
+
 def start_transfer(recipe: Path, log: Path, index: int = 0, jobs: int = 1, extra: tuple[str, ...] = (),
-                   gpus: list[str] | None = None, append: bool = True) -> subprocess.Popen:
+                   gpus: list[str] | None = None, append: bool = True, owned: bool = False) -> subprocess.Popen:
     """`vitx transfer --recipe RECIPE EXTRA` as the `index`-th of `jobs` processes, its output in `log` (added
-    to it, or replacing it)."""
+    to it, or replacing it). `owned`: this process alone stops it (its own session: a signal to the terminal's
+    or the job's process group reaches only this process, which forwards it) and it dies with this process."""
     log.parent.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "vitx", *_plugin_args(), "transfer", "--recipe", str(recipe), *extra]
     with open(log, "ab" if append else "wb") as out:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=share_env(index, jobs, visible_gpus() if gpus is None else gpus))
+                                env=share_env(index, jobs, visible_gpus() if gpus is None else gpus),
+                                start_new_session=owned, preexec_fn=_dies_with(os.getpid()) if owned else None)
 
 
 def last_line(log: Path) -> str:
@@ -109,49 +123,77 @@ class Journal:
 
 
 def child_settings(cfg: TransferConfig) -> dict[str, Any]:
-    """The settings each job runs with: the parent's, one item at a time each, waiting for the selection, with
-    its share of the cores for loading when the workers are not given."""
+    """The settings each job runs with: the parent's, one item at a time each, with its share of the cores for
+    loading when the workers are not given. Without --wait a job still waits for sweep points of the parent's
+    share (its siblings run them), and stops, pending, for those of other shards, as the parent would."""
     share = max(1, cores() // cfg.jobs)
-    settings = {**cfg.to_dict(), "jobs": 1, "wait": True, "dry_run": False}
+    settings = {**cfg.to_dict(), "jobs": 1, "dry_run": False}
     if cfg.workers < 0:
         settings["workers"] = max(0, share - 1)
     return settings
 
 
+def jobs_folder(output: Path) -> Path:
+    """This process's folder for its children's settings and logs, `<output>/logs/<host>-<pid>-<random>`: other
+    processes with --jobs on the same shared folder (other machines, other containers) have their own."""
+    folder = output / "logs" / f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+    folder.mkdir(parents=True)
+    return folder
+
+
 def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console) -> list[tuple[int, int, Path]]:
-    """Run `cfg.jobs` children `vitx transfer … --jobs 1 --wait --resume` on the suite's folder; they share its
-    (or the shard's) items through the claims. Prints one line per item a job takes or finishes; `done(item)`
-    says which are on disk. Returns the failed ones: (job, exit status, log)."""
-    output = Path(cfg.output_dir)
-    recipe = write_recipe(output / "logs" / "jobs.toml", child_settings(cfg))
+    """Run `cfg.jobs` children `vitx transfer … --jobs 1 --resume` on the suite's folder; they share its (or the
+    shard's) items through the claims. Prints one line per item a job takes or finishes; `done(item)` says which
+    are on disk. Returns the failed ones: (job, exit status, log)."""
+    folder = jobs_folder(Path(cfg.output_dir))
+    recipe = write_recipe(folder / "jobs.toml", child_settings(cfg))
     gpus = visible_gpus()
-    journal = Journal(output / JOURNAL)
-    children = [start_transfer(recipe, output / "logs" / f"job{i}.log", i, cfg.jobs, ("--resume",), gpus)
-                for i in range(cfg.jobs)]
-    job_of = {str(p.pid): i for i, p in enumerate(children)}
-    place = f"GPUs {', '.join(gpus)}" if gpus else f"{max(1, cores() // cfg.jobs)} thread(s) each"
-    console.print(f"{cfg.jobs} jobs on {len(mine)} item(s) ({place}); logs in {output / 'logs'}/job<i>.log",
-                  soft_wrap=True)
-    stop = threading.Event()
-    try:
-        with _stop_on_signals(stop):
-            while any(p.poll() is None for p in children) and not stop.is_set():
-                time.sleep(TICK)
+    journal = Journal(Path(cfg.output_dir) / JOURNAL)
+    children: list[subprocess.Popen] = []
+    job_of: dict[str, int] = {}  # "host:pid" as the journal names a holder → job
+    stop: list[str] = []  # the stop signals received
+    with _stop_on_signals(stop, lambda: _forward(children)):  # (also while they stop: a repeat is not passed on)
+        try:
+            for i in range(cfg.jobs):
+                if stop:  # (stopped while they start: no more)
+                    break
+                children.append(start_transfer(recipe, folder / f"job{i}.log", i, cfg.jobs, ("--resume",), gpus,
+                                               owned=True))
+                job_of[f"{socket.gethostname()}:{children[-1].pid}"] = i
+            place = f"GPUs {', '.join(gpus)}" if gpus else f"{max(1, cores() // cfg.jobs)} thread(s) each"
+            console.print(f"{cfg.jobs} jobs on {len(mine)} item(s) ({place}); logs in {folder}/job<i>.log",
+                          soft_wrap=True)
+            while any(p.poll() is None for p in children) and not stop:
+                time.sleep(TICK)  # (a stop signal is forwarded by its handler at once, not after this)
                 _show(journal, job_of, mine, done, console)
-    finally:
-        for p in children:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)  # each checkpoints and stops (exit 75); --resume continues
-        for p in children:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=120)
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        _show(journal, job_of, mine, done, console)
-    if stop.is_set():
+        finally:  # however this process stops (but SIGKILL: then they die with it, PR_SET_PDEATHSIG)
+            _stop(children)
+            _show(journal, job_of, mine, done, console)
+    if stop:
         raise Preempted(f"stopped: the {cfg.jobs} jobs checkpointed their items; continue the suite with --resume")
-    return [(i, p.returncode, output / "logs" / f"job{i}.log") for i, p in enumerate(children) if p.returncode]
+    return [(i, p.returncode, folder / f"job{i}.log") for i, p in enumerate(children) if p.returncode]
+
+
+def _stop(children: list[subprocess.Popen]) -> None:
+    """Stop the children still running: each checkpoints and stops (exit 75; --resume continues), or after two
+    minutes is killed."""
+    _forward(children)
+    for p in children:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=120)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def _forward(children: list[subprocess.Popen]) -> None:
+    """SIGTERM to each running child, once (a second one, more than a second later, would be a second request:
+    stop at once without a checkpoint)."""
+    for p in children:
+        if p.poll() is None and not getattr(p, "vitx_stopped", False):
+            p.vitx_stopped = True  # type: ignore[attr-defined]
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGTERM)
 
 
 def _show(journal: Journal, job_of: dict[str, int], mine: list[Item], done: Any, console: Console) -> None:
@@ -160,21 +202,28 @@ def _show(journal: Journal, job_of: dict[str, int], mine: list[Item], done: Any,
         return
     finished = sum(1 for item in mine if done(item))
     for _, holder, event, key, *_ in lines:
-        job = job_of.get(holder.rsplit(":", 1)[-1])
+        job = job_of.get(holder)
         if job is not None and event != "skipped":
             console.print(f"[{finished}/{len(mine)} done] job {job}: {event} {key}", soft_wrap=True, markup=False)
 
 
 @contextlib.contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """While the jobs run, SIGTERM or SIGUSR1 to this process (a scheduler's preemption) sets `stop`: the jobs
-    are stopped too, each with a checkpoint. The previous handlers come back after."""
+def _stop_on_signals(stop: list[str], forward: Callable[[], None]) -> Iterator[None]:
+    """While the jobs run, SIGTERM or SIGUSR1 to this process (a scheduler's preemption) is added to `stop` and
+    forwarded to the jobs at once (`forward`): each stops with a checkpoint (a child's stop request repeated more
+    than a second later is a second one, which exits without). No lock is taken in the handler: the main thread,
+    which it interrupts, may hold it. The previous handlers come back after."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+
+    def handle(signum: int, frame: Any) -> None:
+        stop.append(signal.Signals(signum).name)
+        forward()
+
     for sig in before:
-        signal.signal(sig, lambda signum, frame: stop.set())
+        signal.signal(sig, handle)
     try:
         yield
     finally:
@@ -183,11 +232,17 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 
 def describe_failures(failed: list[tuple[int, int, Path]]) -> VitxError:
-    """One line for the jobs that failed: the first's own last line and where its log is."""
-    job, code, log = failed[0]
+    """One line for the jobs that failed: the first's own last line and where its log is. Jobs that only stopped
+    pending (exit 4: their final runs wait for other shards' sweep points) make this process pending too, with
+    the first one's line."""
+    if all(code == SelectionPending.exit_code for _, code, _ in failed):
+        line = last_line(failed[0][2])
+        return SelectionPending(line.removeprefix(f"{SelectionPending.label}: ") or f"see {failed[0][2]}")
+    job, code, log = next(f for f in failed if f[1] != SelectionPending.exit_code)
     more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
     return VitxError(f"job {job} failed with exit status {code}{more}: {last_line(log)[:200]}; see {log}; "
                      "--resume continues the suite")
 
 
-__all__ = ["cores", "describe_failures", "run_jobs", "share_env", "start_transfer", "visible_gpus", "write_recipe"]
+__all__ = ["cores", "describe_failures", "jobs_folder", "run_jobs", "share_env", "start_transfer", "visible_gpus",
+           "write_recipe"]

@@ -15,7 +15,7 @@ not comparable with the paper's Table 2). A suite defaults to `suite`, one task 
     <output>/selection.json                         --select suite: the mean val top-1 per point, the choice
     <output>/summary.json                           every task's result and the group means
     <output>/claims/, claims.log                     who runs which item now, and the journal of who ran what
-    <output>/logs/job<i>.log                        --jobs: each job's output
+    <output>/logs/<host>-<pid>-<id>/job<i>.log       --jobs: each job's output (and its settings, jobs.toml)
 
 The suite is a list of work items (items.py: each sweep point, each seed's final run), each a run in its own
 folder that resumes from its checkpoints and leaves a marker when done. Every process runs its share of the list
@@ -70,9 +70,19 @@ def open_suite(cfg: TransferConfig, tasks: list[Task], folders: dict[str, Path],
     if missing:
         raise VitxError(f"{len(missing)} of {len(tasks)} tasks have no data: {missing[0]}; ... "
                         "(pass --skip-missing to run the others)")
+    if skipped and cfg.shard:  # the work list, its partition and the suite's selection are every shard's alike
+        raise VitxError(f"--skip-missing with --shard: no data here for {', '.join(skipped)}, and the shards of "
+                        "one suite must share its tasks (else they split and choose differently); make the data "
+                        "readable on every shard, or leave those tasks out of --task on all of them")
     runnable = [t for t in tasks if t.name in opened]
     mode = selection_mode(cfg, len(runnable), resolve_adapters(cfg.adapters)[-1].closed_form)
     return Suite(cfg, tasks, runnable, opened, folders, mode, work_list(cfg, runnable, folders, mode), skipped)
+
+
+def _shown_here(console: Console) -> Console:
+    """The console, in the main process of a launch; in the others one that prints nothing (a launch's
+    processes run each item together: its lines and tables once, not once per process)."""
+    return console if is_main_process() else Console(quiet=True)
 
 
 def _refuse_jobs_in_a_launch(cfg: TransferConfig) -> None:
@@ -99,6 +109,7 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
 
         return dry_run(cfg, tasks, folders, console)
     _refuse_jobs_in_a_launch(cfg)
+    console = _shown_here(console)
     joining = resume or bool(cfg.shard)  # a shard joins the suite's folder, which the others write too
     names, begun = [t.name for t in tasks], any(started(f) for f in folders.values())
     check_suite(cfg, names, joining, begun, write=False)  # the suite's settings first: the line names them
@@ -157,7 +168,7 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
              root: Path | None = None) -> dict[str, Any]:
     """The whole protocol on one task in this process; returns (and writes) its result. `chosen`: a suite's
     {lr, steps}, which replaces the task's own best point. `root`: the task's folder (default `task_dir`'s)."""
-    console = console or make_console(cfg.quiet, cfg.log_format)
+    console = _shown_here(console or make_console(cfg.quiet, cfg.log_format))
     root = root or task_dir(cfg, task)
     check_task(cfg, task, resume, root)
     splits = splits or open_task(task, cfg.shots, cfg.data_dir, seed=cfg.seed, test_samples=cfg.test_samples)

@@ -73,10 +73,10 @@ def print_summary(results: list[dict[str, Any]], summary: dict[str, Any], consol
     if summary.get("left_out"):
         notes.append(f"not in the means (synthetic data; --allow-synthetic counts them): {', '.join(summary['left_out'])}")
     selection = summary.get("selection") or {}
-    if selection.get("select"):
+    if selection.get("select"):  # (a suite's choice has its point; one task of a suite's folder only the word)
         notes.append(f"selection: {selection['select']}" + (f" (lr {selection['lr']:g} × {selection['steps']} on the "
                                                             f"mean val top-1 over {len(selection['tasks'])} tasks)"
-                                                            if selection["select"] == "suite" else ""))
+                                                            if {"lr", "steps", "tasks"} <= selection.keys() else ""))
     for name, c in compare.items():
         notes.append(f"{name}: {c['start']}, {c['method']} ({c['source']})"
                      + (f", printed mean over 19: {c['printed_mean']}" if c["printed_mean"] else "")

@@ -1,24 +1,24 @@
 """A process's share of the work list, run: the first item in order that is not done, not held by another
 live process and, for a final run, whose point can be chosen, is claimed and run; again until none is left.
 Final runs that wait for sweep points not on disk yet end the process with SelectionPending (exit 4), which
-names them, or with --wait are waited for. Items other processes hold are theirs: the process ends without
-them (the last to finish writes the summary)."""
+names them, or with --wait are waited for. Items other processes hold are theirs: held by a process seen alive
+on this machine, the process ends without them (the last to finish writes the summary); claimed from another
+machine, whose process may have died, they end it with exit 4 too, or with --wait are waited for (and taken
+over once their claim is stale). A sweep point that failed in its process is not waited for."""
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import torch
 from accelerate import PartialState
-from accelerate.state import AcceleratorState
 from accelerate.utils import broadcast_object_list
 from rich.console import Console
 
 from ..errors import SelectionPending, VitxError
+from ..runner.launch import process_state
 from .assemble import Assembler
-from .claims import Claims
+from .claims import STALE_AFTER, ClaimLost, Claims, Holder
 from .items import CLOSED, FINAL, Item, partition
 from .suite import Suite
 from .work import Worker
@@ -39,11 +39,8 @@ class Step:
 
 
 def _launch() -> PartialState:
-    """The launch's processes, with their process group up: a run's end (Accelerator.end_training) takes it
-    down, and the next run's Accelerator brings it up again; between two runs, this does."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.distributed.is_initialized():
-        AcceleratorState._reset_state(reset_partial_state=True)
-    return PartialState(cpu=not torch.cuda.is_available())
+    """The launch's processes, with their process group up (from the first run, or from here, to the exit)."""
+    return process_state()
 
 
 def agree(decide: Callable[[], Step]) -> Step:
@@ -88,7 +85,15 @@ class Scheduler:
         self.console.print(line, soft_wrap=True, markup=False)
 
     def run(self) -> list[Item]:
-        """Run until this process's items are done or held by others; the items it ran."""
+        """Run until this process's items are done or held by others; the items it ran. A claim taken and not
+        run (the process stopped in between) is given back, however the process stops."""
+        try:
+            return self._steps()
+        finally:
+            if self.claims is not None:
+                self.claims.release_all()
+
+    def _steps(self) -> list[Item]:
         shown, pause = "", POLL[0]
         while True:
             step = agree(self.next_step)
@@ -114,20 +119,31 @@ class Scheduler:
         if self.claims is None:
             self.worker.run(item, step.choice, points)
         else:
-            with self.claims.holding(item.key):
-                self.worker.run(item, step.choice, points)
+            try:
+                with self.claims.holding(item.key):
+                    self.worker.run(item, step.choice, points, lambda: self._confirm(item))
+            except ClaimLost:  # (said when it was found) its new holder finishes it
+                return
         self.ran.append(item)
         if item.kind == CLOSED:  # its result is the item's own, said as it was written
             self.assembler.said.add(item.task)
         elif item.kind == FINAL:  # the task's result as soon as its last item is on disk
             self.assembler.task_result(item.task)
 
+    def _confirm(self, item: Item) -> None:
+        """Before an item's marker is written: its claim must still be this process's (a process paused past
+        STALE_AFTER may have lost it to one that runs the item again in the same folder)."""
+        assert self.claims is not None
+        if not self.claims.still_mine(item.key):
+            raise ClaimLost(f"{item.key}: this process's claim was taken over; the item is its new holder's")
+
     def next_step(self) -> Step:
         """The next item to run, claimed; else why there is none (main process only)."""
         suite, claims = self.suite, self.claims
         assert claims is not None
         blocked: list[Item] = []
-        held: dict[str, str] = {}
+        here: dict[str, str] = {}  # items held by processes seen alive on this machine: they finish there
+        away: dict[str, Holder] = {}  # ... by processes known only by their heartbeat (another machine)
         for item in (i for i in self.mine if not suite.done(i)):
             choice = None
             if item.kind == FINAL:
@@ -136,41 +152,82 @@ class Scheduler:
                     blocked.append(item)
                     continue
             holder = claims.holder(item.key)
-            if holder is not None or not claims.take(item.key):
-                held[item.key] = str(holder or claims.holder(item.key) or "another process")
-                if item.key not in self.noted:
-                    self.noted.add(item.key)
-                    claims.log("skipped", item.key, f"(held by {held[item.key]})")
-                    self.say(f"{item.key}: running in {held[item.key]}; not here")
-                continue
-            if suite.done(item):  # finished by another process between our look and our claim
-                claims.release(item.key, "skipped")
-                continue
-            return Step("run", item, choice)
+            if holder is None and claims.take(item.key):
+                if suite.done(item):  # finished by another process between our look and our claim
+                    claims.release(item.key, "skipped")
+                    continue
+                return Step("run", item, choice)
+            holder = holder or claims.holder(item.key)  # (or won by another process just now)
+            if holder is None or claims.alive_here(holder):
+                here[item.key] = str(holder or "another process")
+            else:
+                away[item.key] = holder
+            self._note(item.key, str(holder or "another process"))
+        if away and not self.wait:  # nobody may be running them: not done, and not yet ours to take
+            return Step("pending", message=self._away(away))
         if blocked:
-            return Step("wait" if self.wait else "pending", message=self._pending(blocked))
-        if held:
-            return Step("stop", message=f"{len(held)} item(s) of this process's share are running elsewhere: "
-                                        f"{_listed([f'{k} ({h})' for k, h in held.items()])}; they finish there")
+            return self._blocked(blocked)
+        if away:
+            return Step("wait", message=self._away(away))
+        if here:
+            return Step("stop", message=f"{len(here)} item(s) of this process's share are running elsewhere: "
+                                        f"{_listed([f'{k} ({h})' for k, h in here.items()])}; they finish there")
         return Step("stop")
 
-    def _pending(self, blocked: list[Item]) -> str:
-        """One line: which final runs wait for which sweep points, and where those run."""
+    def _note(self, key: str, holder: str) -> None:
+        """An item of this process's share held by another: in the journal and said, once."""
+        if key not in self.noted:
+            assert self.claims is not None
+            self.noted.add(key)
+            self.claims.log("skipped", key, f"(held by {holder})")
+            self.say(f"{key}: running in {holder}; not here")
+
+    def _away(self, away: dict[str, Holder]) -> str:
+        """One line: items of this share claimed by processes this one cannot see (on another machine, or behind
+        an unreadable claim), which may have died: taken over once their heartbeat is STALE_AFTER old."""
+        def shown(key: str, holder: Holder) -> str:
+            age = holder.age()
+            beat = f"last heartbeat {age:.0f} s ago; " if age is not None and not self.wait else ""
+            return f"{key} ({holder}, {beat}taken over after {STALE_AFTER:.0f} s)"
+
+        head = (f"{len(away)} item(s) of this process's share are claimed by processes on other machines: "
+                f"{_listed([shown(k, h) for k, h in away.items()])}")
+        if self.wait:
+            return f"{head}; waiting for them to finish, or to take them over"
+        return f"{head}; run this again once they are done or stale, or pass --wait to wait for them"
+
+    def _blocked(self, blocked: list[Item]) -> Step:
+        """Final runs whose choice waits for sweep points: wait for them (with --wait, or where all are this
+        process's share, which its siblings of --jobs or other live processes are running), or stop, pending.
+        A sweep point that failed in its process is not waited for: nobody runs it until its shard is rerun."""
         suite, claims = self.suite, self.claims
         assert claims is not None
         needed = list({i.key: i for b in blocked for i in suite.needs(b)}.values())
+        failed = claims.failed([i.key for i in needed if claims.holder(i.key) is None])
+        ours = {i.key for i in self.mine}
+        wait = not failed and (self.wait or all(i.key in ours for i in needed))
+        return Step("wait" if wait else "pending", message=self._pending(blocked, needed, failed, wait))
+
+    def _pending(self, blocked: list[Item], needed: list[Item], failed: dict[str, str], wait: bool) -> str:
+        """One line: which final runs wait for which sweep points, and where those run."""
+        suite, claims = self.suite, self.claims
+        assert claims is not None
         index, count = self.shards
         shard = dict(zip((i.key for i in suite.items), partition(suite.items, count))) if count > 1 else {}
         where = []
         for item in needed:
             holder = claims.holder(item.key)
             where.append(f"{item.key} (running: {holder})" if holder else
+                         f"{item.key} (failed in {failed[item.key]})" if item.key in failed else
                          f"{item.key} (shard {shard[item.key]}/{count})" if shard else item.key)
         tasks = sorted({b.task for b in blocked})
         what = "the suite's selection" if suite.mode == "suite" else "their task's best sweep point"
         head = (f"{len(blocked)} final run(s) ({_listed(tasks)}) need {what}, which waits for {len(needed)} sweep "
                 f"point(s) not on disk yet: {_listed(where)}")
-        if self.wait:
+        if failed:
+            return (f"{head}; {len(failed)} of them failed in their process (see its log): run its shard again, "
+                    "with --resume")
+        if wait:
             return f"{head}; waiting for them"
         return f"{head}; run this again once they are done, or pass --wait to wait for them"
 

@@ -87,7 +87,7 @@ class Suite:
         names = self.counted() if self.mode == "suite" else [item.task]
         return [i for name in names for i in self.of_task(name, SWEEP) if not self.done(i)]
 
-    def choice(self, name: str, console: Console, main: bool = True) -> dict[str, Any] | None:
+    def choice(self, name: str, console: Console) -> dict[str, Any] | None:
         """{lr, steps, selection} for the task's final runs; None while the sweep it is chosen from is not all on
         disk."""
         if self.given is not None:
@@ -100,7 +100,7 @@ class Suite:
                 return None
             best = max(points, key=lambda p: p["val_top1"])
             return {"lr": best["lr"], "steps": best["steps"], "selection": SELECTIONS["task"]}
-        chosen = self.settle(console, main)
+        chosen = self.settle(console)  # (asked by the main process only: schedule.py's next_step)
         return None if chosen is None else {"lr": chosen["lr"], "steps": chosen["steps"], "selection": "suite"}
 
     def settle(self, console: Console, main: bool = True) -> dict[str, Any] | None:

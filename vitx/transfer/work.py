@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 
@@ -45,6 +45,10 @@ def open_task_run(cfg: TransferConfig, task: Task, splits: TaskSplits | None,
     return prep, settings
 
 
+def _mine() -> None:
+    """An item run without claims (a launch's processes other than the main one) is this process's to finish."""
+
+
 class Worker:
     """Runs items in this process. A task is prepared (its start loaded, its small splits decoded) when its
     first item here runs, and kept while the next items are the same task's (the work list keeps a task's items
@@ -68,17 +72,19 @@ class Worker:
             self._open = (name, prep, settings)
         return self._open[1], self._open[2]
 
-    def run(self, item: Item, choice: dict[str, Any] | None = None, points: int = 0) -> None:
+    def run(self, item: Item, choice: dict[str, Any] | None = None, points: int = 0,
+            confirm: Callable[[], None] = _mine) -> None:
         """Run `item`; a final run with `choice` ({lr, steps, selection}); `points`: the size of the sweep grid
-        (for the progress label)."""
+        (for the progress label). `confirm` raises when the item is no longer this process's (its claim was
+        taken over): called before its marker is written, which says the item is done."""
         if item.kind == SWEEP:
-            self.sweep_point(item, points)
+            self.sweep_point(item, points, confirm)
         elif item.kind == FINAL:
-            self.final(item, choice or {})
+            self.final(item, choice or {}, confirm)
         elif item.kind == CLOSED:
-            self.closed(item)
+            self.closed(item, confirm)
 
-    def sweep_point(self, item: Item, points: int) -> None:
+    def sweep_point(self, item: Item, points: int, confirm: Callable[[], None] = _mine) -> None:
         """Train on trainN, score on valN; point.json keeps the numbers, the weights go."""
         prep, settings = self.prepared(item.task)
         root = self.folders[item.task]
@@ -94,12 +100,13 @@ class Worker:
         point = {"lr": item.lr, "steps": item.steps, "val_top1": last["val_top1"], "val_loss": last["val_loss"],
                  "train_loss": last.get("loss"), "seconds": time.perf_counter() - tick}
         if fitted.main:
+            confirm()  # (nothing is written or removed by a process that lost the item: it is another's now)
             write_json(item.marker, point)
             shutil.rmtree(item.folder / "checkpoints", ignore_errors=True)  # weights of a sweep point: not needed
             for name in WEIGHTS:
                 (item.folder / name).unlink(missing_ok=True)
 
-    def final(self, item: Item, choice: dict[str, Any]) -> None:
+    def final(self, item: Item, choice: dict[str, Any], confirm: Callable[[], None] = _mine) -> None:
         """Retrain the chosen point on trainN ∪ valN with the item's seed, test it; final.json keeps the test
         figures and the task's settings (its result.json is assembled from them)."""
         prep, settings = self.prepared(item.task)
@@ -119,17 +126,19 @@ class Worker:
             tested.update(fitted.trainer.evaluate(prep.test, limit=limit, prefix="ema_test_",
                                                   model=fitted.trainer.setup.ema.module))
         if fitted.main:
+            confirm()
             write_json(item.marker, {"seed": item.seed, "chosen": {"lr": lr, "steps": steps}, "selection": selection,
                                      **tested, "test_samples": min(limit, len(prep.test)),
                                      "seconds": time.perf_counter() - tick, "settings": settings})
 
-    def closed(self, item: Item) -> None:
+    def closed(self, item: Item, confirm: Callable[[], None] = _mine) -> None:
         """A closed-form method (few-shot least squares): nothing to sweep or train; the result at once."""
         prep, settings = self.prepared(item.task)
         began, task = time.perf_counter(), self.tasks[item.task]
         metrics = closed_form(prep, self.cfg.test_samples, self.cfg.start, self.cfg.use_ema)
         result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": [], "chosen": None,
                   "selection": "closed form", **metrics, "seconds": time.perf_counter() - began}
+        confirm()
         write_json(item.marker, result)
         self.console.print(f"{task.name}: test top-1 {result['test_top1']:.2%} (closed form)", soft_wrap=True)
 

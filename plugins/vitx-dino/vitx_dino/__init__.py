@@ -15,6 +15,10 @@ collapse diagnostics are logged and read by `collapse` (the runner's collapse wa
   patches become a learned [mask] token; the student's patch outputs there are distilled from the teacher's
   (unmasked) patch outputs through a second head pair (DINOv2's separate iBOT head).
 - `koleo` (weight, 0: off): DINOv2's KoLeo regulariser on the student's global [class] tokens, spreading them.
+- `centering`: `mean` (DINO's: the teacher's output minus a moving mean, then a softmax at the teacher
+  temperature) or `sinkhorn` (DINOv2's: 3 Sinkhorn-Knopp iterations over the batch, on every process's global
+  crops, at the teacher temperature: each output dimension takes an equal share of the batch, no moving state;
+  the iBOT patch loss keeps its moving centre).
 
 Teacher and centres live in this module: saved with every checkpoint, resumed bit for bit, never optimised
 (`requires_grad` off; iBOT's [mask] token is trained with the student); the teacher's backbone is also saved as teacher.safetensors, monitored
@@ -38,6 +42,7 @@ from vitx.backbones.droppath import set_drop_path
 DINO_JITTER = (0.4, 0.4, 0.2, 0.1)  # DINO's ColorJitter(brightness, contrast, saturation, hue), p = 0.8
 LOCAL_FRACTION = 96 / 224  # local crops: 96px beside 224px global crops
 BLUR_SIGMA = (0.1, 2.0)  # DINO's GaussianBlur radius_min, radius_max: PIL's radius is the sigma, in pixels
+CENTERINGS = ("mean", "sinkhorn")  # DINO's moving-mean centre; DINOv2's Sinkhorn-Knopp (3 iterations)
 UNIFORM = 0.99  # a teacher whose mean entropy is this fraction of log K or more has a uniform output: collapsed
 ONE_DIMENSION = math.log(2)  # a batch-mean teacher output with less entropy: one dimension takes the whole batch
 
@@ -82,7 +87,8 @@ class DINO(Objective):
                  local_scale: float = 0.05, blur_sigma: tuple[float, float] = BLUR_SIGMA,
                  momentum: float = 0.996, teacher_temp: float = 0.04, warmup_teacher_temp: float = 0.04,
                  warmup_teacher_temp_steps: int = 0, student_temp: float = 0.1, center_momentum: float = 0.9,
-                 ibot: float = 0.0, mask_ratio: float = 0.3, koleo: float = 0.0, **options: Any) -> None:
+                 ibot: float = 0.0, mask_ratio: float = 0.3, koleo: float = 0.0, centering: str = "mean",
+                 **options: Any) -> None:
         if options:
             raise VitxError(f"dino has no option(s) {', '.join(sorted(options))}")
         counts = {"out_dim": out_dim, "hidden_dim": hidden_dim, "bottleneck_dim": bottleneck_dim,
@@ -109,6 +115,8 @@ class DINO(Objective):
             raise VitxError(f"dino mask_ratio {mask_ratio} masks no patch of {backbone.patch_embed.num_patches}; raise it")
         if ibot < 0 or koleo < 0 or not 0 < mask_ratio < 1:
             raise VitxError("dino ibot and koleo are weights ≥ 0 (0: off), mask_ratio in (0, 1)")
+        if centering not in CENTERINGS:
+            raise VitxError(f"dino centering must be one of {', '.join(CENTERINGS)}, got {centering!r}")
         super().__init__(backbone, out_dim=out_dim, hidden_dim=hidden_dim, bottleneck_dim=bottleneck_dim,
                          norm_last_layer=norm_last_layer, batch_norm=batch_norm, freeze_last_layer=freeze_last_layer,
                          global_crops=global_crops, local_crops=local_crops, local_size=local_size,
@@ -116,7 +124,8 @@ class DINO(Objective):
                          momentum=momentum,
                          teacher_temp=teacher_temp, warmup_teacher_temp=warmup_teacher_temp,
                          warmup_teacher_temp_steps=warmup_teacher_temp_steps, student_temp=student_temp,
-                         center_momentum=center_momentum, ibot=ibot, mask_ratio=mask_ratio, koleo=koleo)
+                         center_momentum=center_momentum, ibot=ibot, mask_ratio=mask_ratio, koleo=koleo,
+                         centering=centering)
         # lightly (and torchvision through it) takes seconds to import: only when a DINO is built
         from lightly.loss import DINOLoss, IBOTPatchLoss, KoLeoLoss
         from lightly.models.modules import DINOProjectionHead
@@ -204,14 +213,11 @@ class DINO(Objective):
         self.step = step
 
     @torch.no_grad()
-    def diagnostics(self, t_out: torch.Tensor, student: list[torch.Tensor], center: torch.Tensor,
-                    temp: float) -> dict[str, torch.Tensor]:
+    def diagnostics(self, p: torch.Tensor, logp: torch.Tensor, student: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         """DINO's collapse diagnostics (its paper's §5.3): the teacher's centred, sharpened output P_t (g·B, K)
-        has `teacher_entropy` (the per-image mean; log K: uniform, the same for every image) and
-        `teacher_batch_entropy` (of the batch's mean output; near 0: one dimension for every image), and
+        (`logp`: its log) has `teacher_entropy` (the per-image mean; log K: uniform, the same for every image)
+        and `teacher_batch_entropy` (of the batch's mean output; near 0: one dimension for every image), and
         `teacher_student_kl`, KL(P_t ‖ P_s) over the loss's pairs of different crops (→ 0 in either collapse)."""
-        p = torch.softmax((t_out.float() - center.view(1, -1)) / temp, dim=-1)  # (g·B, K)
-        logp = torch.log_softmax((t_out.float() - center.view(1, -1)) / temp, dim=-1)
         mean = p.mean(0)  # (K,)
         g = self.options["global_crops"]
         teacher, kl, pairs = list(zip(p.chunk(g), logp.chunk(g))), 0.0, 0
@@ -288,7 +294,14 @@ class DINO(Objective):
         temp = self.teacher_temperature()
         center = self.criterion.center.clone()  # (1, out_dim) what the loss centres with (it then moves)
         keep = None if self.training else center  # evaluation leaves the centre as it was
-        dino = self.criterion(teacher, student, teacher_temp=temp)
+        if self.options["centering"] == "sinkhorn":
+            p = sinkhorn_teacher(t_out, temp)  # (g·B, out_dim), rows sum to 1
+            logp = p.clamp_min(1e-30).log()
+            dino = cross_view_entropy(list(p.chunk(g)), student, self.options["student_temp"])
+        else:
+            logp = torch.log_softmax((t_out.float() - center.view(1, -1)) / temp, dim=-1)  # (g·B, out_dim)
+            p = logp.exp()
+            dino = self.criterion(teacher, student, teacher_temp=temp)
         out = {"dino_loss": dino.detach()}
         if self.training:  # the schedules' values at this step (evaluation has none of its own)
             out["teacher_temp"] = torch.tensor(temp, device=dino.device)
@@ -311,9 +324,35 @@ class DINO(Objective):
             out["koleo_loss"] = koleo.detach()
         if keep is not None:
             self.criterion.center.copy_(keep)
-        out.update(self.diagnostics(t_out, student, center, temp))
+        out.update(self.diagnostics(p, logp, student))
         out["loss"] = loss
         return out
 
 
-__all__ = ["DINO", "dino_pos_embed", "dino_views"]
+@torch.no_grad()
+def sinkhorn_teacher(t_out: torch.Tensor, temp: float, iterations: int = 3) -> torch.Tensor:
+    """DINOv2's teacher targets: Sinkhorn-Knopp over the batch (lightly's SwAV `sinkhorn`, every process's rows
+    together) of the teacher's output (g·B, K) at temperature `temp`. Each row sums to 1 and each dimension takes
+    about an equal share of the batch: no dimension can take every image and no moving centre is needed."""
+    import torch.distributed as dist
+    from lightly.loss.swav_loss import sinkhorn
+
+    top = t_out.float().max()  # a constant shift leaves the normalised result unchanged; exp(·/temp) stays finite
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(top, op=dist.ReduceOp.MAX)  # the same shift on every process
+    return sinkhorn(t_out.float() - top, iterations=iterations, epsilon=temp, gather_distributed=True)
+
+
+def cross_view_entropy(teacher: list[torch.Tensor], student: list[torch.Tensor], student_temp: float) -> torch.Tensor:
+    """DINO's loss from given teacher probabilities [(B, K)] per global crop: the cross-entropy with the student's
+    softmax at `student_temp` [(B, K)] per crop, averaged over the pairs of different crops (as lightly's DINOLoss
+    pairs them)."""
+    t = torch.stack(teacher)  # (g, B, K)
+    s = torch.log_softmax(torch.stack(student).float() / student_temp, dim=-1)  # (v, B, K)
+    loss = -torch.einsum("tbk,sbk->ts", t, s)  # (g, v): summed over the batch
+    loss.fill_diagonal_(0)  # a crop is not its own target
+    pairs = loss.numel() - min(loss.shape)
+    return loss.sum() / (pairs * t.shape[1])
+
+
+__all__ = ["DINO", "cross_view_entropy", "dino_pos_embed", "dino_views", "sinkhorn_teacher"]
