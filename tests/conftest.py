@@ -2,8 +2,11 @@
 test runs in. Shared helpers are in helpers.py."""
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -29,15 +32,31 @@ def pytest_xdist_auto_num_workers(config) -> int:
 # Trained once per session, read by many tests. Each is a real run of the code under test; the tests that read
 # it check different things on it (learning, checkpoint layout, transfer, inspection, recipes).
 
+@contextlib.contextmanager
+def shared(tmp_path_factory, name: str, leaf: str = "run") -> Iterator[tuple[Path, bool]]:
+    """A session fixture's folder, made by the first of the session's workers (pytest-xdist) that asks for it and
+    read by the others: (its path, whether it is made already). Without workers: a folder of this session."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / f"shared-{name}"
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root) + ".lock"):
+        made = (root / "made").exists()
+        yield root / leaf, made
+        (root / "made").touch()  # only once the body ran through: a failed make is made again by the next
+
+
 @pytest.fixture(scope="session")
 def pretrained_run(tmp_path_factory) -> Path:
     """A vit-nano/4 pre-trained for 150 supervised steps on the embedded digits' train split at 16px, with 360
     validation images at the end (~8 s; the tiny shapes demo needs ~1,000 steps to leave its plateau)."""
     from vitx.runner import pretrain
 
-    out = tmp_path_factory.mktemp("pretrained") / "run"
-    pretrain({**TINY, "data": "embedded:digits", "output_dir": str(out), "steps": 150, "batch_size": 64,
-              "warmup_steps": 10, "save_every": 150, "log_every": 10, "eval_samples": 360, "curves": True})
+    with shared(tmp_path_factory, "pretrained") as (out, made):
+        if not made:
+            pretrain({**TINY, "data": "embedded:digits", "output_dir": str(out), "steps": 150, "batch_size": 64,
+                      "warmup_steps": 10, "save_every": 150, "log_every": 10, "eval_samples": 360, "curves": True})
     return out
 
 
@@ -47,11 +66,12 @@ def pretrained_run(tmp_path_factory) -> Path:
 def mpp_run(tmp_path_factory) -> Path:
     """The CPU MPP recipe (`recipes/cpu/pretrain-mpp.toml`, vit-nano/4 on the digits at 32px, monitored on
     digits), shortened to 60 steps of 64 with `--set`, run through the command as a user types it."""
-    out = tmp_path_factory.mktemp("mpp") / "run"
-    sets = [a for k, v in MPP_OVERRIDES.items() for a in ("--set", f"{k}={v}")]
-    proc = vitx_cli("pretrain", "--recipe", "recipes/cpu/pretrain-mpp.toml", *sets, "--workers", "1",
-                    "--log-with", "none", "--output-dir", str(out))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    with shared(tmp_path_factory, "mpp") as (out, made):
+        if not made:
+            sets = [a for k, v in MPP_OVERRIDES.items() for a in ("--set", f"{k}={v}")]
+            proc = vitx_cli("pretrain", "--recipe", "recipes/cpu/pretrain-mpp.toml", *sets, "--workers", "1",
+                            "--log-with", "none", "--output-dir", str(out))
+            assert proc.returncode == 0, proc.stderr[-2000:]
     return out
 
 
@@ -64,6 +84,10 @@ def transfer_run(tmp_path_factory, pretrained_run) -> tuple[Path, dict]:
     results."""
     from vitx.transfer import TransferConfig, transfer
 
-    out = tmp_path_factory.mktemp("transfer") / "t"
-    cfg = TransferConfig(start=str(pretrained_run), image_size=32, output_dir=str(out), **{**TRANSFER, "curves": True})
-    return out, transfer(cfg)
+    with shared(tmp_path_factory, "transfer", "t") as (out, made):
+        returned = out.parent / "returned.json"
+        if not made:
+            cfg = TransferConfig(start=str(pretrained_run), image_size=32, output_dir=str(out),
+                                 **{**TRANSFER, "curves": True})
+            returned.write_text(json.dumps(transfer(cfg)))
+    return out, json.loads(returned.read_text())

@@ -103,6 +103,7 @@ class RecordingMPP(MaskedPatchPrediction):
 '''
 
 
+@pytest.mark.slow  # 30 s: a third launch of 2 processes; the default suite launches 2 (a run, a transfer)
 @pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate CLI not on PATH")
 def test_each_process_draws_its_own_mpp_corruption(tmp_path):
     """Two processes, two micro-steps each: the ranks' MPP corruption plans differ (they were identical when

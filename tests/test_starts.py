@@ -205,8 +205,6 @@ def test_pretraining_continues_from_another_run_with_init(pretrained_run, tmp_pa
     leaves them as they were), records the start and its architecture, and refuses --model beside it."""
     import json
 
-    import torch
-
     from vitx.runs import load_backbone
 
     from .helpers import vitx_cli
