@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 from rich.console import Console
 
@@ -38,15 +37,10 @@ class Step:
     message: str = ""
 
 
-def _launch() -> PartialState:
-    """The launch's processes, with their process group up (from the first run, or from here, to the exit)."""
-    return process_state()
-
-
 def agree(decide: Callable[[], Step]) -> Step:
     """The main process's decision, for every process of a launch (`accelerate launch`: they run each item
     together, so they must take the same one); alone, the decision itself."""
-    state = _launch()
+    state = process_state()  # the launch's processes, their process group up
     if state.num_processes == 1:
         return decide()
     box: list[Any] = [None]
@@ -63,7 +57,7 @@ def agree(decide: Callable[[], Step]) -> Step:
 
 def together() -> None:
     """Wait until every process of a launch is here (after the main one has written what they read next)."""
-    _launch().wait_for_everyone()
+    process_state().wait_for_everyone()
 
 
 def _listed(keys: list[str]) -> str:
