@@ -3,8 +3,9 @@ geometry, so that it can run on a whole micro-batch where that is fastest.
 
 The loader's workers do the geometry per sample (crop box, resize, flip: irregular, best on the CPU) and draw
 every random parameter from the crop's own seeded generator (`draw`), in the order the per-sample transforms
-draw them. `apply` then makes the pixels: on a GPU run, on the device, each op over every sample that takes it
-at once (with its own factor); on a CPU, in the worker, sample by sample with the same kernels.
+draw them. `apply` then makes the pixels: on a GPU run, on the device, each op over the whole batch at once
+(each sample with its own factor, the op's identity where it takes none); on a CPU, in the worker, sample by
+sample with the same kernels.
 
 The pixels are torchvision's `transforms.v2` kernels' applied sample by sample: brightness, contrast,
 saturation, hue (torchvision's own HSV round trip, which takes a batch), grayscale and solarisation the same
@@ -79,26 +80,66 @@ def blur_kernel_size(sigma: float, size: int) -> int:
 def apply(images: torch.Tensor, p: Params, batched: bool | None = None) -> torch.Tensor:
     """(B, 3, S, S) uint8 → (B, 3, S, S) uint8: jitter (in each sample's order), grayscale, blur, solarise.
 
-    On an accelerator the whole batch goes through each op at once (the samples that take it, with their own
-    factors). On a CPU sample by sample, with the same kernels: there a batch's float temporaries leave the
-    cache and gathering the samples of an op costs more than it saves, so the gain is the kernels' own (a
-    separable blur: 2·K taps, not K²). `batched`: force one way (None: by the device)."""
+    `p` on the host (as the loader hands it): what the batch needs (which ops any sample takes, the blur's
+    taps) is read there, so a device run never waits for the device. On an accelerator the whole batch goes
+    through each op at once, every sample with its own factor: a sample that does not take an op at that point
+    gets the op's identity (factor 1, a one-tap blur), which leaves its bytes exactly as they were, so the batch
+    runs a fixed number of kernels with no gathering, no waiting, and the same bytes as sample by sample. On a
+    CPU sample by sample, with the same kernels: there a batch's float temporaries leave the cache, so the gain
+    is the kernels' own (a separable blur: 2·K taps, not K²). `batched`: force one way (None: by the device)."""
     if not (images.device.type != "cpu" if batched is None else batched):
         return torch.cat([_apply_each(images[j:j + 1], p.rows(slice(j, j + 1))) for j in range(len(images))]) \
             if len(images) else images
-    out = images.clone()
-    for position in range(4):  # every sample takes its op for this position; a sample runs each op once
-        for k in range(4):
-            rows = torch.nonzero(p.jitter & (p.order[:, position] == k)).flatten()
-            if len(rows):
-                out[rows] = JITTER[k](out[rows], p.factors[rows, k])
-    rows = torch.nonzero(p.gray).flatten()
-    if len(rows):
-        out[rows] = _to_gray(out[rows])
-    rows = torch.nonzero(p.sigma > 0).flatten()
-    if len(rows):
-        out[rows] = _blur(out[rows], p.sigma[rows])
-    return torch.where(p.solarize.view(-1, 1, 1, 1) & (out >= 128), 255 - out, out)
+    host, device = p.to("cpu"), images.device
+    dev = host.to(device)
+    out = _jitter(images, host, dev) if bool(host.jitter.any()) else images
+    if bool(host.gray.any()):
+        out = torch.where(dev.gray.view(-1, 1, 1, 1), _to_gray(out), out)
+    if bool((host.sigma > 0).any()):
+        out = _blur(out, _to(_kernels(host.sigma, out.shape[-1]), device))
+    if bool(host.solarize.any()):
+        out = torch.where(dev.solarize.view(-1, 1, 1, 1) & (out >= 128), 255 - out, out)
+    return out
+
+
+def _jitter(x: torch.Tensor, host: Params, dev: Params) -> torch.Tensor:
+    """Colour jitter of a whole batch, each sample in its own order. A sample's hue is one HSV round trip at
+    its own position: the brightness, contrast and saturation it takes before that (positions 0-2) are done
+    first, then every sample's hue at once, then what each takes after it (positions 1-3). At each position one
+    blend does the three linear ops (brightness blends with black, contrast with the mean grey, saturation with
+    the grey image), the factor 1 for a sample that takes none there."""
+    hue_at = (host.order == HUE).to(torch.int64).argmax(dim=1)  # (B,) the position of each sample's hue
+    for before in (True, False):
+        for position in (range(3) if before else range(1, 4)):
+            op = host.order[:, position]
+            takes = host.jitter & (op != HUE) & ((position < hue_at) if before else (position > hue_at))
+            if bool(takes.any()):
+                x = _linear(x, _to(op, x.device), dev.factors.gather(1, _to(op, x.device)[:, None])[:, 0],
+                            _to(takes, x.device), bool((takes & (op != BRIGHTNESS)).any()))
+        hue = host.jitter & (host.factors[:, HUE] != 0)
+        if before and bool(hue.any()):
+            x = torch.where(_to(hue, x.device).view(-1, 1, 1, 1), _hue(x, dev.factors[:, HUE]), x)
+    return x
+
+
+def _linear(x: torch.Tensor, op: torch.Tensor, factor: torch.Tensor, takes: torch.Tensor,
+            grey: bool) -> torch.Tensor:
+    """Brightness, contrast or saturation per sample (`op`, (B,)), as torchvision blends them; factor 1 (an
+    exact no-op) where `takes` is false. `grey`: some sample needs the grey image (contrast, saturation)."""
+    other = torch.zeros((), device=x.device)
+    if grey:
+        gray = _grayscale(x).floor_()  # (B, 1, S, S)
+        mean = gray.mean(dim=(-3, -2, -1), keepdim=True)  # (B, 1, 1, 1)
+        other = torch.where((op == CONTRAST).view(-1, 1, 1, 1), mean, gray)
+        other = torch.where((op == BRIGHTNESS).view(-1, 1, 1, 1), 0.0, other)
+    return _blend(x, other, torch.where(takes, factor, 1.0))
+
+
+def _to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small host tensor onto `device` without waiting (pinned first for a GPU)."""
+    if device.type == "cuda":
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
 
 
 def _apply_each(x: torch.Tensor, p: Params) -> torch.Tensor:
@@ -110,7 +151,7 @@ def _apply_each(x: torch.Tensor, p: Params) -> torch.Tensor:
     if bool(p.gray):
         x = _to_gray(x)
     if float(p.sigma) > 0:
-        x = _blur(x, p.sigma)
+        x = _blur(x, _kernels(p.sigma, x.shape[-1]).to(x.device))
     if bool(p.solarize):
         x = torch.where(x >= 128, 255 - x, x)
     return x
@@ -162,20 +203,30 @@ def _hue(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
 JITTER = (_brightness, _contrast, _saturation, _hue)
 
 
-def _blur(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-    """Gaussian blur with a kernel per sample, as torchvision's (taps over ±3σ, reflect padding, rounded), done
-    separably: each sample's 1D kernel is made at its own size, then zero-padded to the batch's largest."""
+def _kernels(sigma: torch.Tensor, size: int) -> torch.Tensor:
+    """(B,) σ on the host → (B, K) float32: each sample's 1D Gaussian as torchvision makes it (taps over ±3σ,
+    softmax(−(x/σ)²) on a grid of step 1/√2), centred and zero-padded to the batch's widest; the identity (one
+    tap) where σ is 0 or its kernel would have fewer than 3 taps, as the per-sample path skips those."""
+    sigma = sigma.to(torch.float64)
+    taps = torch.tensor([blur_kernel_size(s, size) if s > 0 else 1 for s in sigma.tolist()], dtype=torch.int64)
+    taps = torch.where(taps >= 3, taps, 1)  # (B,)
+    # made at the widest a kernel can be at this size, then cut to the batch's widest: a sample's taps are the
+    # same numbers whatever else is in its batch (the softmax's sum would otherwise vary with the row's length)
+    full = blur_kernel_size(size, size)  # (σ = size: all the taps there are)
+    offset = torch.arange(full, dtype=torch.int64) - full // 2  # (F,)
+    grid = offset.to(torch.float32) / math.sqrt(2.0)  # torchvision's linspace(−lim, lim, k): step 1/√2
+    logits = (grid[None, :] / sigma.clamp(min=1e-12).to(torch.float32)[:, None]).pow(2).neg()  # (B, F)
+    logits = logits.masked_fill(offset.abs()[None, :] > (taps[:, None] - 1) // 2, float("-inf"))
+    half = (int(taps.max()) if len(taps) else 1) // 2
+    return torch.softmax(logits, dim=1)[:, full // 2 - half:full // 2 + half + 1]  # (B, K)
+
+
+def _blur(x: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
+    """Gaussian blur of (B, 3, S, S) uint8 with one (K,) kernel per sample (`_kernels`), separably: along the
+    width, then the height, reflect padding, rounded as torchvision rounds. A one-tap kernel leaves the sample's
+    bytes as they were."""
     b, c, size = x.shape[0], x.shape[1], x.shape[-1]
-    sizes = [blur_kernel_size(float(s), size) for s in sigma.tolist()]
-    width = max(sizes)
-    kernels = torch.zeros((b, width), dtype=torch.float32, device=x.device)  # (B, K)
-    for j, (k, s) in enumerate(zip(sizes, sigma.tolist())):
-        if k >= 3:
-            lim = (k - 1) / (2.0 * math.sqrt(2.0))  # torchvision's kernel: softmax(−(x/σ)²) on this grid
-            grid = torch.linspace(-lim, lim, steps=k, dtype=torch.float32, device=x.device)
-            kernels[j, (width - k) // 2:(width + k) // 2] = torch.softmax(grid.div(s).pow(2).neg(), dim=0)
-        else:  # too small to blur (as the per-sample path skips it): the identity
-            kernels[j, width // 2] = 1.0
+    width = kernels.shape[1]
     if width < 3:
         return x
     weight = kernels.repeat_interleave(c, dim=0)  # (B·3, K): one depthwise filter per channel

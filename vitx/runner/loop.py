@@ -88,6 +88,10 @@ class Trainer(Stepping, Evaluating, Saving):
         # Accelerate keeps preparing, accumulating and saving the module itself). Evaluation stays eager: its
         # batch sizes vary and it runs in eval mode, each of which would be another compilation.
         self.forward = compiled(setup.model) if cfg.compile else setup.model
+        # DeepSpeed holds the weights in --precision's type and, unlike Accelerate's autocast, expects the inputs
+        # in it too (as Hugging Face's Trainer casts them); everywhere else the images stay float32
+        self.input_dtype = (next(setup.model.parameters()).dtype if acc.distributed_type == DistributedType.DEEPSPEED
+                            else torch.float32)
         # the objective's crops (data/views.py), one entry per crop; none: one random resized crop per image
         self.views = expand(setup.objective.views(), setup.preprocess.image_size)
         self.corrupt_images = torch.zeros((), dtype=torch.long)

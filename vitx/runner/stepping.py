@@ -57,12 +57,12 @@ class Stepping:
         if "views" in batch:  # the objective's crops: [(B, 3, S_v, S_v) uint8, one per crop]
             views = [v.to(device, non_blocking=True) for v in batch["views"]]
             if "photometry" in batch:  # a GPU run: the workers made the geometry, the device makes the colours
-                views = [apply(v, Params(**p).to(device)) for v, p in zip(views, batch["photometry"])]
-            return {"views": [pre.normalise(v) for v in views], "label": label}
+                views = [apply(v, Params(**p)) for v, p in zip(views, batch["photometry"])]
+            return {"views": [pre.normalise(v).to(self.input_dtype) for v in views], "label": label}
         image = pre.normalise(batch["image"].to(device, non_blocking=True))  # (B, 3, S, S) float32
         if train:
             image = pre.erase(image)
-        return {"image": image, "label": label}
+        return {"image": image.to(self.input_dtype), "label": label}
 
     def step(self, micro_batches: list[dict[str, Any]] | None = None) -> None:
         """One optimiser step over `grad_accum` micro-batches (drawn from the stream when not given).
