@@ -31,7 +31,7 @@ from ..errors import CorruptImageError, VitxError
 from .decoding import decode
 from .sources import ImageSource
 from .transforms import Preprocess
-from .photometry import Params, apply, draw
+from .photometry import Params, apply, draw_row
 from .views import View, make_crop, view_rng
 
 Key = tuple[Any, Any]  # (sample index or a stream's (image, label) record, stream position or None for eval)
@@ -102,7 +102,7 @@ class Batches(Dataset):
         """Each view's crops, geometry per sample; the photometry batched here, or (`photometry_on_device`) its
         parameters sent with the batch for the device to apply (`photometry.apply`)."""
         crops = [torch.empty((len(keys), 3, v.size, v.size), dtype=torch.uint8) for v in self.views]  # (B, 3, S_v, S_v)
-        drawn: list[list[Params]] = [[] for _ in self.views]
+        drawn: list[list[tuple]] = [[] for _ in self.views]  # each crop's photometric parameters
         labels, skipped = [], torch.zeros(len(keys), dtype=torch.long)
         for j, (item, position) in enumerate(keys):
             image, label, skipped[j] = self._load(item, keys, j)
@@ -110,9 +110,9 @@ class Batches(Dataset):
             for v, view in enumerate(self.views):
                 rng = view_rng(self.seed, position, index, v)  # the geometry's draws, then the photometry's
                 crops[v][j] = make_crop(image, view, self.pre.interpolation, rng)
-                drawn[v].append(draw(view, rng))
+                drawn[v].append(draw_row(view, rng))
             labels.append(-1 if label is None else label)
-        params = [Params.stack(rows) for rows in drawn]
+        params = [Params.of(rows) for rows in drawn]
         batch = {"label": torch.as_tensor(labels), "skipped": skipped}
         if self.photometry_on_device:
             return {"views": crops, "photometry": [vars(p) for p in params], **batch}

@@ -52,11 +52,25 @@ class Params:
     def rows(self, which: slice) -> "Params":
         return Params(*(getattr(self, k)[which] for k in Params.__dataclass_fields__))
 
+    @staticmethod
+    def of(rows: Sequence[tuple]) -> "Params":
+        """A batch's parameters from `draw_row`'s plain rows: six tensors made once, not six per sample (a
+        worker makes ten crops an image for DINO)."""
+        jitter, order, factors, gray, sigma, solarize = zip(*rows) if rows else ((),) * 6
+        return Params(torch.tensor(jitter, dtype=torch.bool), torch.tensor(order, dtype=torch.int64).view(-1, 4),
+                      torch.tensor(factors, dtype=torch.float64).view(-1, 4), torch.tensor(gray, dtype=torch.bool),
+                      torch.tensor(sigma, dtype=torch.float64), torch.tensor(solarize, dtype=torch.bool))
 
 
 def draw(view: "View", rng: np.random.Generator) -> Params:
+    """One sample's parameters (`draw_row`) as a one-row Params."""
+    return Params.of([draw_row(view, rng)])
+
+
+def draw_row(view: "View", rng: np.random.Generator) -> tuple:
     """One sample's parameters, drawn from its crop's generator after the geometry, in the order (and with the
-    same calls) as the per-sample ColorJitter, RandomGrayscale, GaussianBlur and RandomSolarize draw them."""
+    same calls) as the per-sample ColorJitter, RandomGrayscale, GaussianBlur and RandomSolarize draw them:
+    (jitter, order, factors, gray, sigma, solarize) as plain values, batched by `Params.of`."""
     jitter, order, factors = False, list(range(4)), [1.0, 1.0, 1.0, 0.0]
     if any(view.jitter) and rng.random() < view.jitter_p:
         jitter, order = True, [int(k) for k in rng.permutation(4)]
@@ -68,8 +82,7 @@ def draw(view: "View", rng: np.random.Generator) -> Params:
     gray = bool(view.gray > 0 and rng.random() < view.gray)
     sigma = float(rng.uniform(*view.sigma)) if view.blur > 0 and rng.random() < view.blur else 0.0
     solarize = bool(view.solarize > 0 and rng.random() < view.solarize)
-    return Params(torch.tensor([jitter]), torch.tensor([order]), torch.tensor([factors], dtype=torch.float64),
-                  torch.tensor([gray]), torch.tensor([sigma], dtype=torch.float64), torch.tensor([solarize]))
+    return jitter, order, factors, gray, sigma, solarize
 
 
 def blur_kernel_size(sigma: float, size: int) -> int:
@@ -237,4 +250,4 @@ def _blur(x: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     return y.round_().clamp_(0, 255).to(torch.uint8).view(b, c, size, size)
 
 
-__all__ = ["Params", "apply", "blur_kernel_size", "draw"]
+__all__ = ["Params", "apply", "blur_kernel_size", "draw", "draw_row"]
