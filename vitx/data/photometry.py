@@ -127,8 +127,9 @@ def _jitter(x: torch.Tensor, host: Params, dev: Params) -> torch.Tensor:
             op = host.order[:, position]
             takes = host.jitter & (op != HUE) & ((position < hue_at) if before else (position > hue_at))
             if bool(takes.any()):
-                x = _linear(x, _to(op, x.device), dev.factors.gather(1, _to(op, x.device)[:, None])[:, 0],
-                            _to(takes, x.device), bool((takes & (op != BRIGHTNESS)).any()))
+                on = _to(op, x.device)  # (B,) each sample's op at this position, on the device
+                x = _linear(x, on, dev.factors.gather(1, on[:, None])[:, 0], _to(takes, x.device),
+                            bool((takes & (op != BRIGHTNESS)).any()))
         hue = host.jitter & (host.factors[:, HUE] != 0)
         if before and bool(hue.any()):
             x = torch.where(_to(hue, x.device).view(-1, 1, 1, 1), _hue(x, dev.factors[:, HUE]), x)
