@@ -8,10 +8,12 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from PIL import Image
 
 from .helpers import metrics, vitx_cli
-from vitx.plots import draw_runs, plan_panels, sweep_lines, try_draw
+from vitx.errors import VitxError
+from vitx.plots import draw_compute, draw_runs, plan_panels, sweep_lines, try_draw
 from vitx.plots.series import NOT_DRAWN
 from vitx.recipe import parse_sets
 from vitx.runner.config import PretrainConfig
@@ -114,3 +116,13 @@ def test_curves_is_a_setting_of_runs_and_transfers():
     assert PretrainConfig().curves and TransferConfig().curves
     assert parse_sets(["curves=false"], PretrainConfig) == {"curves": False}  # recipes and --set take it
     assert parse_sets(["curves=off"], TransferConfig) == {"curves": False}
+
+
+def test_the_compute_figure_draws_each_objective_in_compute_order(tmp_path):
+    curves = {"mae": [(2.0, 0.80, 0.01), (0.5, 0.60, 0.02)], "dino": [(4.0, 0.45, 0.02)], "simclr": []}
+    drawn = draw_compute(curves, (0.457, 0.013), tmp_path / "compute.png")
+    assert drawn == {"mae": [(0.5, 0.60, 0.02), (2.0, 0.80, 0.01)], "dino": [(4.0, 0.45, 0.02)]}  # empty: left out
+    with Image.open(tmp_path / "compute.png") as image:
+        assert image.size == (320, 260)  # one panel at 100 dpi
+    with pytest.raises(VitxError, match="no compute points to draw"):
+        draw_compute({"mae": []}, (0.5, 0.01), tmp_path / "none.png")

@@ -51,7 +51,8 @@ def test_claims_follow_their_criteria():
     assert not hires_claim(fake(hires=0.35))["holds"]
 
 
-CORE = replace(QUICK, pretrainings={k: v for k, v in QUICK.pretrainings.items() if k in ("supervised", "mpp")})
+CORE = replace(QUICK, pretrainings={k: v for k, v in QUICK.pretrainings.items() if k in ("supervised", "mpp")},
+               curve=["mpp"])
 
 
 @pytest.mark.slow  # 50 s with supervised and MPP (core), 60-90 s with the plugins' rows too; the claims' criteria
@@ -63,12 +64,16 @@ def test_reproduction_pipeline_writes_a_complete_report_and_resumes(tmp_path, pl
     assert [c["id"] for c in first["claims"]] == ["mpp", "posemb-supervised", "posemb-mpp", "distance", "hires"]
     assert report.count("| yes |") + report.count("| **no** |") == 5
     figures = re.findall(r"!\[\]\(([^)]+)\)", report)
-    assert len(figures) == 8 and all((out / f).is_file() for f in figures)
+    assert len(figures) == 9 and all((out / f).is_file() for f in figures)  # compute.png among them
     saved = json.loads((out / "results.json").read_text())
     assert {"scratch", "mpp", "supervised"} <= set(saved["transfer"]) and set(saved["hires"]) == {"0"}
-    assert set(saved["compute"]) == {"mpp@3"}  # MPP's checkpoint at half its steps, transferred too
+    # the curve's checkpoints at half their steps, transferred too (MAE and DINO come with their plugins)
+    assert set(saved["compute"]) == {f"{name}@3" for name in plan.curve}
     assert [r["step"] for r in saved["pretrain"]["mpp"]["monitor"]] == [0, 3, 6]  # the monitor's curve
-    assert "### MPP against pre-training compute" in report and "| 3 | 48 |" in report
+    assert "### Against pre-training compute" in report and "| mpp | 3 | 48 |" in report
+    for name in plan.curve:  # each at its end too; minutes: steps × batch at the run's measured speed
+        speed = saved["pretrain"][name]["images_per_s"]
+        assert speed > 0 and f"| {name} | 6 | 96 | {6 * 16 / speed / 60:.1f} |" in report
     weights = (out / "pretrain-supervised" / "model.safetensors").stat().st_mtime_ns
     assert not first["resumed"]
     second = reproduce(out, plan)  # everything is done: nothing is trained again
@@ -85,6 +90,8 @@ def test_reproduction_pipeline_writes_a_complete_report_and_resumes(tmp_path, pl
     ("hires_seeds=3", "plan: hires_seeds must be 0 to 1 (the seeds), got 3"),
     ("transfer_lrs=[]", "plan: transfer_lrs must not be empty"),
     ("pretrainings={}", "--set pretrainings cannot be changed"),
+    ('curve=["mpp","mpp"]', "plan: curve takes distinct values, e.g. mpp; got mpp twice in mpp,mpp"),
+    ('curve=["byol"]', "plan: curve must be one of supervised, mpp, mae, simclr, dino, got 'byol'"),
     ("transfer_lrs=[nan]", "plan: transfer_lrs must be finite numbers, got [nan]"),
     ("transfer_batch=10000000", "plan: transfer_batch 10000000 is too large: at most 65,536"),
     ("seeds=[-1]", "plan: seeds must not be negative"),
@@ -116,3 +123,27 @@ def test_gpu_shaped_plan_runs_transfers_as_processes_with_a_sweep(tmp_path):
         assert (out / "transfer" / f"{start}-seed0.toml").is_file()  # the job's settings, as a recipe
     assert results["hires"]["0"]["lr"] == results["transfer"]["supervised"][0]["chosen"]["lr"]
     assert "Sweep lr [0.03, 0.1] × [4] steps" in (out / "REPORT.md").read_text()
+
+
+def test_a_curve_names_only_what_the_plan_pre_trains_and_lands_on_its_checkpoints():
+    from vitx.reproduce.pipeline import _curve_steps
+
+    with pytest.raises(VitxError, match=r"^plan: curve names dino, which this plan does not pre-train \(it "
+                                        r"pre-trains supervised, mpp\)$"):
+        replace(CORE, curve=["mpp", "dino"]).validate()
+    # the compute points as steps on each pre-training's checkpoint interval (its smallest point)
+    plan = replace(QUICK, compute_points=[1 / 8, 1 / 4, 1 / 2], pretrainings={
+        "supervised": QUICK.pretrainings["supervised"], "mpp": replace(QUICK.pretrainings["mpp"], steps=500),
+        "dino": replace(QUICK.pretrainings["dino"], steps=1000)}, curve=["mpp", "dino"]).validate()
+    assert _curve_steps(plan, "mpp") == [62, 124, 248] and _curve_steps(plan, "dino") == [125, 250, 500]
+    assert _curve_steps(replace(plan, compute_points=[1 / 8, 0.99]), "mpp") == [62, 496]  # never past the end
+
+
+def test_a_reproduction_from_before_the_curve_setting_continues_with_the_curve_it_had(tmp_path):
+    from vitx.reproduce.pipeline import _same_plan
+
+    older = {k: v for k, v in json.loads(json.dumps(QUICK.to_dict())).items() if k != "curve"}
+    (tmp_path / "plan.json").write_text(json.dumps(older))  # written before plans had a curve: MPP's alone
+    _same_plan(tmp_path, replace(QUICK, curve=["mpp"]))  # what it ran: the same plan
+    with pytest.raises(VitxError, match=r"another plan \(curve differ: was \['mpp'\]\)"):
+        _same_plan(tmp_path, QUICK)

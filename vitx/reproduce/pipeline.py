@@ -36,7 +36,10 @@ def _last_metrics(run: Path) -> dict[str, Any]:
     rows = read_metrics(run)
     trained = [r for r in rows if "loss" in r]
     first, last = trained[0], trained[-1]
+    speeds = [r["images_per_s"] for r in trained if r.get("images_per_s")]
     return {"first": first, "last": last, "val": next((r for r in reversed(rows) if "val_loss" in r), {}),
+            # the pre-training's cost on this machine (its mean over the logged steps; a resumed run's too)
+            "images_per_s": sum(speeds) / len(speeds) if speeds else None,
             "monitor": [{k: v for k, v in r.items() if k == "step" or k.startswith("monitor_")}
                         for r in rows if "monitor_knn" in r]}
 
@@ -45,8 +48,7 @@ def _pretrain(plan: Plan, name: str, run: Path, console: Console) -> dict[str, A
     tick = time.perf_counter()
     spec = plan.pretrainings[name]
     steps = spec.steps_in(plan)
-    # MPP checkpoints at the compute points too: the MPP-vs-scratch gap as pre-training grows
-    every = max(1, round(steps * min(plan.compute_points, default=1.0))) if name == "mpp" else steps
+    every = _interval(plan, name)
     monitor = {"monitor": plan.monitor, "monitor_every": every, "monitor_features": plan.monitor_features} \
         if name == "mpp" and plan.monitor else {}
     pretrain({"objective": spec.objective, "model": plan.model, "data": plan.data, "image_size": plan.image_size,
@@ -57,6 +59,20 @@ def _pretrain(plan: Plan, name: str, run: Path, console: Console) -> dict[str, A
               "seed": 0, **monitor},
              resume=RunDir(run).latest() is not None, console=console)
     return {**_last_metrics(run), "steps": steps, "seconds": time.perf_counter() - tick}
+
+
+def _interval(plan: Plan, name: str) -> int:
+    """Steps between the checkpoints of pre-training `name`: its smallest compute point when it is on the curve
+    (its gap to scratch as pre-training grows), else only its end."""
+    steps = plan.pretrainings[name].steps_in(plan)
+    return max(1, round(steps * min(plan.compute_points, default=1.0))) if name in plan.curve else steps
+
+
+def _curve_steps(plan: Plan, name: str) -> list[int]:
+    """The steps of pre-training `name` whose checkpoints are transferred as well as its last one: the compute
+    points as its own steps, each on its checkpoint interval (1/8 and 1/4 of 500 steps: 62 and 124)."""
+    total, every = plan.pretrainings[name].steps_in(plan), _interval(plan, name)
+    return sorted({s for f in plan.compute_points if (s := max(every, round(total * f / every) * every)) < total})
 
 
 def _available(plan: Plan, console: Console) -> dict[str, Pretraining]:
@@ -112,6 +128,11 @@ def _transfers(jobs: dict[str, dict[str, Any]], parallel: int, console: Console)
         return dict(zip(jobs, pool.map(run, jobs)))
 
 
+# settings added to the plan since plan.json files were first written: the value a reproduction made before
+# had, so that continuing it with that value (`--set curve=["mpp"]`) is the same plan
+UNRECORDED: dict[str, Any] = {"curve": ["mpp"]}
+
+
 def _same_plan(out: Path, plan: Plan) -> None:
     """A second call continues the first only with the same plan (`jobs` may differ): mixing runs of two plans
     in one report would misreport both. The plan is written before anything is trained."""
@@ -120,10 +141,11 @@ def _same_plan(out: Path, plan: Plan) -> None:
     if saved is None:
         atomic_write_text(out / "plan.json", json.dumps(now, indent=1))
         return
-    differ = [k for k in now if k != "jobs" and saved.get(k) != now[k]]
+    differ = [k for k in now if k != "jobs" and saved.get(k, UNRECORDED.get(k)) != now[k]]
     if differ:
-        raise VitxError(f"{out} holds a reproduction of another plan ({', '.join(differ)} differ: was "
-                        f"{saved.get(differ[0])!r}); continue it with the same plan or choose a new --output-dir")
+        was = saved.get(differ[0], UNRECORDED.get(differ[0]))
+        raise VitxError(f"{out} holds a reproduction of another plan ({', '.join(differ)} differ: was {was!r}); "
+                        "continue it with the same plan or choose a new --output-dir")
 
 
 def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console: Console | None = None) -> dict[str, Any]:
@@ -144,10 +166,9 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
 
     console.rule("2/4 low-data transfer")
     starts = {"scratch": "scratch", **{name: str(run) for name, run in runs.items()}}
-    total = plan.pretrainings["mpp"].steps_in(plan)
-    mpp_steps = sorted({max(1, round(total * f)) for f in plan.compute_points} - {total})
-    for step in mpp_steps:  # the compute curve: MPP checkpoints part-way through its pre-training
-        starts[f"mpp@{step}"] = str(runs["mpp"] / "checkpoints" / f"step_{step:08d}")
+    for name in (n for n in plan.curve if n in runs):  # the compute curve: checkpoints part-way through
+        for step in _curve_steps(plan, name):
+            starts[f"{name}@{step}"] = str(runs[name] / "checkpoints" / f"step_{step:08d}")
     jobs = {f"{name}-seed{seed}": _transfer_settings(plan, start, out / "transfer" / f"{name}-seed{seed}", seed)
             for name, start in starts.items() for seed in plan.seeds}
     done = _transfers(jobs, plan.jobs, console)
@@ -179,7 +200,7 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
                           "torch": torch.__version__, "vitx": __version__}
     results["claims"] = judge(results)
     atomic_write_text(out / "results.json", json.dumps(results, indent=1))
-    write_report(results, out / "REPORT.md")
+    write_report(results, out / "REPORT.md", warn=console.print)
     return results
 
 

@@ -1,6 +1,6 @@
 """The small-scale reproduction as data: what is trained, on what, for how long.
 
-`CPU` takes about 40 minutes on 2 cores (DINO's row about 10 of them); `GPU` is meant for about 10 minutes on
+`CPU` takes about 45 minutes on 2 cores (DINO's row about 10 of them); `GPU` is meant for about 10 minutes on
 one H100 (a 27× larger model on a 16×16 grid, more steps at twice the batch, an lr sweep, transfers run side by
 side); `QUICK` is the CPU plan with token budgets, for tests. Grids are at least 8×8 tokens: the smallest where masked patch
 prediction has context to predict a patch from.
@@ -27,6 +27,8 @@ class Pretraining:
     def steps_in(self, plan: "Plan") -> int:
         return self.steps or plan.pretrain_steps
 
+
+NAMES = ("supervised", "mpp", "mae", "simclr", "dino")  # the plans' pre-trainings
 
 SETTING_DIGITS = (
     "The setting: pre-training reads the 1,437 training images of scikit-learn's handwritten digits "
@@ -63,7 +65,8 @@ class Plan:
         "dino": Pretraining("dino(out_dim=1024,hidden_dim=256,bottleneck_dim=64,local_crops=4)", 5e-4,
                             plugin="vitx-dino", steps=500),
     })
-    compute_points: list[float] = setting([1 / 3], "Fractions of MPP's steps whose checkpoints are also transferred.", SCHEDULE, above=0, below=1, says="are fractions of MPP's steps in (0, 1)", cli=False)
+    compute_points: list[float] = setting([1 / 3], "Fractions of a curve pre-training's steps whose checkpoints are also transferred.", SCHEDULE, above=0, below=1, says="are fractions of a pre-training's steps in (0, 1)", cli=False)
+    curve: list[str] = setting(["mpp", "mae", "dino"], "Pre-trainings also transferred from their checkpoints at the compute points: transfer accuracy against pre-training compute, each objective against scratch.", SCHEDULE, choices=NAMES, distinct=True, cli=False)
     monitor: str = setting("embedded:digits", "The representation monitor during MPP pre-training.", EVALUATION, cli=False)
     monitor_features: str = setting("patch-mean", "What MPP trains (the patch tokens); its [class] token is never trained.", EVALUATION, choices=CHOICES["monitor_features"], cli=False)
     task: str = setting("embedded/digits", "Low-data transfer: held-out test digits.", PROTOCOL, cli=False)
@@ -91,6 +94,10 @@ class Plan:
         for name in ("seeds", "transfer_lrs", "transfer_steps"):
             if not getattr(self, name):
                 raise VitxError(f"plan: {name} must not be empty")
+        unknown = [name for name in self.curve if name not in self.pretrainings]
+        if unknown:
+            raise VitxError(f"plan: curve names {unknown[0]}, which this plan does not pre-train (it pre-trains "
+                            f"{', '.join(self.pretrainings)})")
         if not 0 <= self.hires_seeds <= len(self.seeds):
             raise VitxError(f"plan: hires_seeds must be 0 to {len(self.seeds)} (the seeds), got {self.hires_seeds}")
         return self

@@ -3,9 +3,10 @@ figures, the settings, and the command."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..checkpoint import atomic_write_text
+from ..plots import COMPUTE, draw_compute, try_draw
 from .claims import mean_top1, start_stderr, test_count
 
 
@@ -41,19 +42,54 @@ def _transfer_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _curve_points(results: dict[str, Any]) -> dict[str, list[tuple[int, list[dict[str, Any]]]]]:
+    """Each curve objective's (pre-training steps, transfer runs) in step order: its part-way checkpoints, then
+    its end."""
+    points: dict[str, list[tuple[int, list[dict[str, Any]]]]] = {}
+    for key, runs in results["compute"].items():
+        name, step = key.split("@")
+        points.setdefault(name, []).append((int(step), runs))
+    for name, rows in points.items():
+        end = results["pretrain"][name].get("steps", results["plan"]["pretrain_steps"])
+        rows.append((end, results["transfer"][name]))
+        rows.sort(key=lambda row: row[0])
+    return points
+
+
+def _minutes(results: dict[str, Any], name: str, steps: int) -> float | None:
+    """Minutes of pre-training `name` to `steps` on this machine, from its measured speed (None when unrecorded)."""
+    speed = results["pretrain"][name].get("images_per_s")
+    return steps * results["plan"]["batch_size"] / speed / 60 if speed else None
+
+
 def _compute_table(results: dict[str, Any]) -> list[str]:
-    """MPP's transfer accuracy against its pre-training steps, with the gap to scratch (0 steps)."""
+    """Each curve objective's transfer accuracy against its pre-training steps and time, with the gap to scratch."""
     plan, n = results["plan"], test_count(results)
     scratch = results["transfer"]["scratch"]
     base, base_se = mean_top1(scratch), start_stderr(scratch, n)
-    points = [(0, scratch)] + sorted((int(k.split("@")[1]), v) for k, v in results["compute"].items()) + \
-        [(results["pretrain"]["mpp"].get("steps", plan["pretrain_steps"]), results["transfer"]["mpp"])]
-    lines = ["| MPP pre-training steps | images seen | test top-1 | MPP − scratch (points) |", "|---|---|---|---|"]
-    for steps, runs in points:
-        mean, se = mean_top1(runs), start_stderr(runs, n)
-        gap = "—" if steps == 0 else f"{100 * (mean - base):+.2f} ± {100 * (se ** 2 + base_se ** 2) ** 0.5:.2f}"
-        lines.append(f"| {steps} | {steps * plan['batch_size']:,} | {_pct(mean)} ± {_pct(se)} | {gap} |")
+    lines = ["| start | pre-training steps | images seen | minutes here | test top-1 | − scratch (points) |",
+             "|---|---|---|---|---|---|", f"| scratch | 0 | 0 | 0 | {_pct(base)} ± {_pct(base_se)} | — |"]
+    for name, rows in _curve_points(results).items():
+        for steps, runs in rows:
+            mean, se = mean_top1(runs), start_stderr(runs, n)
+            minutes = _minutes(results, name, steps)
+            lines.append(f"| {name} | {steps} | {steps * plan['batch_size']:,} | "
+                         f"{'—' if minutes is None else f'{minutes:.1f}'} | {_pct(mean)} ± {_pct(se)} | "
+                         f"{100 * (mean - base):+.2f} ± {100 * (se ** 2 + base_se ** 2) ** 0.5:.2f} |")
     return lines
+
+
+def _draw_compute(results: dict[str, Any], path: Path, warn: Callable[[str], None]) -> bool:
+    """compute.png beside the report: each curve objective's accuracy against its pre-training minutes here
+    (steps where a speed is unrecorded), scratch as a band. False when it could not be drawn (said by `warn`)."""
+    n, points = test_count(results), _curve_points(results)
+    timed = all(_minutes(results, name, 1) is not None for name in points)
+    curves = {name: [(_minutes(results, name, steps) if timed else steps, mean_top1(runs), start_stderr(runs, n))
+                     for steps, runs in rows] for name, rows in points.items()}
+    scratch = results["transfer"]["scratch"]
+    return try_draw(COMPUTE, draw_compute, curves, (mean_top1(scratch), start_stderr(scratch, n)), path,
+                    xlabel="pre-training minutes (this machine)" if timed else "pre-training steps",
+                    warn=warn) is not None
 
 
 def _steps(results: dict[str, Any]) -> str:
@@ -125,8 +161,10 @@ def _distance_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def write_report(results: dict[str, Any], path: Path) -> Path:
+def write_report(results: dict[str, Any], path: Path, warn: Callable[[str], None] = print) -> Path:
+    """REPORT.md, and compute.png beside it."""
     plan, claims = results["plan"], results["claims"]
+    figure = _draw_compute(results, path.parent / COMPUTE, warn) if results["compute"] else False
     pre = results["pretrain"]
     sup_val = pre["supervised"]["val"].get("val_top1")
     mpp_first, mpp_last = pre["mpp"]["first"], pre["mpp"]["last"]
@@ -176,13 +214,16 @@ def write_report(results: dict[str, Any], path: Path) -> Path:
         "",
         *_transfer_table(results),
         "",
-        "### MPP against pre-training compute",
+        "### Against pre-training compute",
         "",
-        "The same transfer from MPP checkpoints part-way through its pre-training (0 steps is training from "
-        "scratch): whether, and where, masked patch prediction starts to pay off.",
+        "The same transfer from checkpoints part-way through each pre-training (checkpoints of one run, whose "
+        "learning rate has not yet decayed), beside training from scratch: whether, and "
+        "where, each objective starts to pay off, and at what cost here (minutes from each pre-training's "
+        "measured speed on this machine).",
         "",
         *_compute_table(results),
         "",
+        *(["![](compute.png)", ""] if figure else []),
         *_monitor_table(results),
         *(["Other self-supervised objectives (plugins), transferred above on the same protocol:", "",
            *_other_objectives(results), ""] if _other_objectives(results) else []),
