@@ -158,7 +158,9 @@ def test_dinos_collapse_rules_read_its_teacher_entropies():
     obj = dino(out_dim=1024, hidden_dim=16, bottleneck_dim=8)
     assert obj.collapse({"teacher_entropy": 3.0, "teacher_batch_entropy": 5.0}) is None
     uniform = obj.collapse({"teacher_entropy": 6.90, "teacher_batch_entropy": 6.93})
-    assert "uniform" in uniform and "6.900 of log K = 6.931" in uniform
+    assert "uniform" in uniform and "6.900 of log K = 6.931)" in uniform
+    with_kl = obj.collapse({"teacher_entropy": 6.90, "teacher_batch_entropy": 6.93, "teacher_student_kl": 0.0183})
+    assert "6.900 of log K = 6.931; KL(teacher ‖ student) 0.018, 0 once" in with_kl and "rankme" in with_kl
     assert "one output dimension" in obj.collapse({"teacher_entropy": 0.01, "teacher_batch_entropy": 0.2})
 
 

@@ -1,6 +1,6 @@
 """The small-scale reproduction as data: what is trained, on what, for how long.
 
-`CPU` takes about 45 minutes on 2 cores (DINO's row about 10 of them); `GPU` is meant for about 10 minutes on
+`CPU` takes about an hour on 2 cores (DINO's row about 20 minutes of it); `GPU` is meant for about 10 minutes on
 one H100 (a 27× larger model on a 16×16 grid, more steps at twice the batch, an lr sweep, transfers run side by
 side); `QUICK` is the CPU plan with token budgets, for tests. Grids are at least 8×8 tokens: the smallest where masked patch
 prediction has context to predict a patch from.
@@ -61,9 +61,10 @@ class Plan:
         "mae": Pretraining("mae(decoder_dim=64,decoder_depth=1,decoder_heads=2)", 3e-3, plugin="vitx-mae"),
         "simclr": Pretraining("simclr(temperature=0.2)", 2e-3, plugin="vitx-simclr", steps=750),  # 2 views: 2× a step
         # DINO's settings with a head sized for 0.2M parameters (recipes/cpu/pretrain-dino.toml); 2 global + 4 local
-        # crops and a teacher: about 3× a step
+        # crops and a teacher: about 3× a step. 1,000 steps: at 500 it transferred no better than scratch, at
+        # 1,000 15 points above (recipes/reproduction/DINO.md, "DINO against pre-training compute")
         "dino": Pretraining("dino(out_dim=1024,hidden_dim=256,bottleneck_dim=64,local_crops=4)", 5e-4,
-                            plugin="vitx-dino", steps=500),
+                            plugin="vitx-dino", steps=1000),
     })
     compute_points: list[float] = setting([1 / 3], "Fractions of a curve pre-training's steps whose checkpoints are also transferred.", SCHEDULE, above=0, below=1, says="are fractions of a pre-training's steps in (0, 1)", cli=False)
     curve: list[str] = setting(["mpp", "mae", "dino"], "Pre-trainings also transferred from their checkpoints at the compute points: transfer accuracy against pre-training compute, each objective against scratch.", SCHEDULE, choices=NAMES, distinct=True, cli=False)
