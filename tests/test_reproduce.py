@@ -90,8 +90,6 @@ def test_reproduction_pipeline_writes_a_complete_report_and_resumes(tmp_path, pl
     ("hires_seeds=3", "plan: hires_seeds must be 0 to 1 (the seeds), got 3"),
     ("transfer_lrs=[]", "plan: transfer_lrs must not be empty"),
     ("pretrainings={}", "--set pretrainings cannot be changed"),
-    ('curve=["mpp","mpp"]', "plan: curve takes distinct values, e.g. mpp; got mpp twice in mpp,mpp"),
-    ('curve=["byol"]', "plan: curve must be one of supervised, mpp, mae, simclr, dino, got 'byol'"),
     ("transfer_lrs=[nan]", "plan: transfer_lrs must be finite numbers, got [nan]"),
     ("transfer_batch=10000000", "plan: transfer_batch 10000000 is too large: at most 65,536"),
     ("seeds=[-1]", "plan: seeds must not be negative"),
@@ -126,11 +124,19 @@ def test_gpu_shaped_plan_runs_transfers_as_processes_with_a_sweep(tmp_path):
 
 
 def test_a_curve_names_only_what_the_plan_pre_trains_and_lands_on_its_checkpoints():
+    from vitx.recipe import parse_sets
     from vitx.reproduce.pipeline import _curve_steps
+    from vitx.reproduce.plan import Plan
 
     with pytest.raises(VitxError, match=r"^plan: curve names dino, which this plan does not pre-train \(it "
                                         r"pre-trains supervised, mpp\)$"):
         replace(CORE, curve=["mpp", "dino"]).validate()
+    for setting, says in [
+            ('curve=["mpp","mpp"]', "plan: curve takes distinct values, e.g. mpp; got mpp twice in mpp,mpp"),
+            ('curve=["byol"]', "plan: curve must be one of supervised, mpp, mae, simclr, dino, got 'byol'")]:
+        with pytest.raises(VitxError) as refused:  # as `vitx reproduce --set` reads and checks them
+            QUICK.with_settings(parse_sets([setting], Plan))
+        assert str(refused.value) == says
     # the compute points as steps on each pre-training's checkpoint interval (its smallest point)
     plan = replace(QUICK, compute_points=[1 / 8, 1 / 4, 1 / 2], pretrainings={
         "supervised": QUICK.pretrainings["supervised"], "mpp": replace(QUICK.pretrainings["mpp"], steps=500),
