@@ -51,7 +51,7 @@ def test_gpu_acceptance_dry_run_prints_every_command_and_checks_its_configs(tmp_
     assert reproduce[1:5] == ["-m", "vitx", "reproduce", "--plan"] and reproduce[5] == "gpu"
     sets = [reproduce[i + 1] for i, a in enumerate(reproduce) if a == "--set"]
     assert sets == ["pretrain_steps=1500", "seeds=[0,1,2,3]", "transfer_lrs=[0.1]", "hires_seeds=1",
-                    "compute_points=[0.3]", "jobs=8"]
+                    "compute_points=[0.3]", 'curve=["mpp","dino"]', "jobs=8"]
     assert "total limit: 1470 s (24.5 min)" in printed  # under the 25 minutes
     assert "options: pretrain valid; reproduce plan gpu with" in printed and "seeds [0, 1, 2, 3]" in printed
     assert not (out / "fsdp").exists() and not (out / "summary.json").exists()  # a dry run runs nothing

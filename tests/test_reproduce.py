@@ -68,10 +68,11 @@ def test_reproduction_pipeline_writes_a_complete_report_and_resumes(tmp_path, pl
     saved = json.loads((out / "results.json").read_text())
     assert {"scratch", "mpp", "supervised"} <= set(saved["transfer"]) and set(saved["hires"]) == {"0"}
     # the curve's checkpoints at half their steps, transferred too (MAE and DINO come with their plugins)
-    assert set(saved["compute"]) == {f"{name}@3" for name in plan.curve}
+    curve = [name for name in plan.curve if name in saved["pretrain"]]
+    assert set(saved["compute"]) == {f"{name}@3" for name in curve}
     assert [r["step"] for r in saved["pretrain"]["mpp"]["monitor"]] == [0, 3, 6]  # the monitor's curve
     assert "### Against pre-training compute" in report and "| mpp | 3 | 48 |" in report
-    for name in plan.curve:  # each at its end too; minutes: steps × batch at the run's measured speed
+    for name in curve:  # each at its end too; minutes: steps × batch at the run's measured speed
         speed = saved["pretrain"][name]["images_per_s"]
         assert speed > 0 and f"| {name} | 6 | 96 | {6 * 16 / speed / 60:.1f} |" in report
     weights = (out / "pretrain-supervised" / "model.safetensors").stat().st_mtime_ns
@@ -143,6 +144,15 @@ def test_a_curve_names_only_what_the_plan_pre_trains_and_lands_on_its_checkpoint
         "dino": replace(QUICK.pretrainings["dino"], steps=1000)}, curve=["mpp", "dino"]).validate()
     assert _curve_steps(plan, "mpp") == [62, 124, 248] and _curve_steps(plan, "dino") == [125, 250, 500]
     assert _curve_steps(replace(plan, compute_points=[1 / 8, 0.99]), "mpp") == [62, 496]  # never past the end
+
+
+def test_a_pre_trainings_speed_weighs_each_log_step_by_the_steps_it_covers():
+    from vitx.reproduce.pipeline import _speed
+
+    rows = [{"step": 25, "images_per_s": 100.0}, {"step": 30, "images_per_s": 10.0},  # 5 steps slowed by a save
+            {"step": 60, "images_per_s": 100.0}]
+    assert _speed(rows) == pytest.approx(60 / (25 / 100 + 5 / 10 + 30 / 100))  # 57.1, not the plain mean 70
+    assert _speed([{"step": 5, "loss": 1.0}]) is None  # no speed logged
 
 
 def test_a_reproduction_from_before_the_curve_setting_continues_with_the_curve_it_had(tmp_path):

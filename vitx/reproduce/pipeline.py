@@ -32,14 +32,23 @@ from .plan import CPU, Plan, Pretraining
 from .report import write_report
 
 
+def _speed(trained: list[dict[str, Any]]) -> float | None:
+    """The pre-training's cost on this machine, in images/s: each log step's speed weighted by the steps it covers
+    (a checkpoint's short interval counts for its few steps), so a resumed run's too."""
+    steps = seconds = 0.0
+    for before, row in zip([{"step": 0}, *trained], trained):
+        if row.get("images_per_s") and row["step"] > before["step"]:
+            steps += row["step"] - before["step"]
+            seconds += (row["step"] - before["step"]) / row["images_per_s"]
+    return steps / seconds if seconds else None
+
+
 def _last_metrics(run: Path) -> dict[str, Any]:
     rows = read_metrics(run)
     trained = [r for r in rows if "loss" in r]
     first, last = trained[0], trained[-1]
-    speeds = [r["images_per_s"] for r in trained if r.get("images_per_s")]
     return {"first": first, "last": last, "val": next((r for r in reversed(rows) if "val_loss" in r), {}),
-            # the pre-training's cost on this machine (its mean over the logged steps; a resumed run's too)
-            "images_per_s": sum(speeds) / len(speeds) if speeds else None,
+            "images_per_s": _speed(trained),
             "monitor": [{k: v for k, v in r.items() if k == "step" or k.startswith("monitor_")}
                         for r in rows if "monitor_knn" in r]}
 
@@ -54,7 +63,8 @@ def _pretrain(plan: Plan, name: str, run: Path, console: Console) -> dict[str, A
     pretrain({"objective": spec.objective, "model": plan.model, "data": plan.data, "image_size": plan.image_size,
               "batch_size": plan.batch_size, "steps": steps, "lr": spec.lr, "precision": plan.precision,
               "warmup_steps": max(1, steps // 15), "save_every": every,
-              "keep_checkpoints": steps // every + 1, "log_every": max(1, steps // 30),
+              # every checkpoint kept: one that a stop signal adds must not push out a curve's
+              "keep_checkpoints": steps, "log_every": max(1, steps // 30),
               "eval_samples": 1024 if name == "supervised" else 0, "output_dir": str(run), "log_with": "none",
               "seed": 0, **monitor},
              resume=RunDir(run).latest() is not None, console=console)
@@ -168,7 +178,11 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
     starts = {"scratch": "scratch", **{name: str(run) for name, run in runs.items()}}
     for name in (n for n in plan.curve if n in runs):  # the compute curve: checkpoints part-way through
         for step in _curve_steps(plan, name):
-            starts[f"{name}@{step}"] = str(runs[name] / "checkpoints" / f"step_{step:08d}")
+            checkpoint = runs[name] / "checkpoints" / f"step_{step:08d}"
+            if not checkpoint.is_dir():  # removed by hand, or pre-trained before its step was on the curve
+                raise VitxError(f"{name}'s checkpoint at step {step} is missing ({checkpoint}), so its compute "
+                                f"curve cannot be transferred; remove {runs[name]} to pre-train it again")
+            starts[f"{name}@{step}"] = str(checkpoint)
     jobs = {f"{name}-seed{seed}": _transfer_settings(plan, start, out / "transfer" / f"{name}-seed{seed}", seed)
             for name, start in starts.items() for seed in plan.seeds}
     done = _transfers(jobs, plan.jobs, console)

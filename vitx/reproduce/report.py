@@ -45,7 +45,8 @@ def _transfer_table(results: dict[str, Any]) -> list[str]:
 def _curve_points(results: dict[str, Any]) -> dict[str, list[tuple[int, list[dict[str, Any]]]]]:
     """Each curve objective's (pre-training steps, transfer runs) in step order: its part-way checkpoints, then
     its end."""
-    points: dict[str, list[tuple[int, list[dict[str, Any]]]]] = {}
+    points: dict[str, list[tuple[int, list[dict[str, Any]]]]] = {
+        name: [] for name in results["plan"].get("curve", ["mpp"]) if name in results["transfer"]}
     for key, runs in results["compute"].items():
         name, step = key.split("@")
         points.setdefault(name, []).append((int(step), runs))
