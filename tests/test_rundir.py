@@ -13,7 +13,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from safetensors import SafetensorError
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 import vitx
 from vitx.runner import pretrain
@@ -39,8 +41,8 @@ def _fake_checkpoint(run: RunDir, step: int, complete: bool = True, marked: bool
     (path / "accelerate" / "optimizer.bin").write_text(f"optimizer of step {step}")
     if marked:
         (path / OWNED).write_text("")
-    for name in ("model.safetensors", "config.json"):
-        (path / name).write_text(f"{name} of step {step}")
+    (path / "config.json").write_text(f"config.json of step {step}")
+    save_file({"w": torch.zeros(2)}, str(path / "model.safetensors"), metadata={"step": str(step)})
     if complete:
         (path / "trainer_state.json").write_text(json.dumps({"step": step}))
     return path
@@ -88,6 +90,19 @@ def test_a_kill_before_the_top_level_follows_its_checkpoint_is_repaired(tmp_path
     run = tmp_path / "run"
     assert json.loads((run / "config.json").read_text())["step"] == 2  # stale: what the probe found
 
+    # step 4's model.safetensors truncated (a copy that stopped short): refused in one line before any link, and
+    # the top level stays step 2's good files
+    newest = run / "checkpoints" / "step_00000004" / "model.safetensors"
+    whole, before = newest.read_bytes(), (run / "model.safetensors").read_bytes()
+    newest.write_bytes(whole[:len(whole) // 2])
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, **SHORT)), "--resume")
+    assert proc.returncode == 2 and _errors(proc) == [
+        f"error: {newest} is damaged (incomplete metadata, file not fully covered); the top-level files were left "
+        "as they are: delete checkpoints/step_00000004 to continue from the checkpoint before it"], proc.stderr
+    assert (run / "model.safetensors").read_bytes() == before
+    assert json.loads((run / "config.json").read_text())["step"] == 2
+
+    newest.write_bytes(whole)
     assert pretrain(tiny(tmp_path, **SHORT), resume=True) == {"step": 4}
     assert json.loads((run / "config.json").read_text())["step"] == 4
     for name in ("model.safetensors", "heads.safetensors", "config.json"):
@@ -103,7 +118,8 @@ def test_a_start_repairs_the_top_level_and_removes_half_pruned_checkpoints(tmp_p
     assert run.latest() == newest
     run.repair()
     assert (run.path / "config.json").read_text() == "config.json of step 4"
-    assert (run.path / "model.safetensors").read_text() == "model.safetensors of step 4"
+    with safe_open(str(run.path / "model.safetensors"), framework="pt") as mirrored:
+        assert mirrored.metadata() == {"step": "4"}
     run.clean_partial()
     assert not half.exists() and sorted(p.name for p in run.steps()) == ["step_00000002", "step_00000004"]
 
@@ -116,7 +132,7 @@ def test_pruning_removes_the_completeness_marker_first(tmp_path, monkeypatch):
     _fake_checkpoint(run, 2)
     _fake_checkpoint(run, 4)
     staged = run.staging(6)
-    (staged / "model.safetensors").write_text("model.safetensors of step 6")
+    save_file({"w": torch.zeros(2)}, str(staged / "model.safetensors"))
 
     def killed_rmtree(path, ignore_errors=False):  # the weights go first, then the kill
         (Path(path) / "model.safetensors").unlink(missing_ok=True)
@@ -211,7 +227,7 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_the_earlier_checkpoints(
     proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, **SHORT)))
     assert proc.returncode == 2 and len(_errors(proc)) == 1, proc.stderr[-2000:]
     assert f"error: cannot write {out / 'checkpoints' / 'step_00000004'}: no space left on the device" in proc.stderr
-    assert "earlier checkpoints are intact" in proc.stderr
+    assert "the earlier checkpoints are intact (the newest: step_00000002)" in proc.stderr
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000002"]  # no partial left behind
     assert json.loads((out / "config.json").read_text())["step"] == 2
     vitx.load_backbone(out / "checkpoints" / "step_00000002")
@@ -227,6 +243,8 @@ def test_a_full_disk_under_the_metrics_log_is_one_line(tmp_path, monkeypatch):
     proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, **SHORT)))
     assert proc.returncode == 2 and len(_errors(proc)) == 1, proc.stderr[-2000:]
     assert f"error: cannot write {tmp_path / 'run' / 'metrics.jsonl'}: no space left on the device" in proc.stderr
+    assert "no checkpoint had been written yet: fix that, then run the command again" in proc.stderr  # (none is)
+    assert "intact" not in proc.stderr
 
 
 @pytest.mark.parametrize("name", ["optimizer.bin", "scheduler.bin"])

@@ -147,8 +147,7 @@ class Trainer(Stepping, Evaluating, Saving):
             except OSError as exc:  # the disk filled up (or went read-only) under metrics.jsonl, say
                 if exc.errno not in DISK_STATE_ERRNOS:
                     raise
-                raise VitxError(f"{cannot_write(exc.filename or setup.run.path, exc)}; the earlier checkpoints are "
-                                "intact: fix that, then continue with --resume") from None
+                raise VitxError(f"{cannot_write(exc.filename or setup.run.path, exc)}; {setup.run.kept()}") from None
             finally:
                 self.close()
 

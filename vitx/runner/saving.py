@@ -54,7 +54,7 @@ class Together:
         if isinstance(first, FileExistsError) and first.filename:
             where = first.filename  # a folder that is not vitx's, in the way (runs/rundir.py)
         said = cannot_write(where, first) if first else VitxError(f"cannot write {where} (see the main process)")
-        raise VitxError(f"{said}; the earlier checkpoints are intact: fix that, then continue with --resume")
+        raise VitxError(f"{said}; {self.run.kept()}")
 
 
 class Saving:

@@ -33,6 +33,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
+from safetensors import SafetensorError, safe_open
+
 from ..checkpoint import atomic_write_text, cannot_write, fsync_path, fsync_tree, read_json, save_weights
 from ..errors import VitxError
 
@@ -75,6 +77,20 @@ def write_weights(folder: Path, step: int, state: dict[str, Any], ema: dict[str,
         save_weights(teacher, folder / TEACHER, meta)
 
 
+def check_weights(path: Path, run: Path) -> None:
+    """Refuse, in one line, a weight file that is not whole: its safetensors header unreadable, or its tensors'
+    sizes (dtype x shape) not covering the file exactly, as safetensors checks on opening (a truncated copy, a
+    disk that filled). Reads the header only."""
+    try:
+        with safe_open(str(path), framework="pt") as found:
+            found.keys()
+    except (SafetensorError, OSError) as exc:
+        said = str(exc).removeprefix("Error while deserializing header: ")
+        raise VitxError(f"{path} is damaged ({said}); the top-level files were left as they are: delete "
+                        f"{path.parent.relative_to(run) if path.is_relative_to(run) else path.parent} to continue "
+                        "from the checkpoint before it") from None
+
+
 def step_number(path: Path) -> int | None:
     """The step a checkpoint folder is named for; None for anything else in checkpoints/."""
     found = NAME.fullmatch(path.name)
@@ -113,6 +129,14 @@ class RunDir:
         """The newest complete checkpoint (with `before`: of a step before it), or None."""
         done = [p for p in self.steps() if (p / MARKER).exists() and (before is None or step_number(p) < before)]
         return done[-1] if done else None
+
+    def kept(self) -> str:
+        """What a failed write left behind and how to go on, true to what is on disk: the earlier checkpoints
+        when there are some, else that there is none to continue from."""
+        latest = self.latest()
+        if latest is None:
+            return "no checkpoint had been written yet: fix that, then run the command again"
+        return f"the earlier checkpoints are intact (the newest: {latest.name}): fix that, then continue with --resume"
 
     def check_writable(self) -> None:
         """Refuse now, before minutes of setup, a folder that cannot be written: a file in the way, a read-only
@@ -210,8 +234,13 @@ class RunDir:
         return final
 
     def mirror(self, checkpoint: Path) -> None:
-        """Make the top-level files the checkpoint's (hard links: no copy). For the process holding the lock."""
+        """Make the top-level files the checkpoint's (hard links: no copy). For the process holding the lock.
+        Each weight file is checked first (`check_weights`): a damaged one is refused before anything is linked,
+        so a truncated checkpoint never replaces the good files on top."""
         stale = self._stale(checkpoint)
+        for name in stale:
+            if name in WEIGHTS and (checkpoint / name).exists():
+                check_weights(checkpoint / name, self.path)
         for name in stale:
             src, top = checkpoint / name, self.path / name
             if src.exists():
