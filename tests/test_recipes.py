@@ -140,3 +140,25 @@ def test_a_recipe_value_that_is_not_finite_is_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
     with pytest.raises(VitxError, match=r"--lrs must be finite numbers, got \[0\.1, inf\]"):
         TransferConfig(lrs=[0.1, float("inf")]).validate()
+
+
+def test_values_nested_too_deeply_and_bounds_far_above_any_run_are_one_line(tmp_path):
+    """A recipe 200,000 lists or 20,000 inline tables deep, and a --set list 50,000 deep, are more than tomllib's
+    recursion can read: one line each, exit 2, nothing written. A weight decay of 1e30 (or its end value) is a
+    typo, refused as --weight-decay is."""
+    deep = {"lists.toml": "[pretrain]\nsteps = " + "[" * 200_000 + "]" * 200_000 + "\n",
+            "tables.toml": "[pretrain]\nsteps = " + "{a = " * 20_000 + "1" + "}" * 20_000 + "\n"}
+    for name, text in deep.items():
+        (tmp_path / name).write_text(text)
+        proc = vitx_cli("pretrain", "--recipe", str(tmp_path / name), "--output-dir", str(tmp_path / "run"))
+        assert proc.returncode == 2 and proc.stderr == \
+            f"error: {tmp_path / name} is not a valid TOML recipe (nested too deeply to read: not a recipe)\n"
+    for command, key in [("transfer", "lrs"), ("pretrain", "steps")]:
+        proc = vitx_cli(command, "--set", f"{key}=" + "[" * 50_000 + "]" * 50_000, "--output-dir", str(tmp_path / "run"))
+        assert proc.returncode == 2 and proc.stderr == \
+            f"error: --set: {key} is nested too deeply to read, got '{'[' * 77}...'\n", proc.stderr[-300:]
+    for flag in ("--weight-decay", "--weight-decay-end"):
+        proc = vitx_cli("pretrain", flag, "1e30", "--output-dir", str(tmp_path / "run"))
+        assert proc.returncode == 2 and proc.stderr == \
+            f"error: {flag} 1e+30 is too large: at most 10, far above any real run (a typo?)\n"
+    assert not (tmp_path / "run").exists()

@@ -78,6 +78,22 @@ def test_a_bad_shard_is_one_line(shard):
         TransferConfig(shard=shard).validate()
 
 
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]], ids=["run", "dry-run"])
+def test_a_shard_count_beyond_any_suite_is_one_line_before_any_folder(dry, tmp_path):
+    """N far above a suite's work items (1e20 written out, which no list of shards can hold): one line, exit 2,
+    with or without --dry-run, and no folder made or marked as a vitx run."""
+    from vitx.transfer.config import MAX_SHARDS
+
+    for shard in ("99999999999999999999/100000000000000000000", "5/100000000000000000000", f"0/{MAX_SHARDS + 1}"):
+        proc = vitx_cli("transfer", "--task", "embedded:shapes", "--shard", shard, *dry,
+                        "--output-dir", str(tmp_path / "suite"))
+        count = int(shard.split("/")[1])
+        assert proc.returncode == 2 and proc.stderr == \
+            f"error: --shard: N {count:,} is too large: at most {MAX_SHARDS:,}, far above a suite's work items " \
+            f"(a typo?); got '{shard[:60]}'\n", proc.stderr[-500:]
+        assert not (tmp_path / "suite").exists()
+
+
 def test_claims_are_exclusive_and_a_dead_holder_s_are_taken_over(tmp_path):
     from vitx.transfer.claims import STALE_AFTER, Claims
 

@@ -62,6 +62,16 @@ def _parse_text(text: str) -> Any:
         return text
 
 
+def _shown(value: Any) -> str:
+    """A value as an error line quotes it: its start (a hostile one may be megabytes, or nested too deeply to
+    repr)."""
+    try:
+        text = value if isinstance(value, str) else repr(value)
+    except RecursionError:
+        text = f"a {type(value).__name__} nested too deeply to show"
+    return repr(text if len(text) <= 80 else f"{text[:77]}...")
+
+
 def check_value(kind: Any, value: Any, from_text: bool) -> Any:
     """`value` as the field type `kind` wants it; raises ValueError when it cannot be one."""
     inner = optional_of(kind)
@@ -103,15 +113,16 @@ def typed(cls: type, key: str, value: Any, where: str, from_text: bool = False) 
         hint = f" (did you mean {', '.join(close)}?)" if close else f" (known: {', '.join(sorted(types_))})"
         raise VitxError(f"{where}: unknown key '{name}'{hint}")
     raw = value
-    if from_text and isinstance(value, str):
-        parsed = _parse_text(value)
-        text_field = str in (types_[name], optional_of(types_[name]))
-        raw = value if text_field and not isinstance(parsed, str) else parsed  # task=1e3 stays the text "1e3"
     try:
+        if from_text and isinstance(value, str):
+            parsed = _parse_text(value)
+            text_field = str in (types_[name], optional_of(types_[name]))
+            raw = value if text_field and not isinstance(parsed, str) else parsed  # task=1e3 stays the text "1e3"
         return name, check_value(types_[name], raw, from_text)
+    except RecursionError:  # (tomllib recurses once per level: a list 50,000 deep is no setting)
+        raise VitxError(f"{where}: {name} is nested too deeply to read, got {_shown(value)}") from None
     except ValueError:
-        shown = value if isinstance(value, str) else repr(value)
-        raise VitxError(f"{where}: {name} must be {_type_name(types_[name])}, got {shown!r}") from None
+        raise VitxError(f"{where}: {name} must be {_type_name(types_[name])}, got {_shown(value)}") from None
 
 
 def load_recipe(path: str | Path, command: str, cls: type) -> dict[str, Any]:
@@ -123,6 +134,8 @@ def load_recipe(path: str | Path, command: str, cls: type) -> dict[str, Any]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise VitxError(f"{path} is not a valid TOML recipe ({exc})") from None
+    except RecursionError:  # (tomllib recurses once per level of [[...]] or {a = {...}})
+        raise VitxError(f"{path} is not a valid TOML recipe (nested too deeply to read: not a recipe)") from None
     except OSError as exc:
         raise VitxError(f"cannot read recipe {path} ({exc.strerror or exc})") from None
     tables = [k for k, v in data.items() if isinstance(v, dict)]

@@ -114,6 +114,9 @@ class TransferConfig(Weights, Columns, Input, Augmentation, Optimisation, Output
         return [(lr, steps) for steps in self.sweep_steps for lr in self.lrs]
 
 
+MAX_SHARDS = 10_000  # --shard's N: a job array this wide leaves all but a few hundred shards without an item
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """`--shard I/N` as (I, N), 0 ≤ I < N; "" (no --shard) is (0, 1): every item."""
     if not text:
@@ -125,6 +128,9 @@ def parse_shard(text: str) -> tuple[int, int]:
         i, n = -1, 0
     if not 0 <= i < n:
         raise VitxError(f"--shard takes I/N with 0 ≤ I < N (I counts from 0), e.g. --shard 0/4; got '{text}'")
+    if n > MAX_SHARDS:  # (the work list is split by a pass over every shard per item)
+        raise VitxError(f"--shard: N {n:,} is too large: at most {MAX_SHARDS:,}, far above a suite's work items "
+                        f"(a typo?); got '{text[:60]}'")
     return i, n
 
 
