@@ -8,7 +8,7 @@ import pytest
 
 from vitx.errors import VitxError
 from vitx.reproduce import QUICK, reproduce
-from vitx.reproduce.claims import distance_claim, hires_claim, position_claim, transfer_claim
+from vitx.reproduce.claims import distance_claim, hires_claim, position_claim, start_stats, transfer_claim
 
 from .helpers import vitx_cli
 
@@ -38,6 +38,22 @@ def test_claims_follow_their_criteria():
     spread["transfer"]["scratch"] = [{"test_top1": 0.2}] * 3
     numbers = transfer_claim(spread)["numbers"]
     assert numbers["mpp_stderr"] == pytest.approx(0.1 / 3 ** 0.5) and not transfer_claim(spread)["holds"]
+    # three pre-trainings of MPP, five transfers each: the ± is between pre-trainings (64.4, 72.8, 70.5 as
+    # STUDY.md measured), not the transfer seeds' spread (about 1 point within each)
+    between = fake()
+    between["plan"]["test_samples"] = 360
+    between["transfer"]["mpp"] = [{"test_top1": m + d, "pretrain_seed": p} for p, m in enumerate((0.644, 0.728, 0.705))
+                                  for d in (-0.02, -0.01, 0.0, 0.01, 0.02)]
+    between["transfer"]["scratch"] = [{"test_top1": a} for a in (0.4778, 0.4639, 0.4750, 0.4139, 0.4611)]
+    stats = start_stats(between["transfer"]["mpp"], 360)
+    means = [0.644, 0.728, 0.705]
+    spread = (sum((m - sum(means) / 3) ** 2 for m in means) / 2 / 3) ** 0.5  # 2.5 points
+    assert stats["level"] == "pre-training" and stats["per_pretraining"] == pytest.approx(means)
+    assert stats["mean"] == pytest.approx(sum(means) / 3) and stats["stderr"] == pytest.approx(spread)
+    # within each: the transfer seeds' s.e. (0.71 points) under the 360 test images' binomial floor (≈ 1.1)
+    assert stats["within_stderr"] == pytest.approx(sum((m * (1 - m) / 360 / 5) ** 0.5 for m in means) / 3)
+    claim = transfer_claim(between)["numbers"]
+    assert claim["mpp_stderr"] == pytest.approx(spread) and claim["mpp_within_stderr"] < spread / 2
     assert position_claim(fake())["holds"] and position_claim(fake(), "mpp")["holds"]
     assert not position_claim(fake(nearest=0.5))["holds"] and not position_claim(fake(corr=-0.1))["holds"]
     structured_init = fake()
@@ -75,11 +91,12 @@ def test_reproduction_pipeline_writes_a_complete_report_and_resumes(tmp_path, pl
     for name in curve:  # each at its end too; minutes: steps × batch at the run's measured speed
         speed = saved["pretrain"][name]["images_per_s"]
         assert speed > 0 and f"| {name} | 6 | 96 | {6 * 16 / speed / 60:.1f} |" in report
-    weights = (out / "pretrain-supervised" / "model.safetensors").stat().st_mtime_ns
+    assert saved["summary"]["mpp"]["level"] == "transfer" and saved["transfer"]["mpp"][0]["pretrain_seed"] == 0
+    weights = (out / "pretrain-supervised-p0" / "model.safetensors").stat().st_mtime_ns
     assert not first["resumed"]
     second = reproduce(out, plan)  # everything is done: nothing is trained again
     assert second["resumed"] and "reused the runs" in (out / "REPORT.md").read_text()
-    assert (out / "pretrain-supervised" / "model.safetensors").stat().st_mtime_ns == weights
+    assert (out / "pretrain-supervised-p0" / "model.safetensors").stat().st_mtime_ns == weights
     assert second["transfer"]["mpp"][0]["test_top1"] == first["transfer"]["mpp"][0]["test_top1"]
     with pytest.raises(VitxError, match=r"holds a reproduction of another plan \(shots differ: was 40\)"):
         reproduce(out, replace(plan, shots=30))  # refused before anything is trained or overwritten
@@ -112,14 +129,18 @@ def test_quick_and_another_plan_is_a_contradiction(tmp_path):
 def test_gpu_shaped_plan_runs_transfers_as_processes_with_a_sweep(tmp_path):
     """The GPU plan's paths, at token size on the CPU: transfers as `vitx transfer --recipe` processes two at a
     time (jobs > 1), each sweeping two learning rates; results come back as the in-process path gives them."""
-    plan = replace(QUICK, jobs=2, transfer_lrs=[0.03, 0.1], compute_points=[],
+    plan = replace(QUICK, jobs=2, transfer_lrs=[0.03, 0.1], compute_points=[], pretrain_seeds=[0, 1],
                    pretrainings={k: v for k, v in QUICK.pretrainings.items() if k in ("supervised", "mpp")})
     out = tmp_path / "repro"
     results = reproduce(out, plan)
+    # pre-trainings as `vitx pretrain --recipe` processes too, one thread each; each row over both pre-trainings
+    assert (out / "pretrain-mpp-p1.toml").is_file() and set(results["pretrain"]["mpp"]["runs"]) == {"0", "1"}
+    assert [r["pretrain_seed"] for r in results["transfer"]["mpp"]] == [0, 1]
+    assert results["summary"]["mpp"]["level"] == "pre-training" and results["machine"]["threads_per_process"] == 1
     for start in ("scratch", "supervised", "mpp"):
         row = results["transfer"][start][0]
         assert row["chosen"]["lr"] in (0.03, 0.1) and len(row["sweep"]) == 2 and 0 <= row["test_top1"] <= 1
-        assert (out / "transfer" / f"{start}-seed0.toml").is_file()  # the job's settings, as a recipe
+        assert (out / "transfer" / f"{start if start == 'scratch' else start + '-p0'}-seed0.toml").is_file()
     assert results["hires"]["0"]["lr"] == results["transfer"]["supervised"][0]["chosen"]["lr"]
     assert "Sweep lr [0.03, 0.1] × [4] steps" in (out / "REPORT.md").read_text()
 

@@ -24,8 +24,9 @@ from ..runner.launch import process_device
 from ..runner.reporting import make_console
 from ..runs.rundir import RunDir
 from ..transfer import TransferConfig, transfer
-from ..transfer.jobs import cores, start_transfer, write_recipe
-from .claims import judge
+from ..runs.rundir import step_number
+from ..transfer.jobs import cores, start_vitx, write_recipe
+from .claims import judge, start_stats, test_count
 from ..errors import VitxError
 from ..spec import parse_spec
 from .plan import CPU, Plan, Pretraining
@@ -53,22 +54,63 @@ def _last_metrics(run: Path) -> dict[str, Any]:
                         for r in rows if "monitor_knn" in r]}
 
 
-def _pretrain(plan: Plan, name: str, run: Path, console: Console) -> dict[str, Any]:
-    tick = time.perf_counter()
+def _pretrain_settings(plan: Plan, name: str, seed: int, run: Path) -> dict[str, Any]:
+    """The `vitx pretrain` settings of pre-training `name` with `seed`, into `run`."""
     spec = plan.pretrainings[name]
     steps = spec.steps_in(plan)
     every = _interval(plan, name)
     monitor = {"monitor": plan.monitor, "monitor_every": every, "monitor_features": plan.monitor_features} \
         if name == "mpp" and plan.monitor else {}
-    pretrain({"objective": spec.objective, "model": plan.model, "data": plan.data, "image_size": plan.image_size,
-              "batch_size": plan.batch_size, "steps": steps, "lr": spec.lr, "precision": plan.precision,
-              "warmup_steps": max(1, steps // 15), "save_every": every,
-              # every checkpoint kept: one that a stop signal adds must not push out a curve's
-              "keep_checkpoints": steps, "log_every": max(1, steps // 30),
-              "eval_samples": 1024 if name == "supervised" else 0, "output_dir": str(run), "log_with": "none",
-              "seed": 0, **monitor},
-             resume=RunDir(run).latest() is not None, console=console)
-    return {**_last_metrics(run), "steps": steps, "seconds": time.perf_counter() - tick}
+    return {"objective": spec.objective, "model": plan.model, "data": plan.data, "image_size": plan.image_size,
+            "batch_size": plan.batch_size, "steps": steps, "lr": spec.lr, "precision": plan.precision,
+            "warmup_steps": max(1, steps // 15), "save_every": every,
+            # every checkpoint kept: one that a stop signal adds must not push out a curve's
+            "keep_checkpoints": steps, "log_every": max(1, steps // 30),
+            "eval_samples": 1024 if name == "supervised" else 0, "output_dir": str(run), "log_with": "none",
+            "seed": seed, **monitor}
+
+
+def _pretrainings(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: Console) -> dict[str, dict[str, Any]]:
+    """Run pre-trainings (key → (name, seed, run folder)): in this process one after the other (`plan.jobs` 1),
+    else `plan.jobs` at a time as `vitx pretrain` processes with the cores shared out (one thread each on 2
+    cores: a run on one thread repeats bit for bit, STUDY.md). A finished run is kept; a stopped one resumes."""
+    began: dict[str, float] = {}
+
+    def run(key: str) -> dict[str, Any]:
+        name, seed, folder = jobs[key]
+        began[key] = time.perf_counter()
+        settings = _pretrain_settings(plan, name, seed, folder)
+        resume = RunDir(folder).latest() is not None
+        if plan.jobs <= 1:
+            pretrain(settings, resume=resume, console=console)
+        elif not _finished(folder, settings["steps"]):
+            recipe = write_recipe(folder.parent / f"{folder.name}.toml", settings, section="pretrain")
+            log = folder.parent / f"{folder.name}.log"
+            code = start_vitx("pretrain", recipe, log, list(jobs).index(key), plan.jobs,
+                              ("--resume",) if resume else (), append=resume).wait()
+            if code != 0:
+                raise VitxError(f"pre-training {key} failed (exit {code}); see {log}")
+        console.print(f"pre-training {key}: done")
+        return {**_last_metrics(folder), "steps": settings["steps"], "seed": seed,
+                "seconds": time.perf_counter() - began[key]}
+
+    if plan.jobs <= 1:
+        return {key: run(key) for key in jobs}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(plan.jobs) as pool:
+        return dict(zip(jobs, pool.map(run, jobs)))
+
+
+def _finished(run: Path, steps: int) -> bool:
+    """Whether pre-training `run` holds its final checkpoint (so a second call does not start it again)."""
+    latest = RunDir(run).latest()
+    return latest is not None and step_number(latest) >= steps
+
+
+def _key(name: str, seed: int) -> str:
+    """A pre-training's name in the reproduction's folders and results: the row and its pre-training seed."""
+    return f"{name}-p{seed}"
 
 
 def _interval(plan: Plan, name: str) -> int:
@@ -127,7 +169,7 @@ def _transfers(jobs: dict[str, dict[str, Any]], parallel: int, console: Console)
             # the job's settings as a recipe: the CLI checks them as any
             recipe = write_recipe(out.parent / f"{out.name}.toml", settings)
             log = out.parent / f"{out.name}.log"
-            code = start_transfer(recipe, log, list(jobs).index(name), parallel, ("--resume",) if out.exists() else (),
+            code = start_vitx("transfer", recipe, log, list(jobs).index(name), parallel, ("--resume",) if out.exists() else (),
                                   append=False).wait()
             if code != 0:
                 raise VitxError(f"transfer {name} failed (exit {code}); see {log}")
@@ -140,7 +182,7 @@ def _transfers(jobs: dict[str, dict[str, Any]], parallel: int, console: Console)
 
 # settings added to the plan since plan.json files were first written: the value a reproduction made before
 # had, so that continuing it with that value (`--set curve=["mpp"]`) is the same plan
-UNRECORDED: dict[str, Any] = {"curve": ["mpp"]}
+UNRECORDED: dict[str, Any] = {"curve": ["mpp"], "pretrain_seeds": [0], "jobs": 1}
 
 
 def _same_plan(out: Path, plan: Plan) -> None:
@@ -166,35 +208,52 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
     console = console or make_console()
     began = time.perf_counter()
     chosen = _available(plan, console)
-    runs = {name: out / f"pretrain-{name}" for name in chosen}
+    # each row pre-trained once per pre-training seed; the first seed's run is the one inspected and fine-tuned
+    # at the higher resolution
+    pretrainings = {_key(name, seed): (name, seed, out / f"pretrain-{_key(name, seed)}")
+                    for name in chosen for seed in plan.pretrain_seeds}
     results: dict[str, Any] = {"plan": plan.to_dict(), "pretrain": {}, "transfer": {}, "compute": {}, "hires": {},
-                               "inspect": {}, "resumed": any(RunDir(r).latest() is not None for r in runs.values())}
+                               "inspect": {}, "resumed": any(RunDir(r).latest() is not None
+                                                             for _, _, r in pretrainings.values())}
 
     console.rule("1/4 pre-training")
+    trained = _pretrainings(plan, pretrainings, console)
     for name in chosen:
-        results["pretrain"][name] = _pretrain(plan, name, runs[name], console)
+        runs = {str(seed): trained[_key(name, seed)] for seed in plan.pretrain_seeds}
+        results["pretrain"][name] = {**runs[str(plan.pretrain_seeds[0])], "runs": {
+            seed: {"loss_first": r["first"].get("loss"), "loss_last": r["last"].get("loss"), "seconds": r["seconds"],
+                   "images_per_s": r["images_per_s"]} for seed, r in runs.items()}}
 
     console.rule("2/4 low-data transfer")
-    starts = {"scratch": "scratch", **{name: str(run) for name, run in runs.items()}}
-    for name in (n for n in plan.curve if n in runs):  # the compute curve: checkpoints part-way through
-        for step in _curve_steps(plan, name):
-            checkpoint = runs[name] / "checkpoints" / f"step_{step:08d}"
+    # start → (where it starts, its row in the results, its pre-training seed); a row holds every pre-training
+    # seed's transfers (a curve point's row: "mpp@500")
+    starts: dict[str, tuple[str, str, int | None]] = {"scratch": ("scratch", "scratch", None)}
+    for key, (name, seed, run) in pretrainings.items():
+        starts[key] = (str(run), name, seed)
+    for key, (name, seed, run) in pretrainings.items():  # the compute curve: checkpoints part-way through
+        for step in _curve_steps(plan, name) if name in plan.curve else ():
+            checkpoint = run / "checkpoints" / f"step_{step:08d}"
             if not checkpoint.is_dir():  # removed by hand, or pre-trained before its step was on the curve
-                raise VitxError(f"{name}'s checkpoint at step {step} is missing ({checkpoint}), so its compute "
-                                f"curve cannot be transferred; remove {runs[name]} to pre-train it again")
-            starts[f"{name}@{step}"] = str(checkpoint)
-    jobs = {f"{name}-seed{seed}": _transfer_settings(plan, start, out / "transfer" / f"{name}-seed{seed}", seed)
-            for name, start in starts.items() for seed in plan.seeds}
+                raise VitxError(f"{key}'s checkpoint at step {step} is missing ({checkpoint}), so its compute "
+                                f"curve cannot be transferred; remove {run} to pre-train it again")
+            starts[f"{key}@{step}"] = (str(checkpoint), f"{name}@{step}", seed)
+    jobs = {f"{start}-seed{seed}": _transfer_settings(plan, where, out / "transfer" / f"{start}-seed{seed}", seed)
+            for start, (where, _, _) in starts.items() for seed in plan.seeds}
     done = _transfers(jobs, plan.jobs, console)
-    for name in starts:
-        rows = [done[f"{name}-seed{seed}"] for seed in plan.seeds]
-        (results["compute"] if "@" in name else results["transfer"])[name] = rows
+    for start, (_, row, pretrain_seed) in starts.items():
+        table = results["compute"] if "@" in row else results["transfer"]
+        table.setdefault(row, []).extend({**done[f"{start}-seed{seed}"], "seed": seed, "pretrain_seed": pretrain_seed}
+                                         for seed in plan.seeds)
+    results["summary"] = {start: start_stats(rows, test_count(results))
+                          for table in ("transfer", "compute") for start, rows in results[table].items()}
 
     console.rule("3/4 fine-tuning at a higher resolution")
     hires = {}
-    for seed, low in list(zip(plan.seeds, results["transfer"]["supervised"]))[:plan.hires_seeds]:
+    first = [r for r in results["transfer"]["supervised"] if r["pretrain_seed"] == plan.pretrain_seeds[0]]
+    for seed, low in list(zip(plan.seeds, first))[:plan.hires_seeds]:
         chosen_run = low["chosen"]  # the same lr and steps as the run at the pre-training resolution
-        hires[str(seed)] = _transfer_settings(plan, starts["supervised"], out / "hires" / f"seed{seed}", seed,
+        hires[str(seed)] = _transfer_settings(plan, starts[_key("supervised", plan.pretrain_seeds[0])][0],
+                                              out / "hires" / f"seed{seed}", seed,
                                               image_size=plan.hires, sweep=False, lr=chosen_run["lr"],
                                               steps=chosen_run["steps"])
     results["hires"] = _transfers(hires, plan.jobs, console)
@@ -202,7 +261,8 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
     console.rule("4/4 inspecting")
     torch.manual_seed(0)
     backbones = {"init": create_backbone(plan.model, img_size=plan.image_size),
-                 "supervised": load_backbone(runs["supervised"]), "mpp": load_backbone(runs["mpp"])}
+                 **{name: load_backbone(pretrainings[_key(name, plan.pretrain_seeds[0])][2])
+                    for name in ("supervised", "mpp")}}
     for name, backbone in backbones.items():
         numbers = inspect_backbone(backbone.to(process_device()), out / "inspect" / name, data=plan.data, samples=plan.attention_images)
         results["inspect"][name] = {k: v for k, v in numbers.items() if k != "attention_rollout"}
@@ -210,6 +270,8 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
 
     results["seconds"] = time.perf_counter() - began
     results["machine"] = {"cpu": platform.processor() or platform.machine(), "cores": torch.get_num_threads(),
+                          "processes": plan.jobs, "threads_per_process": max(1, cores() // plan.jobs)
+                          if plan.jobs > 1 else torch.get_num_threads(),
                           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
                           "torch": torch.__version__, "vitx": __version__}
     results["claims"] = judge(results)

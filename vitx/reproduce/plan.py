@@ -1,6 +1,7 @@
 """The small-scale reproduction as data: what is trained, on what, for how long.
 
-`CPU` takes about an hour on 2 cores (DINO's row about 20 minutes of it); `GPU` is meant for about 10 minutes on
+`CPU` takes about 100 minutes on 2 cores (every row pre-trained with 3 seeds, two runs at a time on one thread
+each; DINO's rows about half of it); `GPU` is meant for about 10 minutes on
 one H100 (a 27× larger model on a 16×16 grid, more steps at twice the batch, an lr sweep, transfers run side by
 side); `QUICK` is the CPU plan with token budgets, for tests. Grids are at least 8×8 tokens: the smallest where masked patch
 prediction has context to predict a patch from.
@@ -76,10 +77,11 @@ class Plan:
     transfer_lrs: list[float] = setting([0.1], "Transfer learning rates (one lr and one step count: no sweep).", PROTOCOL, above=0, cli=False)
     transfer_steps: list[int] = setting([200], "Transfer step counts.", PROTOCOL, above=0, cli=False)
     test_samples: int = setting(0, "Test images; 0: the task's whole test split.", EVALUATION, min=0, limit=LIMITS["test_samples"], cli=False)
-    seeds: list[int] = setting([0, 1, 2, 3, 4], "Transfer seeds (pre-training uses seed 0).", PROTOCOL, min=0, limit=LIMITS["seed"], cli=False, distinct=True)
+    seeds: list[int] = setting([0, 1, 2, 3, 4], "Transfer seeds: every pre-training is transferred with each.", PROTOCOL, min=0, limit=LIMITS["seed"], cli=False, distinct=True)
+    pretrain_seeds: list[int] = setting([0, 1, 2], "Pre-training seeds: every row is pre-trained once per seed (the initialisation, data order and every draw), and the report's ± is the spread between these pre-trainings (the s.e. of the mean of their per-pre-training means), not only between transfer seeds.", PROTOCOL, min=0, limit=LIMITS["seed"], cli=False, distinct=True)
     hires_seeds: int = setting(3, "The first N seeds are also fine-tuned at the higher resolution.", PROTOCOL, min=0, cli=False)
     attention_images: int = setting(128, "Images averaged in the attention-distance analysis.", EVALUATION, above=0, cli=False)
-    jobs: int = setting(1, "Transfers run at once: >1 runs them as separate processes (one GPU holds several).", SYSTEM, above=0, limit=LIMITS["workers"], cli=False)
+    jobs: int = setting(2, "Pre-trainings and transfers run at once, as separate processes with the cores shared out (one thread each on 2 cores: each run repeats bit for bit); one GPU holds several.", SYSTEM, above=0, limit=LIMITS["workers"], cli=False)
     setting: str = SETTING_DIGITS  # the report's paragraph on what is trained on what, and why
 
     @property
@@ -92,7 +94,7 @@ class Plan:
     def validate(self) -> "Plan":
         """One line for a setting that cannot run (a `--set` typo), before anything is trained."""
         check(self, named=lambda f: f"plan: {f.name}")  # every bound and choice, as declared
-        for name in ("seeds", "transfer_lrs", "transfer_steps"):
+        for name in ("seeds", "pretrain_seeds", "transfer_lrs", "transfer_steps"):
             if not getattr(self, name):
                 raise VitxError(f"plan: {name} must not be empty")
         unknown = [name for name in self.curve if name not in self.pretrainings]
@@ -128,7 +130,7 @@ GPU = replace(  # not yet run in this setting: the last GPU run (GPU.md) was of 
     },
     compute_points=[0.1, 0.3], transfer_lrs=[0.03, 0.1], transfer_steps=[300], seeds=list(range(8)),
     hires_seeds=4, jobs=8)
-QUICK = replace(CPU, name="quick", pretrain_steps=6, shots=40, test_samples=64, seeds=[0], attention_images=8,
+QUICK = replace(CPU, name="quick", pretrain_steps=6, shots=40, test_samples=64, seeds=[0], pretrain_seeds=[0], jobs=1, attention_images=8,
                 batch_size=16, transfer_batch=16, transfer_steps=[4], compute_points=[0.5], hires=48, hires_seeds=1,
                 pretrainings={k: replace(v, steps=0) for k, v in CPU.pretrainings.items()})
 PLANS = {"cpu": CPU, "gpu": GPU, "quick": QUICK}

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from ..checkpoint import atomic_write_text
 from ..plots import COMPUTE, draw_compute, try_draw
-from .claims import mean_top1, start_stderr, test_count
+from .claims import mean_top1, start_stats, test_count
 
 
 def _pct(x: float) -> str:
@@ -30,29 +30,57 @@ def _measured(c: dict[str, Any]) -> str:
     return f"{_pct(n['low_top1'])} → {_pct(n['high_top1'])} (± {_pct(n['stderr'])})"
 
 
+def _stats(results: dict[str, Any], start: str) -> dict[str, Any]:
+    """A start's mean ± s.e. as the pipeline recorded it (results.json's summary), or computed the same way for a
+    results.json from before the summary."""
+    table = results["compute"] if "@" in start else results["transfer"]
+    return results.get("summary", {}).get(start) or start_stats(table[start], test_count(results))
+
+
 def _transfer_table(results: dict[str, Any]) -> list[str]:
-    seeds, n = results["plan"]["seeds"], test_count(results)
-    lines = ["| start | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± s.e. | chosen lr × steps |",
-             "|---" * (len(seeds) + 3) + "|"]
+    """One row per start: each pre-training's mean over the transfer seeds, the mean over pre-trainings ± the s.e.
+    between them, and the within-pre-training s.e. beside it."""
+    plan = results["plan"]
+    lines = [f"| start | per pre-training (mean of {len(plan['seeds'])} transfer seeds) | mean ± s.e. | s.e. level | "
+             "within a pre-training (s.e. over transfer seeds) | chosen lr × steps |", "|---|---|---|---|---|---|"]
     for name, runs in results["transfer"].items():
-        accs = [r["test_top1"] for r in runs]
-        chosen = ", ".join(f"{r['chosen']['lr']:g} × {r['chosen']['steps']}" for r in runs)
-        lines.append(f"| {name} | " + " | ".join(_pct(a) for a in accs) +
-                     f" | {_pct(mean_top1(runs))} ± {_pct(start_stderr(runs, n))} | {chosen} |")
+        st = _stats(results, name)
+        per = ", ".join(f"p{s}: {_pct(m)}" if s is not None else _pct(m)
+                        for s, m in zip(st["pretrain_seeds"], st["per_pretraining"]))
+        chosen = sorted({f"{r['chosen']['lr']:g} × {r['chosen']['steps']}" for r in runs})
+        level = (f"{len(st['per_pretraining'])} pre-trainings" if st["level"] == "pre-training"
+                 else f"{len(runs)} transfer seeds")
+        lines.append(f"| {name} | {per} | {_pct(st['mean'])} ± {_pct(st['stderr'])} | {level} | "
+                     f"± {_pct(st['within_stderr'])} | {', '.join(chosen)} |")
     return lines
 
 
-def _curve_points(results: dict[str, Any]) -> dict[str, list[tuple[int, list[dict[str, Any]]]]]:
-    """Each curve objective's (pre-training steps, transfer runs) in step order: its part-way checkpoints, then
-    its end."""
-    points: dict[str, list[tuple[int, list[dict[str, Any]]]]] = {
+def _seed_table(results: dict[str, Any]) -> list[str]:
+    """Every transfer's test top-1, by start and pre-training seed, one column per transfer seed."""
+    seeds = results["plan"]["seeds"]
+    lines = ["| start | pre-training seed | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+             "|---" * (len(seeds) + 2) + "|"]
+    for name, runs in results["transfer"].items():
+        groups: dict[Any, list[float]] = {}
+        for r in runs:
+            groups.setdefault(r.get("pretrain_seed"), []).append(r["test_top1"])
+        for pretrain_seed, accs in groups.items():
+            lines.append(f"| {name} | {'—' if pretrain_seed is None else pretrain_seed} | "
+                         + " | ".join(_pct(a) for a in accs) + " |")
+    return lines
+
+
+def _curve_points(results: dict[str, Any]) -> dict[str, list[tuple[int, str]]]:
+    """Each curve objective's (pre-training steps, start in the results) in step order: its part-way
+    checkpoints ("mpp@500"), then its end ("mpp")."""
+    points: dict[str, list[tuple[int, str]]] = {
         name: [] for name in results["plan"].get("curve", ["mpp"]) if name in results["transfer"]}
-    for key, runs in results["compute"].items():
+    for key in results["compute"]:
         name, step = key.split("@")
-        points.setdefault(name, []).append((int(step), runs))
+        points.setdefault(name, []).append((int(step), key))
     for name, rows in points.items():
         end = results["pretrain"][name].get("steps", results["plan"]["pretrain_steps"])
-        rows.append((end, results["transfer"][name]))
+        rows.append((end, name))
         rows.sort(key=lambda row: row[0])
     return points
 
@@ -64,31 +92,33 @@ def _minutes(results: dict[str, Any], name: str, steps: int) -> float | None:
 
 
 def _compute_table(results: dict[str, Any]) -> list[str]:
-    """Each curve objective's transfer accuracy against its pre-training steps and time, with the gap to scratch."""
-    plan, n = results["plan"], test_count(results)
-    scratch = results["transfer"]["scratch"]
-    base, base_se = mean_top1(scratch), start_stderr(scratch, n)
+    """Each curve objective's transfer accuracy against its pre-training steps and time, with the gap to scratch
+    (each point's mean ± s.e. over its pre-training seeds, as the transfer table's)."""
+    plan = results["plan"]
+    base = _stats(results, "scratch")
     lines = ["| start | pre-training steps | images seen | minutes here | test top-1 | − scratch (points) |",
-             "|---|---|---|---|---|---|", f"| scratch | 0 | 0 | 0 | {_pct(base)} ± {_pct(base_se)} | — |"]
+             "|---|---|---|---|---|---|",
+             f"| scratch | 0 | 0 | 0 | {_pct(base['mean'])} ± {_pct(base['stderr'])} | — |"]
     for name, rows in _curve_points(results).items():
-        for steps, runs in rows:
-            mean, se = mean_top1(runs), start_stderr(runs, n)
+        for steps, start in rows:
+            st = _stats(results, start)
             minutes = _minutes(results, name, steps)
             lines.append(f"| {name} | {steps} | {steps * plan['batch_size']:,} | "
-                         f"{'—' if minutes is None else f'{minutes:.1f}'} | {_pct(mean)} ± {_pct(se)} | "
-                         f"{100 * (mean - base):+.2f} ± {100 * (se ** 2 + base_se ** 2) ** 0.5:.2f} |")
+                         f"{'—' if minutes is None else f'{minutes:.1f}'} | {_pct(st['mean'])} ± {_pct(st['stderr'])} | "
+                         f"{100 * (st['mean'] - base['mean']):+.2f} ± "
+                         f"{100 * (st['stderr'] ** 2 + base['stderr'] ** 2) ** 0.5:.2f} |")
     return lines
 
 
 def _draw_compute(results: dict[str, Any], path: Path, warn: Callable[[str], None]) -> bool:
     """compute.png beside the report: each curve objective's accuracy against its pre-training minutes here
     (steps where a speed is unrecorded), scratch as a band. False when it could not be drawn (said by `warn`)."""
-    n, points = test_count(results), _curve_points(results)
+    points = _curve_points(results)
     timed = all(_minutes(results, name, 1) is not None for name in points)
-    curves = {name: [(_minutes(results, name, steps) if timed else steps, mean_top1(runs), start_stderr(runs, n))
-                     for steps, runs in rows] for name, rows in points.items()}
-    scratch = results["transfer"]["scratch"]
-    return try_draw(COMPUTE, draw_compute, curves, (mean_top1(scratch), start_stderr(scratch, n)), path,
+    curves = {name: [(_minutes(results, name, steps) if timed else steps, _stats(results, start)["mean"],
+                      _stats(results, start)["stderr"]) for steps, start in rows] for name, rows in points.items()}
+    scratch = _stats(results, "scratch")
+    return try_draw(COMPUTE, draw_compute, curves, (scratch["mean"], scratch["stderr"]), path,
                     xlabel="pre-training minutes (this machine)" if timed else "pre-training steps",
                     warn=warn) is not None
 
@@ -133,9 +163,13 @@ def _other_objectives(results: dict[str, Any]) -> list[str]:
     for name in ("mae", "simclr", "dino"):
         if name in results["pretrain"]:
             r = results["pretrain"][name]
-            lines.append(f"- `{results['plan']['pretrainings'][name]['objective']}`: loss {r['first']['loss']:.3f} → "
-                         f"{r['last']['loss']:.3f} over {r.get('steps', results['plan']['pretrain_steps'])} steps "
-                         f"({r['seconds']:.0f} s).")
+            runs = r.get("runs") or {"0": {"loss_first": r["first"]["loss"], "loss_last": r["last"]["loss"],
+                                           "seconds": r["seconds"]}}
+            each = "; ".join(f"seed {seed}: {v['loss_first']:.3f} → {v['loss_last']:.3f} ({v['seconds'] / 60:.1f} min)"
+                             for seed, v in runs.items())
+            lines.append(f"- `{results['plan']['pretrainings'][name]['objective']}`, "
+                         f"{r.get('steps', results['plan']['pretrain_steps'])} steps, loss by pre-training seed: "
+                         f"{each}.")
     if skipped:
         lines.append(f"- Not run here (plugin not installed): {', '.join(skipped)}.")
     return lines
@@ -162,28 +196,26 @@ def _distance_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def write_report(results: dict[str, Any], path: Path, warn: Callable[[str], None] = print) -> Path:
-    """REPORT.md, and compute.png beside it."""
-    plan, claims = results["plan"], results["claims"]
-    figure = _draw_compute(results, path.parent / COMPUTE, warn) if results["compute"] else False
-    pre = results["pretrain"]
-    sup_val = pre["supervised"]["val"].get("val_top1")
-    mpp_first, mpp_last = pre["mpp"]["first"], pre["mpp"]["last"]
-    machine = results["machine"]
+def _summary(results: dict[str, Any], path: Path) -> list[str]:
+    """The command, what was trained, and the claims table with each claim's criterion."""
+    plan, claims, machine = results["plan"], results["claims"], results["machine"]
     held = sum(c["holds"] for c in claims)
-    grid = results["inspect"]["supervised"]["grid"]
-    lines = [
+    threads = (f"{machine['processes']} processes side by side, {machine['threads_per_process']} CPU thread(s) each"
+               if machine.get("processes", 1) > 1 else f"{machine['cores']} CPU threads")
+    pretrain_seeds = plan.get("pretrain_seeds", [0])
+    return [
         "# vitx: the ViT paper's findings at small scale",
         "",
         f"Command: `vitx reproduce --plan {plan.get('name', 'cpu')} --output-dir {path.parent}` · {results['seconds'] / 60:.1f} minutes"
         f"{' (this call; it reused the runs an earlier call finished)' if results.get('resumed') else ''} on "
-        f"{machine['cores']} CPU threads{' and ' + machine['gpu'] if machine['gpu'] else ''} · vitx {machine['vitx']}, "
+        f"{threads}{' and ' + machine['gpu'] if machine['gpu'] else ''} · vitx {machine['vitx']}, "
         f"torch {machine['torch']}.",
         "",
         f"Everything is trained here, offline: {plan['model']} at {plan['image_size']}px, pre-trained "
         f"({_steps(results)}, batch {plan['batch_size']}) on `{plan['data']}`, then transferred to `{plan['task']}` "
-        f"with {plan['shots']} labelled images. Pre-trainings: {', '.join(results['pretrain'])}. The pre-training "
-        f"uses seed 0; each transfer uses seeds {', '.join(map(str, plan['seeds']))}. "
+        f"with {plan['shots']} labelled images. Pre-trainings: {', '.join(results['pretrain'])}, each with "
+        f"pre-training seed{'s' if len(pretrain_seeds) > 1 else ''} {', '.join(map(str, pretrain_seeds))}; each "
+        f"pre-training is transferred with seeds {', '.join(map(str, plan['seeds']))}. "
         f"**{held} of {len(claims)} claims reproduce.**",
         "",
         *([plan["setting"], ""] if plan.get("setting") else []),
@@ -195,30 +227,46 @@ def write_report(results: dict[str, Any], path: Path, warn: Callable[[str], None
         "",
         *[f"- **{c['id']}**: {c['criterion']}." for c in claims],
         "",
+    ]
+
+
+def _transfer_section(results: dict[str, Any], figure: bool) -> list[str]:
+    """Section 1: the pre-trainings, the low-data transfer from each, and the compute curve."""
+    plan, pre = results["plan"], results["pretrain"]
+    sup_val = pre["supervised"]["val"].get("val_top1")
+    mpp_first, mpp_last = pre["mpp"]["first"], pre["mpp"]["last"]
+    protocol = (f"Transfer: the paper's protocol at small size (SGD with momentum, batch {plan['transfer_batch']}). "
+                f"Sweep lr {plan['transfer_lrs']} × {plan['transfer_steps']} steps on {plan['shots'] * 4 // 5} train "
+                f"images, pick on {plan['shots'] // 5} validation images, retrain on all {plan['shots']}, then test on "
+                f"{test_count(results)} images." if len(plan['transfer_lrs']) * len(plan['transfer_steps']) > 1 else
+                f"Transfer: fine-tuning with SGD and momentum at one setting (lr {plan['transfer_lrs'][0]}, "
+                f"{plan['transfer_steps'][0]} steps of batch {plan['transfer_batch']}; no sweep: one setting for every "
+                f"start) on {plan['shots']} labelled images, then test on {test_count(results)} images.")
+    return [
         "## 1. Pre-training and low-data transfer",
         "",
         f"Supervised pre-training reached {_pct(sup_val) if sup_val is not None else 'n/a'} validation top-1 "
-        f"(10 classes). Masked patch prediction (`{plan['pretrainings']['mpp']['objective']}`) went from loss {mpp_first['loss']:.2f} to "
-        f"{mpp_last['loss']:.2f}. Over the same steps, its corrupted-patch colour accuracy went from "
-        f"{_pct(mpp_first.get('colour_acc', 0))} to {_pct(mpp_last.get('colour_acc', 0))}. Always guessing the most "
-        f"frequent colour scores {_pct(mpp_last.get('baseline_acc', 0))}.",
+        f"(10 classes). Masked patch prediction (`{plan['pretrainings']['mpp']['objective']}`) went from loss "
+        f"{mpp_first['loss']:.2f} to {mpp_last['loss']:.2f}. Over the same steps, its corrupted-patch colour accuracy "
+        f"went from {_pct(mpp_first.get('colour_acc', 0))} to {_pct(mpp_last.get('colour_acc', 0))}. Always guessing "
+        f"the most frequent colour scores {_pct(mpp_last.get('baseline_acc', 0))}. (The first pre-training seed's "
+        "run; every run's losses are in results.json.)",
         "",
-        (f"Transfer: the paper's protocol at small size (SGD with momentum, batch {plan['transfer_batch']}). "
-         f"Sweep lr {plan['transfer_lrs']} × {plan['transfer_steps']} steps on {plan['shots'] * 4 // 5} train "
-         f"images, pick on {plan['shots'] // 5} validation images, retrain on all {plan['shots']}, then test on "
-         f"{test_count(results)} images." if len(plan['transfer_lrs']) * len(plan['transfer_steps']) > 1 else
-         f"Transfer: fine-tuning with SGD and momentum at one setting (lr {plan['transfer_lrs'][0]}, "
-         f"{plan['transfer_steps'][0]} steps of batch {plan['transfer_batch']}; no sweep: one setting for every start) on "
-         f"{plan['shots']} labelled images, then test on {test_count(results)} images.") +
-        " Chance is 10%. The standard error of a mean is the spread over the transfer seeds, never below the test "
-        "set's binomial error.",
+        protocol + " Chance is 10%. A row's mean is the mean over its pre-trainings of each one's mean over the "
+        "transfer seeds; its ± is the standard error between pre-trainings (what a repetition of the whole row "
+        "moves by), never below the test set's binomial error; the within-pre-training ± (the transfer seeds' "
+        "spread alone) is beside it. Scratch has no pre-training: its ± is over the transfer seeds.",
         "",
         *_transfer_table(results),
+        "",
+        "Every transfer:",
+        "",
+        *_seed_table(results),
         "",
         "### Against pre-training compute",
         "",
         "The same transfer from checkpoints part-way through each pre-training (checkpoints of one run, whose "
-        "learning rate has not yet decayed), beside training from scratch: whether, and "
+        "learning rate has not yet decayed; every pre-training seed's), beside training from scratch: whether, and "
         "where, each objective starts to pay off, and at what cost here (minutes from each pre-training's "
         "measured speed on this machine).",
         "",
@@ -228,11 +276,21 @@ def write_report(results: dict[str, Any], path: Path, warn: Callable[[str], None
         *_monitor_table(results),
         *(["Other self-supervised objectives (plugins), transferred above on the same protocol:", "",
            *_other_objectives(results), ""] if _other_objectives(results) else []),
+    ]
+
+
+def _inspection_sections(results: dict[str, Any]) -> list[str]:
+    """Sections 2-4 and the other figures: position embeddings, attention distance, the higher resolution."""
+    plan = results["plan"]
+    grid = results["inspect"]["supervised"]["grid"]
+    first = plan.get("pretrain_seeds", [0])[0]
+    low = [r for r in results["transfer"]["supervised"] if r.get("pretrain_seed", first) == first]
+    return [
         "## 2. Position embeddings",
         "",
-        "Cosine similarity between the position embedding of each patch and every other patch. The table gives "
-        "the share of patches whose most similar patch lies in their own row or column, and the correlation "
-        "between similarity and grid distance.",
+        "Cosine similarity between the position embedding of each patch and every other patch (the first "
+        "pre-training seed's runs). The table gives the share of patches whose most similar patch lies in their "
+        "own row or column, and the correlation between similarity and grid distance.",
         "",
         *_position_table(results),
         "",
@@ -256,15 +314,15 @@ def write_report(results: dict[str, Any], path: Path, warn: Callable[[str], None
         "",
         "## 4. Fine-tuning at a higher resolution",
         "",
-        f"The supervised checkpoint is fine-tuned at {plan['hires']}px, with its {grid[0]}×{grid[1]} position "
-        f"embeddings interpolated to {grid[0] * plan['hires'] // plan['image_size']}×"
+        f"The supervised checkpoint (pre-training seed {first}) is fine-tuned at {plan['hires']}px, with its "
+        f"{grid[0]}×{grid[1]} position embeddings interpolated to {grid[0] * plan['hires'] // plan['image_size']}×"
         f"{grid[1] * plan['hires'] // plan['image_size']}. It uses the lr and steps that the "
         f"{plan['image_size']}px run chose on validation.",
         "",
         f"| seed | {plan['image_size']}px | {plan['hires']}px |",
         "|---|---|---|",
-        *[f"| {s} | {_pct(low['test_top1'])} | {_pct(results['hires'][str(s)]['test_top1'])} |"
-          for s, low in zip(plan["seeds"], results["transfer"]["supervised"]) if str(s) in results["hires"]],
+        *[f"| {s} | {_pct(r['test_top1'])} | {_pct(results['hires'][str(s)]['test_top1'])} |"
+          for s, r in zip(plan["seeds"], low) if str(s) in results["hires"]],
         "",
         "## Also inspected",
         "",
@@ -272,19 +330,29 @@ def write_report(results: dict[str, Any], path: Path, warn: Callable[[str], None
         "|---|---|",
         "| ![](inspect/supervised/embedding_filters.png) | ![](inspect/supervised/attention_rollout.png) |",
         "",
-        "## What did not reproduce",
-        "",
     ]
+
+
+def _closing(results: dict[str, Any]) -> list[str]:
+    """What did not reproduce, and the plan's settings."""
+    plan, claims = results["plan"], results["claims"]
     failed = [f"- **{c['claim']}**: {_measured(c)}. Criterion: {c['criterion']}." for c in claims if not c["holds"]]
-    lines += failed or ["Every claim held at this scale."]
+    lines = ["## What did not reproduce", "", *(failed or ["Every claim held at this scale."])]
     if failed:
         lines += ["", f"This is a {plan['model']} model trained for minutes on small data; the paper's findings "
                       "are for 86M-632M-parameter models trained for days on millions of images. A claim that does "
                       "not hold here is reported as it was measured, not tuned until it did."]
-    lines += ["", "## Settings", "", "| setting | value |", "|---|---|",
-              *[f"| {k} | `{v}` |" for k, v in plan.items() if k != "setting"], "",
-              "All numbers are in `results.json` beside this report; each run directory holds its metrics and "
-              "checkpoint.", ""]
+    return lines + ["", "## Settings", "", "| setting | value |", "|---|---|",
+                    *[f"| {k} | `{v}` |" for k, v in plan.items() if k != "setting"], "",
+                    "All numbers are in `results.json` beside this report; each run directory holds its metrics and "
+                    "checkpoint.", ""]
+
+
+def write_report(results: dict[str, Any], path: Path, warn: Callable[[str], None] = print) -> Path:
+    """REPORT.md, and compute.png beside it."""
+    figure = _draw_compute(results, path.parent / COMPUTE, warn) if results["compute"] else False
+    lines = [*_summary(results, path), *_transfer_section(results, figure), *_inspection_sections(results),
+             *_closing(results)]
     atomic_write_text(path, "\n".join(lines))
     return path
 

@@ -58,10 +58,11 @@ def share_env(index: int, jobs: int, gpus: list[str]) -> dict[str, str]:
     return env
 
 
-def write_recipe(path: Path, settings: dict[str, Any]) -> Path:
-    """A transfer's settings as a recipe file, which the child's command line checks as any recipe."""
+def write_recipe(path: Path, settings: dict[str, Any], section: str = "transfer") -> Path:
+    """A run's settings as a recipe file (`section`: the command they configure), which the child's command line
+    checks as any recipe."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, "[transfer]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()
+    atomic_write_text(path, f"[{section}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()
                                                      if v is not None))
     return path
 
@@ -81,13 +82,14 @@ def _dies_with(parent: int) -> Callable[[], None]:
     return lambda: _die_with(parent)
 
 
-def start_transfer(recipe: Path, log: Path, index: int = 0, jobs: int = 1, extra: tuple[str, ...] = (),
-                   gpus: list[str] | None = None, append: bool = True, owned: bool = False) -> subprocess.Popen:
-    """`vitx transfer --recipe RECIPE EXTRA` as the `index`-th of `jobs` processes, its output in `log` (added
-    to it, or replacing it). `owned`: this process alone stops it (its own session: a signal to the terminal's
-    or the job's process group reaches only this process, which forwards it) and it dies with this process."""
+def start_vitx(command: str, recipe: Path, log: Path, index: int = 0, jobs: int = 1, extra: tuple[str, ...] = (),
+               gpus: list[str] | None = None, append: bool = True, owned: bool = False) -> subprocess.Popen:
+    """`vitx COMMAND --recipe RECIPE EXTRA` (a transfer, or the reproduction's pre-trainings) as the `index`-th of
+    `jobs` processes, its output in `log` (added to it, or replacing it). `owned`: this process alone stops it
+    (its own session: a signal to the terminal's or the job's process group reaches only this process, which
+    forwards it) and it dies with this process."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-m", "vitx", *_plugin_args(), "transfer", "--recipe", str(recipe), *extra]
+    args = [sys.executable, "-m", "vitx", *_plugin_args(), command, "--recipe", str(recipe), *extra]
     with open(log, "ab" if append else "wb") as out:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=share_env(index, jobs, visible_gpus() if gpus is None else gpus),
@@ -157,8 +159,8 @@ def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console)
             for i in range(cfg.jobs):
                 if stop:  # (stopped while they start: no more)
                     break
-                children.append(start_transfer(recipe, folder / f"job{i}.log", i, cfg.jobs, ("--resume",), gpus,
-                                               owned=True))
+                children.append(start_vitx("transfer", recipe, folder / f"job{i}.log", i, cfg.jobs, ("--resume",),
+                                           gpus, owned=True))
                 job_of[f"{socket.gethostname()}:{children[-1].pid}"] = i
             place = f"GPUs {', '.join(gpus)}" if gpus else f"{max(1, cores() // cfg.jobs)} thread(s) each"
             console.print(f"{cfg.jobs} jobs on {len(mine)} item(s) ({place}); logs in {folder}/job<i>.log",
@@ -244,5 +246,5 @@ def describe_failures(failed: list[tuple[int, int, Path]]) -> VitxError:
                      "--resume continues the suite")
 
 
-__all__ = ["cores", "describe_failures", "jobs_folder", "run_jobs", "share_env", "start_transfer", "visible_gpus",
+__all__ = ["cores", "describe_failures", "jobs_folder", "run_jobs", "share_env", "start_vitx", "visible_gpus",
            "write_recipe"]
