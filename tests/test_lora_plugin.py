@@ -26,10 +26,15 @@ def test_discovered_through_its_entry_point():
     assert ADAPTERS.get("lora").source == "entry point lora (vitx-lora)"
 
 
-def test_starts_exactly_at_the_pretrained_model_and_trains_only_factors_and_head():
-    backbone, model = lora_model()
+def test_starts_at_the_pretrained_model_and_trains_only_factors_and_head():
+    """init='peft' (B = 0) starts exactly at the pre-trained model; NOAH's init (B ~ N(0, 0.02²)) within ~1e-3."""
+    backbone, model = lora_model("lora(rank=2, init='peft')")
     x = torch.randn(3, 3, 32, 32)
     assert torch.equal(model.backbone(x), backbone(x))  # B = 0
+    _, noah = lora_model("lora(rank=2)")
+    delta = noah.backbone.blocks[0].attn.qkv.delta()  # (3D, D): B A, entries of std √r · 0.02² = 5.7e-4
+    assert 3e-4 < delta.std().item() < 1e-3
+    assert torch.allclose(noah.eval().backbone(x), backbone.eval()(x), atol=0.05)
     d, r, blocks = 128, 2, 6
     per_block = r * (d + 3 * d)  # the fused qkv alone: D -> 3D (the published LoRA)
     assert trainable_parameters(model) == blocks * per_block + (d * 5 + 5)
@@ -52,15 +57,53 @@ def test_the_default_is_the_published_lora_8_on_qkv_and_proj_is_an_option():
         create_adapter(spec).apply(adapted, AdaptContext(image_size=224, num_classes=10))
         assert trainable_parameters(adapted) - head == lora, spec
     assert {n.rsplit(".", 2)[-2] for n, p in adapted.named_parameters() if n.endswith("lora_a")} == {"qkv", "proj"}
-    assert create_adapter("lora").describe() == "lora(rank=8, alpha=8.0, targets='qkv')"
+    assert create_adapter("lora").describe() == "lora(rank=8, alpha=8.0, targets='qkv', init='noah', dropout=0.1)"
     row = PUBLISHED["vit-b16-i21k-lora"]
     assert row.adapter == "lora" and row.per_task()["vtab/dtd"] == pytest.approx(0.694)
     assert sum(row.values) / 19 == pytest.approx(72.25, abs=0.005)  # V-PETL Bench's mean over the 19 tasks
     assert [r.name for r in matching("timm:vit_base_patch16_224.orig_in21k", "lora")] == ["vit-b16-i21k-lora"]
 
 
+def test_a_at_initialisation_is_noahs_on_b16_and_the_other_inits_are_options():
+    """One B/16 qkv (768 -> 2304) at r = 8. NOAH's VTAB LoRA (supernet_train_prompt.py:21-23 imports
+    model/supernet_vision_transformer_timm.py, whose LoRA_a/LoRA_b, :225-228, its init_weights re-draws with
+    trunc_normal_(std=.02), :462, :531, :686): A and B of std 0.020. loralib (layers.py:124-125): A kaiming on
+    (r, in), std 1/√(3·768) = 0.0208, B = 0. NOAH's unused supernet module (model/module/qkv_super_prompt.py:28-30):
+    A kaiming on (in, r), std 1/√(3·8) = 0.204, B = 0."""
+    from vitx_lora import LoRALinear
+
+    torch.manual_seed(0)
+    expected = {"noah": (0.02, 0.02), "peft": (1 / (3 * 768) ** 0.5, 0.0), "noah-supernet": (1 / (3 * 8) ** 0.5, 0.0)}
+    for init, (a_std, b_std) in expected.items():
+        layer = LoRALinear(torch.nn.Linear(768, 2304), rank=8, alpha=8.0, init=init)
+        assert layer.lora_a.shape == (8, 768) and layer.lora_b.shape == (2304, 8)  # saved as (r, in), (out, r)
+        assert layer.lora_a.std().item() == pytest.approx(a_std, rel=0.03), init
+        assert layer.lora_b.std().item() == pytest.approx(b_std, rel=0.03, abs=1e-12), init
+    assert expected["noah-supernet"][0] == pytest.approx(0.204, abs=5e-4)  # the issue's 0.205: not what NOAH ran
+    with pytest.raises(vitx.VitxError, match="lora init must be one of noah, peft, noah-supernet"):
+        create_adapter("lora(init='xavier')")
+
+
+def test_the_peft_preset_runs_lora_at_noahs_script_settings():
+    """`--protocol peft --adapter lora` with nothing else given: NOAH's LoRA VTAB script (configs/LoRA/VTAB/
+    slurm_train_lora_vtab.sh:22 `for LR in 0.001`, :12 WEIGHT_DECAY=0.0001, :36 --batch-size=64 --epochs=100) and the
+    drop-path 0.1 its supernet_train_prompt.py:59 keeps; an explicit --lr wins; the header names the source."""
+    from vitx.transfer.config import TransferConfig, describe_origins, protocol_origins, with_protocol
+
+    cfg = TransferConfig(**with_protocol({"protocol": "peft", "adapters": ["lora"]})).validate()
+    assert (cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.batch_size, cfg.drop_path) == ("adamw", 1e-3, 1e-4, 64, 0.1)
+    assert cfg.steps == round(100 * 1000 / 64)
+    origins = protocol_origins(cfg)
+    assert origins["lr"] == {"value": 1e-3, "from": origins["drop_path"]["from"]}
+    assert "lora's reference, NOAH configs/LoRA/VTAB/slurm_train_lora_vtab.sh" in describe_origins(origins)
+    mine = TransferConfig(**with_protocol({"protocol": "peft", "adapters": ["lora"], "lr": 5e-3})).validate()
+    assert mine.lr == 5e-3 and "lr" not in protocol_origins(mine)
+    assert with_protocol({"adapters": ["lora"]}) == {"adapters": ["lora"]}  # vtab: the paper's own defaults
+
+
 def test_exported_weights_are_a_plain_backbone_with_the_same_outputs():
     backbone, model = lora_model("lora(rank=4, alpha=8, targets='qkv,proj')")
+    model.eval()  # (the low-rank path's dropout off)
     for name, p in model.named_parameters():
         if name.endswith("lora_b"):
             torch.nn.init.normal_(p, std=0.05)  # as after some training
@@ -77,7 +120,8 @@ def test_bad_options_are_one_line_errors():
     for spec, message in [("lora(rank=0)", "rank must be a positive integer"),
                           ("lora(rank=True)", "rank must be a positive integer"),
                           ("lora(alpha='x')", "alpha must be a positive number"),
-                          ("lora(targets='nothing')", "found no nn.Linear named nothing")]:
+                          ("lora(targets='nothing')", "found no nn.Linear named nothing"),
+                          ("lora(dropout=1)", "dropout must be a number in \\[0, 1\\)")]:
         with pytest.raises(vitx.VitxError, match=message):
             lora_model(spec)
 

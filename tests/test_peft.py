@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from vitx import create_backbone
+from vitx import VitxError, create_backbone
 from vitx.adapters import AdaptContext, create_adapter, trainable_parameters
 from vitx.objectives.supervised import Supervised
 
@@ -149,3 +149,90 @@ def test_a_prompted_backbone_is_recorded_resized_and_read_back(tmp_path):
     again = load_backbone(run).eval()
     x = torch.randn(2, 3, 16, 16)
     torch.testing.assert_close(again(x), backbone.eval()(x))
+
+
+def _peft(adapter: str, **given):
+    from vitx.transfer.config import TransferConfig, with_protocol
+
+    return TransferConfig(**with_protocol({"protocol": "peft", "adapters": [adapter], **given})).validate()
+
+
+def test_vpt_under_peft_is_noahs_rerun_with_vpts_prompt_dropout():
+    """`--protocol peft` runs VPT as NOAH's VPT VTAB script (configs/VPT/VTAB/slurm_train_vpt_vtab.sh:21
+    `for LR in 0.001`, :12 WEIGHT_DECAY=0.0001, :34 --batch-size=64 --epochs=100 --drop_rate_prompt=0.1), and its
+    prompts' dropout is VPT's VTAB runs' 0.1 (KMnP/vpt demo.ipynb: MODEL.PROMPT.DROPOUT "0.1"; vit.py:82)."""
+    cfg = _peft("vpt(deep=True)")
+    assert (cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.batch_size, cfg.steps) == ("adamw", 1e-3, 1e-4, 64, 1562)
+    assert create_adapter("vpt").describe() == "vpt(tokens=10, deep=False, dropout=0.1)"
+    model = _adapted("vpt(tokens=3, deep=True)")
+    x = torch.randn(2, 3, 16, 16)
+    model.train()
+    assert not model.backbone.blocks[0].training  # the frozen weights stay in eval mode
+    torch.manual_seed(1)
+    a = model.backbone(x)
+    torch.manual_seed(2)
+    assert not torch.allclose(a, model.backbone(x))  # the prompts' dropout, in training
+    model.eval()
+    torch.testing.assert_close(model.backbone(x), model.backbone(x))
+    plain = _adapted("vpt(tokens=3, deep=True, dropout=0)").train()
+    torch.testing.assert_close(plain.backbone(x), model.backbone(x))  # same seed, same prompts: eval = no dropout
+    with pytest.raises(VitxError, match=r"vpt dropout must be a number in \[0, 1\), got 1.5"):
+        create_adapter("vpt(dropout=1.5)")
+
+
+def test_ssf_under_peft_takes_the_lr_and_weight_decay_of_ssfs_vtab_scripts():
+    """SSF's scripts (dongzelian/SSF train_scripts/vit/vtab/cifar_100/train_ssf.sh:1 --nproc_per_node=2, :3
+    --batch-size 32 --epochs 100, :4 --weight-decay 5e-5, :6 --lr 5e-3: the lr of 10 of the 19 VTAB scripts, the
+    weight decay of 14, 2 × 32 = 64 images a step in all); an explicit setting wins."""
+    cfg = _peft("ssf")
+    assert (cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.batch_size, cfg.steps, cfg.warmup) == \
+        ("adamw", 5e-3, 5e-5, 64, 1562, 0.1)
+    assert _peft("ssf", lr=2e-2, weight_decay=5e-2).lr == 2e-2
+
+
+def test_bitfit_under_peft_has_no_reference_of_its_own_and_its_row_says_so():
+    """The published BitFit row is VPT's "Bias" (tune_vtab.py:215-266: SGD, lr × weight decay per task): no one lr
+    to take, so `--protocol peft` keeps the preset's (NOAH's shared AdamW 1e-3, weight decay 1e-4, batch 64, 100
+    epochs), and the row beside the run names the differences."""
+    from vitx.tasks.published import PUBLISHED, differences
+
+    cfg = _peft("bitfit")
+    assert (cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.batch_size, cfg.steps) == ("adamw", 1e-3, 1e-4, 64, 1562)
+    assert differences(PUBLISHED["vit-b16-i21k-bitfit"], cfg, create_adapter("bitfit")) == \
+        ["optimizer adamw (row: sgd)", "sweep False (row: True)"]
+
+
+def test_the_published_peft_rows_say_where_the_run_differs_from_their_setup():
+    """The LoRA row's setup is NOAH's: a peft LoRA run with nothing else given has it; one under the vtab protocol
+    or with init='peft' is told how it differs, in the results table's caption beside the row."""
+    import io
+
+    from rich.console import Console
+
+    from vitx.tasks.published import PUBLISHED, differences
+    from vitx.transfer.assemble import compare_with
+    from vitx.transfer.config import TransferConfig
+    from vitx.transfer.report import print_summary, summarise
+
+    row = PUBLISHED["vit-b16-i21k-lora"]
+    assert differences(row, _peft("lora"), create_adapter("lora")) == []
+    loralib = "lora(init='peft', dropout=0)"
+    assert differences(row, _peft(loralib, lr=5e-3), create_adapter(loralib)) == \
+        ["lr 0.005 (row: 0.001)", "lora init peft (row: noah)", "lora dropout 0 (row: 0.1)"]
+    vtab = TransferConfig(adapters=["lora"], sweep=False, steps=100).validate()
+    assert differences(row, vtab, create_adapter("lora"))[:3] == \
+        ["optimizer sgd (row: adamw)", "lr 0.01 (row: 0.001)", "weight_decay 0 (row: 0.0001)"]
+    deep = differences(PUBLISHED["vit-b16-i21k-vpt-deep"], _peft("vpt"), create_adapter("vpt"))
+    assert deep == ["optimizer adamw (row: sgd)", "sweep False (row: True)", "vpt deep False (row: True)"]
+
+    results = [{"task": "vtab/dtd", "group": "natural", "test_top1": 0.6, "seconds": 1.0, "sweep": [], "chosen": None}]
+    summary = summarise(results)
+    for cfg, said in ((_peft("lora", compare=["vit-b16-i21k-lora"]), "this run has its setup (NOAH configs/LoRA"),
+                      (_peft("lora", compare=["vit-b16-i21k-lora"], lr=0.01),
+                       "this run differs from its setup (NOAH configs/LoRA/VTAB/slurm_train_lora_vtab.sh:12,22,36")):
+        summary["compare"] = compare_with(cfg, results, summary)
+        out = io.StringIO()
+        print_summary(results, summary, Console(file=out, width=2000))
+        text = " ".join(out.getvalue().split())
+        assert said in text and "not in vitx's settings: the lr steps once per epoch" in text, text
+    assert "lr 0.01 (row: 0.001)" in text

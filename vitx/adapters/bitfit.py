@@ -1,5 +1,12 @@
 """BitFit (Ben Zaken et al. 2022): the pre-trained backbone stays frozen except for its bias terms; the task
-head trains. The saved backbone is a plain one (only biases differ from the start)."""
+head trains. The saved backbone is a plain one (only biases differ from the start).
+
+The published VTAB-1k BitFit row (VPT's "Bias", reprinted by NOAH and V-PETL Bench) was trained by VPT's code
+(github.com/KMnP/vpt, MODEL.TRANSFER_TYPE "tinytl-bias": every parameter named *bias* trains,
+src/models/vit_models.py:93-96) with SGD, lr × weight decay chosen per task on val200 from a grid
+(tune_vtab.py:215-266), 100 epochs with 10 of warm-up. No single lr stands behind it, so BitFit declares no
+reference of its own: `--protocol peft` runs it at the preset's shared settings (NOAH's AdamW, lr 1e-3, weight
+decay 1e-4, batch 64, 100 epochs), and `--compare vit-b16-i21k-bitfit` prints what differs beside the row."""
 from __future__ import annotations
 
 import torch.nn as nn

@@ -4,7 +4,14 @@ learned per-channel scale γ and shift β follow, y = γ ⊙ f(x) + β, initiali
 β ~ N(0, 0.02²), as SSF's code). The task head trains.
 
 Each γ, β folds into the layer before it when the model is saved (W' = diag(γ) W, b' = γ ⊙ b + β), so a
-transfer's model.safetensors is a plain backbone that loads anywhere; the training state keeps them apart."""
+transfer's model.safetensors is a plain backbone that loads anywhere; the training state keeps them apart.
+
+SSF's VTAB-1k scripts (github.com/dongzelian/SSF, train_scripts/vit/vtab/<task>/train_ssf.sh) all train 100 epochs
+(10 of warm-up) with AdamW on 2 processes of 32 images (a global batch of 64; timm's train.py does not rescale the
+lr), no augmentation, and tune lr, weight decay and drop-path per task: lr 5e-3 in 10 of the 19 (1e-3 to 5e-2 in
+the others), weight decay 5e-5 in 14 (5e-2 in 5), drop-path 0 in 9 (0.1 or 0.2 in the others). `--protocol peft`
+takes lr 5e-3 and weight decay 5e-5 from them (`SSF.reference`); a task's own values are set with --lr,
+--weight-decay and --drop-path."""
 from __future__ import annotations
 
 from typing import Any
@@ -41,6 +48,11 @@ def fold_ssf(state: dict[str, torch.Tensor], prefix: str) -> None:
 @register_adapter("ssf", description="frozen backbone; a trainable scale and shift after each linear map and "
                                      "norm (SSF; folded into the saved weights)")
 class SSF(Adapter):
+    reference = {"lr": 5e-3, "weight_decay": 5e-5, "batch_size": 64, "epochs": 100}
+    reference_source = ("SSF train_scripts/vit/vtab/cifar_100/train_ssf.sh:1-6 (lr 5e-3, weight decay 5e-5, 2 "
+                        "processes × batch 32, 100 epochs: the lr of 10 of its 19 VTAB scripts, the weight decay of "
+                        "14, the batch and epochs of all)")
+
     def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
         model.requires_grad_(False)
         adapted = 0

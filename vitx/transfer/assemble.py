@@ -12,7 +12,7 @@ from ..adapters import resolve_adapters
 from ..checkpoint import read_json_object
 from ..errors import VitxError
 from ..tasks import GROUPS
-from ..tasks.published import matching, published
+from ..tasks.published import differences, matching, published
 from .config import TransferConfig
 from .folders import write_json
 from .items import FINAL
@@ -23,13 +23,16 @@ from .suite import Suite
 def compare_with(cfg: TransferConfig, results: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
     """Published rows to show beside the results: `--compare` names, else those of the same timm start and
     method. Each with its numbers on the tasks run and its mean over the tasks counted here."""
-    rows = [published(n) for n in cfg.compare] or matching(cfg.start, resolve_adapters(cfg.adapters)[-1].name)
+    method = resolve_adapters(cfg.adapters)[-1]
+    rows = [published(n) for n in cfg.compare] or matching(cfg.start, method.name)
     counted = [r["task"] for r in results if r["task"] not in summary["left_out"]]
     shown = {}
     for row in rows:
         values = row.per_task()
         same = [values[t] for t in counted if t in values]
         shown[row.name] = {"start": row.start, "method": row.method, "source": row.source, "printed_mean": row.mean,
+                           "setup_source": row.setup_source, "differs": differences(row, cfg, method),
+                           "beyond": row.beyond,  # the row's setup against the run's settings
                            "tasks": {r["task"]: values.get(r["task"]) for r in results},
                            "mean_same_tasks": sum(same) / len(same) if same else None,
                            "group_means_same_tasks": {

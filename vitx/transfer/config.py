@@ -18,24 +18,70 @@ SELECT = ("auto", "suite", "task")  # auto: suite for more than one task (protoc
 # VTAB-1k share, after NOAH (Zhang et al. 2022, github.com/ZhangYuanhan-AI/NOAH, configs/VTAB) and followed by
 # SSF, FacT, SPT and SNELL: AdamW, lr 1e-3, weight decay 1e-4, batch 64, 100 epochs of the 1000 training images
 # (steps = 100 · shots / batch) with 10 of warm-up, cosine decay, no gradient clipping, no augmentation or
-# smoothing, images resized whole; one point (no sweep), trained on train800val200 and tested.
+# smoothing, images resized whole; one point (no sweep), trained on train800val200 and tested. Over it, the
+# method's own reference settings where its adapter declares them (`reference`, with `reference_source`: LoRA's
+# drop-path 0.1 as NOAH's LoRA script keeps it, SSF's lr and weight decay as most of SSF's scripts run them).
 PROTOCOLS: dict[str, dict[str, Any]] = {
     "vtab": {},
     "peft": {"optimizer": "adamw", "lr": 1e-3, "weight_decay": 1e-4, "batch_size": 64, "warmup": 0.1,
              "grad_clip": 0.0, "sweep": False, "augment": False, "label_smoothing": 0.0, "epochs": 100},
 }
+WITH_METHOD_REFERENCE = ("peft",)  # presets over which the method's `reference` settings apply
+
+
+def protocol_preset(chosen: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The chosen --protocol's preset (under peft with the method adapter's `reference` settings over it), and
+    for each of its settings where the value comes from."""
+    protocol = chosen.get("protocol", "vtab")
+    preset = dict(PROTOCOLS.get(protocol, {}))
+    origin = dict.fromkeys(preset, f"the {protocol} preset")
+    if protocol in WITH_METHOD_REFERENCE:
+        from ..adapters import resolve_adapters  # torch: only under a preset that reads the method
+
+        method = resolve_adapters(chosen.get("adapters") or [])[-1]
+        reference = dict(getattr(method, "reference", {}))
+        preset.update(reference)
+        origin.update(dict.fromkeys(reference, f"{method.name}'s reference, "
+                                               f"{getattr(method, 'reference_source', '') or 'its adapter'}"))
+    return preset, origin
 
 
 def with_protocol(chosen: dict[str, Any]) -> dict[str, Any]:
     """The explicitly chosen settings completed by their --protocol's preset (explicit ones win); the preset's
     `epochs` become --steps for the chosen shots and batch."""
-    preset = dict(PROTOCOLS.get(chosen.get("protocol", "vtab"), {}))
+    preset, _ = protocol_preset(chosen)
     epochs = preset.pop("epochs", None)
     out = {**preset, **chosen}
     if epochs is not None and "steps" not in chosen:
         shots = out.get("shots", TransferConfig.shots)
         out["steps"] = max(1, round(epochs * shots / out["batch_size"]))
     return out
+
+
+def protocol_origins(cfg: "TransferConfig") -> dict[str, dict[str, Any]]:
+    """Each setting that has the value its --protocol preset (or the method's reference) gives it, with where that
+    value comes from: `{"lr": {"value": 0.001, "from": "lora's reference, NOAH configs/..."}}`, for the header
+    and result.json. Empty under vtab (the config's own defaults)."""
+    preset, origin = protocol_preset({"protocol": cfg.protocol, "adapters": cfg.adapters})
+    epochs = preset.pop("epochs", None)
+    said = {k: {"value": v, "from": origin[k]} for k, v in preset.items() if getattr(cfg, k, None) == v}
+    if epochs is not None and not cfg.sweep and cfg.steps == max(1, round(epochs * cfg.shots / cfg.batch_size)):
+        said["steps"] = {"value": cfg.steps, "from": origin["epochs"], "epochs": epochs}
+    return said
+
+
+def describe_origins(origins: dict[str, dict[str, Any]]) -> str:
+    """`protocol_origins` in one line, grouped by source: "lr 0.001, drop_path 0.1 from lora's reference, ...;
+    optimizer adamw, ... from the peft preset"."""
+    groups: dict[str, list[str]] = {}
+    for key, o in origins.items():
+        shown = f"{key} {_shown(o['value'])}" + (f" ({o['epochs']} epochs)" if "epochs" in o else "")
+        groups.setdefault(o["from"], []).append(shown)
+    return "; ".join(f"{', '.join(keys)} from {source}" for source, keys in groups.items())
+
+
+def _shown(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclass
@@ -45,7 +91,7 @@ class TransferConfig(Weights, Columns, Input, Augmentation, Optimisation, Output
     train800 → val200, choose one point for the whole suite on the mean val200 (`select`), retrain it on all 1000,
     report test accuracy. Each field is one option of `vitx transfer` (vitx/settings/): the groups' (settings/groups.py) and its own below."""
 
-    protocol: str = setting("vtab", "Preset of the settings not given: vtab (the ViT paper's VTAB-1k recipe, the defaults below) or peft (the parameter-efficient transfer papers': AdamW lr 1e-3, weight decay 1e-4, batch 64, 100 epochs, 10% warm-up, no sweep; see transfer/config.PROTOCOLS). In Python: TransferConfig(**with_protocol(settings)).", PROTOCOL, choices=tuple(PROTOCOLS))
+    protocol: str = setting("vtab", "Preset of the settings not given: vtab (the ViT paper's VTAB-1k recipe, the defaults below) or peft (the parameter-efficient transfer papers': AdamW lr 1e-3, weight decay 1e-4, batch 64, 100 epochs, 10% warm-up, no sweep, with the method's own reference settings over them, e.g. lora's drop-path 0.1 as NOAH runs it; see transfer/config.PROTOCOLS). In Python: TransferConfig(**with_protocol(settings)).", PROTOCOL, choices=tuple(PROTOCOLS))
     start: str = setting("runs/pretrain", "A vitx run or checkpoint directory, a timm model folder (config.json + model.safetensors), timm:<name>, timm:hf-hub:REPO, or scratch.", MODEL, flag="--from")
     features: str = setting("auto", "What the task head reads: auto (what the start's objective trains: the mean patch token after MPP or MAE, the \\[class] token otherwise), cls-token (the \\[class] token after the final norm) or patch-mean (the mean patch token: MAE's fine-tuning and linear probe).", MODEL, choices=("auto", "cls-token", "patch-mean"), renamed={"backbone": "cls-token"})
     model: str | None = setting(None, "Backbone for --from scratch (see `vitx models`).", MODEL)
@@ -141,7 +187,8 @@ def refuse_ignored(cfg: TransferConfig) -> None:
     from ..adapters import resolve_adapters  # torch: only when a transfer is checked
 
     method = resolve_adapters(cfg.adapters)[-1]
-    usual = {**defaults(TransferConfig), **with_protocol({"protocol": cfg.protocol, "shots": cfg.shots}),
+    usual = {**defaults(TransferConfig), **with_protocol({"protocol": cfg.protocol, "shots": cfg.shots,
+                                                         "adapters": cfg.adapters}),
              "protocol": TransferConfig.protocol}  # the preset itself is a setting given
     fields = {f.name: f for f in declared(TransferConfig)}
     given = [fields[name] for name in method.ignores if name in fields and getattr(cfg, name) != usual[name]]

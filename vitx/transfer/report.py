@@ -80,9 +80,21 @@ def print_summary(results: list[dict[str, Any]], summary: dict[str, Any], consol
     for name, c in compare.items():
         notes.append(f"{name}: {c['start']}, {c['method']} ({c['source']})"
                      + (f", printed mean over 19: {c['printed_mean']}" if c["printed_mean"] else "")
-                     + "; its means here are over the same tasks as the run's")
+                     + "; its means here are over the same tasks as the run's" + _setup_note(c))
     table.caption = "; ".join(notes) or None
     console.print(table)
+
+
+def _setup_note(compared: dict[str, Any]) -> str:
+    """Beside a published row: where the run's settings differ from the setup behind it, or that they match it
+    (and what of that setup vitx has no setting for)."""
+    source = compared.get("setup_source")
+    if not source:  # a row without a recorded setup
+        return ""
+    differs = compared.get("differs") or []
+    note = (f"; this run differs from its setup ({source}): {', '.join(differs)}" if differs
+            else f"; this run has its setup ({source})")
+    return note + (f"; not in vitx's settings: {compared['beyond']}" if compared.get("beyond") else "")
 
 
 def print_selection(choice: dict[str, Any], console: Console) -> None:

@@ -14,7 +14,7 @@ from ..checkpoint import read_json_object
 from ..runs.rundir import WEIGHTS
 from ..tasks import Task, TaskSplits
 from ..tasks.custom import describe_record
-from .config import TransferConfig, result_settings
+from .config import TransferConfig, describe_origins, protocol_origins, result_settings
 from .finetune import Prepared, closed_form, parameter_counts, prepare, train_run
 from .folders import claim_task, point_dir, release_task, write_json
 from .items import CLOSED, FINAL, SWEEP, Item
@@ -34,7 +34,11 @@ def open_task_run(cfg: TransferConfig, task: Task, splits: TaskSplits | None,
                 "source": prep.splits.source, "synthetic": prep.splits.synthetic,
                 "input": {"mean": list(prep.preprocess.mean), "std": list(prep.preprocess.std),
                           "interpolation": prep.preprocess.interpolation, "from": prep.input_from},
-                "parameters": parameter_counts(prep)}  # what the method trains, of the whole model
+                "parameters": parameter_counts(prep),  # what the method trains, of the whole model
+                "protocol_settings": protocol_origins(cfg)}  # the settings --protocol filled, and from where
+    if settings["protocol_settings"]:
+        console.print(f"{task.name}: --protocol {cfg.protocol}: {describe_origins(settings['protocol_settings'])}",
+                      soft_wrap=True)
     counts = settings["parameters"]
     console.print(f"{task.name}: trains {counts['trainable']:,} of {counts['total']:,} parameters", soft_wrap=True)
     record = prep.splits.record
