@@ -174,3 +174,81 @@ def test_heads():
     assert isinstance(head.pre_logits.act, torch.nn.Tanh) and head.pre_logits.fc.weight.shape == (16, 16)
     lin = LinearHead(16, 5)
     assert torch.equal(lin(torch.randn(3, 16)), torch.zeros(3, 5))  # zero-init: logits exactly 0
+
+
+def _nano():
+    torch.manual_seed(0)
+    backbone = vitx.create_backbone("vit-nano/4").eval()
+    backbone.patch_embed.strict_img_size = False  # crops of other sizes (DINO's local crops)
+    return backbone
+
+
+def test_the_staged_forward_is_timms_forward_features_to_the_bit():
+    """backbones/stages.py, what MPP and DINO run: at the backbone's grid, with nothing between the stages,
+    exactly timm's `forward_features` (also checkpointed block by block); `patches` acts where a hook on
+    `patch_embed` would."""
+    from vitx.backbones.stages import forward_tokens
+
+    backbone = _nano()
+    x = torch.randn(3, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(forward_tokens(backbone, x), backbone.forward_features(x))
+
+    def corrupt(t):  # (B, N, D)
+        return t * 2.0 + 1.0
+
+    hook = backbone.patch_embed.register_forward_hook(lambda module, args, out: corrupt(out))
+    expected = backbone.forward_features(x)
+    hook.remove()
+    assert torch.equal(forward_tokens(backbone, x, patches=corrupt), expected)
+    assert not torch.equal(expected, backbone.forward_features(x))
+    backbone.set_grad_checkpointing(True)
+    backbone.train()  # (no dropout or drop-path in vit-nano/4: still deterministic)
+    assert torch.equal(forward_tokens(backbone, x), backbone.forward_features(x))
+
+
+def test_positions_at_another_grid_are_timms_dynamic_size_or_the_callers_resampling():
+    from vitx.backbones.stages import add_positions, embed_patches, forward_tokens
+
+    backbone = _nano()
+    dynamic = vitx.create_backbone("vit-nano/4", dynamic_img_size=True).eval()  # timm resamples per input size
+    dynamic.load_state_dict(backbone.state_dict())
+    small = torch.randn(2, 3, 8, 12, generator=torch.Generator().manual_seed(2))  # a 2x3 grid of a 4x4 table
+    assert torch.equal(forward_tokens(backbone, small), dynamic.forward_features(small))
+    assert torch.equal(forward_tokens(dynamic, small), dynamic.forward_features(small))  # (B, h, w, D) patches
+    x, grid = embed_patches(backbone, small)
+    assert x.shape == (2, 6, 64) and grid == (2, 3)
+    pos = backbone.pos_embed.detach()
+
+    def nearest(table, grid, prefix):  # a caller's own resampling: (1, prefix + G·G, D) → (1, h·w, D)
+        side = table[:, prefix:].reshape(1, 4, 4, -1).permute(0, 3, 1, 2)
+        out = F.interpolate(side, size=grid, mode="nearest")
+        return out.permute(0, 2, 3, 1).reshape(1, grid[0] * grid[1], -1)
+
+    tokens = add_positions(backbone, x, grid, resample=nearest)  # (B, 1 + 6, D)
+    assert tokens.shape == (2, 7, 64)
+    assert torch.equal(tokens[:, 0], (backbone.cls_token + pos[:, :1]).expand(2, -1, -1)[:, 0])
+    assert torch.equal(tokens[:, 1:], x + nearest(pos, (2, 3), 1))
+
+
+def test_another_layout_runs_its_own_forward_with_a_hook_and_refuses_other_grids():
+    from timm.models.vision_transformer import VisionTransformer
+
+    from vitx.backbones.stages import forward_tokens, staged
+
+    class Own(VisionTransformer):  # a user's override: vitx must not assume timm's stages
+        def forward_features(self, x):
+            return super().forward_features(x) * 0.5
+
+    torch.manual_seed(0)
+    own = Own(img_size=16, patch_size=4, embed_dim=32, depth=1, num_heads=2, num_classes=0).eval()
+    assert not staged(own) and staged(_nano())
+    x = torch.randn(2, 3, 16, 16)
+    assert torch.equal(forward_tokens(own, x), own.forward_features(x))
+    hook = own.patch_embed.register_forward_hook(lambda module, args, out: torch.zeros_like(out))
+    expected = own.forward_features(x)  # (B, 1 + N, D): its own forward, patch embeddings zeroed
+    hook.remove()
+    assert torch.equal(forward_tokens(own, x, patches=torch.zeros_like), expected)
+    assert not own.patch_embed._forward_hooks  # the hook is gone
+    own.patch_embed.strict_img_size = False
+    with pytest.raises(VitxError, match="cannot resample its positions"):
+        forward_tokens(own, torch.randn(1, 3, 8, 8))

@@ -227,3 +227,27 @@ def test_sinkhorn_centering_is_dinov2s_teacher_and_the_loss_pairs_crops_as_dinos
     out = obj({"views": views})
     assert torch.isfinite(out["loss"]) and torch.equal(obj.criterion.center, torch.zeros_like(obj.criterion.center))
     assert 0 < out["teacher_entropy"].item() <= math.log(32) + 1e-5
+def test_a_local_crop_is_encoded_as_dinos_vision_transformer_does():
+    """facebookresearch/dino vision_transformer.py `prepare_tokens` (patches, [class] token prepended, positions
+    resampled and added), then the blocks and the norm: DINO's encode through the backbone's public stages."""
+    from vitx_dino import dino_pos_embed
+
+    obj = dino(out_dim=32, hidden_dim=16, bottleneck_dim=8, local_crops=1, ibot=0.5).eval()
+    bb = obj.backbone
+    crops = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))  # a 2x2 grid of the 4x4 table
+    with torch.no_grad():
+        x = bb.patch_embed(crops)  # (B, 4, D)
+        pos = torch.cat([bb.pos_embed[:, :1], dino_pos_embed(bb.pos_embed, (2, 2), 1)], 1)  # (1, 1 + 4, D)
+        tokens = torch.cat([bb.cls_token.expand(2, -1, -1), x], 1) + pos
+        assert torch.equal(obj.encode(bb, crops), bb.norm(bb.blocks(tokens)))
+        globals_ = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(4))
+        assert torch.equal(obj.encode(bb, globals_), bb.forward_features(globals_))  # its own grid: timm's
+        mask = torch.zeros(2, 16, dtype=torch.bool)
+        mask[:, :5] = True
+        hook = bb.patch_embed.register_forward_hook(
+            lambda module, args, out: torch.where(mask[..., None], obj.mask_token, out))
+        expected = bb.forward_features(globals_)  # iBOT: the [mask] token in place of those patch embeddings
+        hook.remove()
+        assert torch.equal(obj.encode(bb, globals_, mask), expected)
+
+

@@ -23,9 +23,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from timm.models import checkpoint_seq
-from timm.models.vision_transformer import VisionTransformer
 
+from ..backbones.stages import forward_tokens
 from ..data.transforms import Preprocess
 from ..errors import VitxError
 from ..registry import register_objective
@@ -139,20 +138,10 @@ class MaskedPatchPrediction(Objective):
 
     # ---- the objective -------------------------------------------------------------------------------------
     def encode(self, images: torch.Tensor, plan: Corruption) -> torch.Tensor:
-        """Backbone tokens (B, prefix + N, D) with `plan` applied to the patch embeddings: timm's `forward_features`,
-        stage by stage, the corruption between the patch and position embeddings (no forward hook, so
-        `torch.compile` sees one whole graph)."""
-        bb = self.backbone
-        if type(bb).forward_features is not VisionTransformer.forward_features:  # Eva, user overrides: a hook
-            hook = bb.patch_embed.register_forward_hook(lambda module, args, out: self.corrupt(out, plan))
-            try:
-                return bb.forward_features(images)
-            finally:
-                hook.remove()
-        x = self.corrupt(bb.patch_embed(images), plan)  # (B, N, D)
-        x = bb.norm_pre(bb.patch_drop(bb._pos_embed(x)))  # (B, prefix + N, D)
-        x = checkpoint_seq(bb.blocks, x) if getattr(bb, "grad_checkpointing", False) else bb.blocks(x)
-        return bb.norm(x)
+        """Backbone tokens (B, prefix + N, D) with `plan` applied to the patch embeddings, between the backbone's
+        patch and position embeddings (its staged forward, `backbones/stages.py`: one whole graph for
+        `torch.compile`)."""
+        return forward_tokens(self.backbone, images, patches=lambda x: self.corrupt(x, plan))
 
     def loss(self, pred: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
         """Loss and metrics from predictions and targets of the corrupted patches only ((B, k, ...))."""

@@ -41,6 +41,7 @@ from vitx.backbones.droppath import set_drop_path
 
 DINO_JITTER = (0.4, 0.4, 0.2, 0.1)  # DINO's ColorJitter(brightness, contrast, saturation, hue), p = 0.8
 LOCAL_FRACTION = 96 / 224  # local crops: 96px beside 224px global crops
+from vitx.backbones.stages import forward_tokens
 BLUR_SIGMA = (0.1, 2.0)  # DINO's GaussianBlur radius_min, radius_max: PIL's radius is the sigma, in pixels
 CENTERINGS = ("mean", "sinkhorn")  # DINO's moving-mean centre; DINOv2's Sinkhorn-Knopp (3 iterations)
 UNIFORM = 0.99  # a teacher whose mean entropy is this fraction of log K or more has a uniform output: collapsed
@@ -253,27 +254,14 @@ class DINO(Objective):
 
     # ---- the forward ---------------------------------------------------------------------------------------
     def encode(self, backbone: nn.Module, images: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, 3, S, S) at any multiple of the patch → (B, prefix + N, D) after the final norm; position
-        embeddings resampled to the crop's grid; `mask` (B, N) bool: those patches become the [mask] token."""
-        from timm.models._manipulate import checkpoint_seq
+        """(B, 3, S, S) at any multiple of the patch → (B, prefix + N, D) after the final norm (the backbone's
+        staged forward); position embeddings resampled to the crop's grid as DINO does (`dino_pos_embed`);
+        `mask` (B, N) bool: those patches become the [mask] token."""
+        def masked(x: torch.Tensor) -> torch.Tensor:  # (B, N, D)
+            return torch.where(mask[..., None], self.mask_token.to(x.dtype), x)
 
-        bb = backbone
-        x = bb.patch_embed(images)  # (B, N, D)
-        if mask is not None:
-            x = torch.where(mask[..., None], self.mask_token.to(x.dtype), x)
-        grid = (images.shape[-2] // self.patch, images.shape[-1] // self.patch)
-        if grid == tuple(bb.patch_embed.grid_size):
-            x = bb._pos_embed(x)  # (B, prefix + N, D)
-        else:  # as DINO resamples them (`dino_pos_embed`), [class] position kept
-            prefix = 0 if bb.no_embed_class else bb.num_prefix_tokens
-            patches = dino_pos_embed(bb.pos_embed, grid, prefix)  # (1, n, D)
-            pos = torch.cat([bb.pos_embed[:, :prefix], patches], 1)  # (1, prefix + n, D)
-            tokens = [t.expand(x.shape[0], -1, -1) for t in (bb.cls_token, bb.reg_token) if t is not None]
-            x = torch.cat(tokens + [x + pos], 1) if bb.no_embed_class else torch.cat(tokens + [x], 1) + pos
-            x = bb.pos_drop(x)
-        x = bb.norm_pre(bb.patch_drop(x))
-        x = checkpoint_seq(bb.blocks, x) if getattr(bb, "grad_checkpointing", False) else bb.blocks(x)
-        return bb.norm(x)
+        return forward_tokens(backbone, images, patches=masked if mask is not None else None,
+                              resample=dino_pos_embed)
 
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         views = batch["views"]  # [(B, 3, S, S)] × global crops + [(B, 3, s, s)] × local crops
