@@ -23,6 +23,7 @@ from .export import export
 from .inspect import inspect
 from .plot import plot
 from .predict import predict
+from .report import report
 from .reproduce import reproduce
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -46,7 +47,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 for command in (pretrain, models, objectives, transfer, adapters, tasks, plugins, inspect, reproduce, export, predict,
-                plot):  # in the order --help lists them
+                plot, report):  # in the order --help lists them
     app.command(command.__name__)(command)
 app.add_typer(eval_app, name="eval")
 add_evaluators()  # the built-in ones now (`app` is whole when imported); main() again after plugins load

@@ -6,7 +6,7 @@ from typing import Any
 from rich.console import Console
 
 from .loop import Trainer
-from .reporting import announce, finished, make_console
+from .reporting import announce, finished, make_console, write_run_page
 from .setup import build, resolve_config
 
 
@@ -24,9 +24,16 @@ def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | 
             console.print(f"{cfg.output_dir} is already complete at step {setup.start_step}; nothing to do",
                           soft_wrap=True)
         return {"step": setup.start_step}
-    last = Trainer(setup, console).fit()
+    trainer = Trainer(setup, console)
+    try:
+        last = trainer.fit()
+    except BaseException as exc:  # a stop, a collapse, a failure: the page says where the run stands, then on
+        if main and trainer.step_count > setup.start_step:  # (this process trained here: the folder is its own)
+            write_run_page(cfg, console, exc)
+        raise
     if main:
         finished(last, cfg.output_dir, console)
+        write_run_page(cfg, console)
     return last
 
 

@@ -121,10 +121,27 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
         assembler = Assembler(suite, console, is_main_process())
         _run_share(suite, assembler, console)
     except BaseException:
-        if wrote and not any(started(f) for f in folders.values()):
+        trained = any(started(f) for f in folders.values())
+        if wrote and not trained:
             drop_suite(cfg)  # a failure before anything trained leaves no record to match
+            if made:
+                drop_if_unused(Path(cfg.output_dir).expanduser())  # nor a folder that passes for a transfer's
+        elif trained:
+            _write_page(cfg, console, stopped=True)  # where the suite stands, then the stop goes on
         raise
-    return _finish(suite, assembler, console)
+    summary = _finish(suite, assembler, console)
+    _write_page(cfg, console)
+    return summary
+
+
+def _write_page(cfg: TransferConfig, console: Console, stopped: bool = False) -> None:
+    """The transfer's report.html (vitx/pages) in its --output-dir, by the main process: with each task's sweep
+    figure at the end (--curves), without figures at a stop (`vitx report` draws them). A failure is a warning."""
+    if is_main_process():
+        from ..pages import write_own_page
+
+        write_own_page(cfg.output_dir, "suite", cfg.curves and not stopped,
+                       lambda line: console.print(line, markup=False, soft_wrap=True))
 
 
 def _run_share(suite: Suite, assembler: Assembler, console: Console) -> None:

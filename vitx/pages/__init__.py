@@ -1,0 +1,108 @@
+"""One self-contained HTML page per run, transfer and reproduction (`report.html`), and one comparing several
+(`vitx report A B ...`). A page is a single file: figures inline as SVG, images as data: URLs, its own CSS, no
+script and no request of any kind, so it can be mailed, attached or put on a static site from a cluster without
+internet. Numbers are read from the folder's own files (config.json, metrics.jsonl, result.json,
+summary.json, results.json), never recomputed another way.
+
+    run.py           a pre-training run (or a transfer's final run)
+    suite.py         a transfer: one task or a suite, with the published rows beside it
+    reproduction.py  `vitx reproduce`'s output (its REPORT.md, figures inline)
+    compare.py       several runs or transfers side by side
+    html.py, svg.py  the markup, and figures inside it; records.py: what a page reads from a folder
+
+Importing this package is cheap; matplotlib loads at the first figure.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..errors import VitxError
+from .records import REPORT
+
+KINDS = ("run", "suite", "reproduction")
+
+
+def kind_of(path: Path) -> str:
+    """What the folder holds: a pre-training run (config.json with a run record, or a run's metrics.jsonl before
+    its first checkpoint), a transfer (suite.json, summary.json, transfer.json or task folders), or a
+    reproduction (results.json with its claims). One line when it is none of them."""
+    from ..checkpoint import read_json_object
+
+    if not path.exists():
+        raise VitxError(f"{path}: no such folder; give a pre-training run, a transfer's --output-dir or a "
+                        "reproduction's output folder")
+    if not path.is_dir():
+        raise VitxError(f"{path} is a file; give the folder of a run, a transfer or a reproduction")
+    results = read_json_object(path / "results.json")
+    if results is not None and {"claims", "plan"} <= results.keys():
+        return "reproduction"
+    if any((path / name).is_file() for name in ("suite.json", "summary.json", "transfer.json")) or \
+            any((p / "transfer.json").is_file() for p in path.iterdir() if p.is_dir()):
+        return "suite"
+    if (path / "config.json").is_file() or (path / "metrics.jsonl").is_file():
+        return "run"
+    raise VitxError(f"{path} is not a vitx run, transfer or reproduction (no config.json, metrics.jsonl, "
+                    "suite.json, summary.json or results.json)")
+
+
+def page(paths: Sequence[Path], figures: bool = True) -> tuple[str, str]:
+    """(kind, HTML) of the page for `paths`: one folder's page, or a comparison of several."""
+    if not paths:
+        raise VitxError("name at least one folder: a run, a transfer or a reproduction")
+    if len(paths) > 1:
+        from .compare import compare_page
+
+        return "comparison", compare_page(list(paths), [kind_of(p) for p in paths])
+    path = paths[0]
+    kind = kind_of(path)
+    if kind == "run":
+        from .run import run_page
+
+        return kind, run_page(path, figures)
+    if kind == "suite":
+        from .suite import suite_page
+
+        return kind, suite_page(path, figures)
+    from .reproduction import reproduction_page
+
+    return kind, reproduction_page(path)
+
+
+def write(html: str, output: Path) -> Path:
+    """The page to `output`, atomically (a reader never sees half of it)."""
+    from ..checkpoint import atomic_write_text, cannot_write
+
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(output, html)
+    except OSError as exc:
+        raise cannot_write(output, exc) from None
+    return output
+
+
+def write_own_page(folder: str | Path, kind: str, figures: bool, warn: Callable[[str], None],
+                   given: tuple[str, str] | None = None) -> Path | None:
+    """A run's or a transfer's report.html, written by the run itself at its end or stop. A failure is one
+    warning line, never a lost run; an interrupt (Ctrl-C, a second signal) goes through."""
+    from .records import held_by_another
+
+    folder = Path(folder)
+    try:
+        if kind == "run" and held_by_another(folder):
+            return None  # another process writes this run now: its page is that process's to write
+        if kind == "run":
+            from .run import run_page
+
+            html = run_page(folder, figures, given)
+        else:
+            from .suite import suite_page
+
+            html = suite_page(folder, figures)
+        return write(html, folder / REPORT)
+    except Exception as exc:  # noqa: BLE001 - any failure (a damaged file, a full disk, a bug) is said, not raised
+        warn(f"warning: {folder / REPORT} not written ({type(exc).__name__}: {exc})")
+        return None
+
+
+__all__ = ["KINDS", "REPORT", "kind_of", "page", "write", "write_own_page"]
