@@ -145,6 +145,30 @@ def test_a_cut_shard_whose_last_kib_is_zeros_is_refused(tmp_path):
         open_source(str(cut_dir), "train")
 
 
+@pytest.mark.parametrize("prefix, fmt", [("../", tarfile.GNU_FORMAT), ("/tmp/elsewhere/", tarfile.USTAR_FORMAT),
+                                         ("/" + "d" * 120 + "/", tarfile.PAX_FORMAT),
+                                         ("/" + "d" * 120 + "/", tarfile.GNU_FORMAT)])
+def test_a_shard_with_unsafe_member_names_is_refused_by_name(tmp_path, prefix, fmt):
+    """Members named outside the archive's folder (`../`, absolute; in the ustar name and prefix fields, a pax
+    path record or a GNU long name) are refused at open in one line that names the member, before any sample
+    is read; the same samples with relative names open."""
+    for folder, named in (("unsafe", prefix), ("safe", "")):
+        (tmp_path / folder).mkdir()
+        with tarfile.open(tmp_path / folder / "train-0000.tar", "w", format=fmt) as tar:
+            for n in range(4):
+                for ext, data in (("cls", str(n % 2).encode()), ("jpg", _jpeg(n))):
+                    info = tarfile.TarInfo(f"{named}s{n:05d}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    assert open_source(str(tmp_path / "safe"), "train").num_shards == 1
+    with pytest.raises(VitxError) as refused:
+        open_source(str(tmp_path / "unsafe"), "train")
+    assert str(refused.value) == (
+        f"shard {tmp_path / 'unsafe' / 'train-0000.tar'}: member '{prefix}s00000.cls' has an unsafe name (an absolute "
+        "path, or '..' out of the archive's folder); nothing was read from it: write the shard with relative member "
+        "names (tar without -P)")
+
+
 @pytest.mark.parametrize("kind", ["shards", "hub"])
 def test_each_process_reads_its_own_shards_and_resumes_at_its_position(kind, shards, hub_copy, monkeypatch):
     monkeypatch.setattr("datasets.config.SLEEP_TIME_ON_THREADS_SHUTDOWN", 0)  # 5 s at a shuffled epoch's end

@@ -93,11 +93,23 @@ def test_linear_probe_leaves_the_backbone_unchanged(pretrained_run, tmp_path):
 
 
 def test_fewshot_adapter_in_closed_form(pretrained_run, tmp_path):
-    """The closed-form head takes no training settings (they are refused: tests/test_transfer_adapters.py)."""
-    used = {k: QUICK[k] for k in ("task", "shots", "test_samples", "workers", "curves")}
-    cfg = TransferConfig(start=str(pretrained_run), adapters=["fewshot"], output_dir=str(tmp_path / "fs"), **used)
+    """The closed-form head takes no training settings (they are refused: tests/test_transfer_adapters.py). Its
+    60 images (dSprites location's first 48 train + 12 val) hold every one of the 16 classes; the first 40 do
+    not (classes 5 and 14 have none), and a head that can never predict them is refused in one line, before
+    anything is written, by `vitx eval fewshot`'s own check."""
+    used = {k: QUICK[k] for k in ("task", "test_samples", "workers", "curves")}
+    cfg = TransferConfig(start=str(pretrained_run), adapters=["fewshot"], output_dir=str(tmp_path / "fs"),
+                         shots=60, **used)
     result = transfer(cfg)["tasks"][0]
     assert result["chosen"] is None and result["sweep"] == [] and result["test_samples"] == 64
+
+    proc = vitx_cli("transfer", "--task", "embedded/digits", "--from", str(pretrained_run), "--adapter", "fewshot",
+                    "--shots", "5", "--output-dir", str(tmp_path / "five"))
+    assert (proc.returncode, proc.stderr) == (2, "error: --adapter fewshot on embedded/digits: class 0 has only 0 "
+                                                 "training images (and 6 other classes); cannot take 1 shot: --shots 5 "
+                                                 "gives 5 training images for 10 classes, and the closed-form head never "
+                                                 "predicts a class it has none of; pass a larger --shots\n")
+    assert not (tmp_path / "five").exists()
 
 
 def test_fine_tuning_learns_dsprites_location(tmp_path):

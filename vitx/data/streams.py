@@ -73,6 +73,7 @@ def shard_files(spec: str, split: str) -> list[str] | None:
 
 BLOCK = 512  # a tar's unit: every header is one block, every member's data is padded to whole blocks
 PAX_SIZE = re.compile(rb"(?:^|\n)\d+ size=(\d+)\n")  # a pax header's override of the next member's size
+PAX_PATH = re.compile(rb"(?:^|\n)\d+ path=([^\n]*)\n")  # a pax header's override of the next member's name
 
 
 def _header_size(block: bytes) -> int | None:
@@ -99,10 +100,10 @@ def tar_damage(path: str | Path) -> str | None:
     """Why the tar file at `path` is incomplete, or None when it is whole: its 512-byte headers walked from the
     start (one read each, the data between them skipped), each member's size checked against the file's, and
     the two zero blocks that end every tar present after the last member. A pax header's `size` record counts
-    for the member after it."""
+    for the member after it. A member named outside the archive's folder is refused (`_check_name`)."""
     fd = os.open(Path(path).expanduser(), os.O_RDONLY)
     try:
-        total, pos, override, last = os.fstat(fd).st_size, 0, None, None
+        total, pos, override, last, long_name = os.fstat(fd).st_size, 0, None, None, None
         while True:
             block = os.pread(fd, BLOCK, pos)
             if len(block) < BLOCK:
@@ -116,20 +117,38 @@ def tar_damage(path: str | Path) -> str | None:
             if size is None:
                 return f"at byte {pos} it holds no tar header where one should be"
             name = block[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+            prefix = block[345:500].split(b"\0", 1)[0] if block[257:263] == b"ustar\0" else b""  # POSIX ustar's
+            if prefix:
+                name = f"{prefix.decode('utf-8', 'replace')}/{name}"
             kind = block[156:157]
             if override is not None and kind not in (b"x", b"g"):  # the member a pax header described
                 size, override = override, None
             end = pos + BLOCK + size  # where its data ends
             if end > total:
                 return f"member {name} needs {size:,} bytes of data, of which the file holds {total - pos - BLOCK:,}"
-            if kind == b"x":  # pax extended header: may give the next member's size
-                found = PAX_SIZE.search(os.pread(fd, size, pos + BLOCK))
+            if kind == b"x":  # pax extended header: may give the next member's size and name
+                data = os.pread(fd, size, pos + BLOCK)
+                found, named = PAX_SIZE.search(data), PAX_PATH.search(data)
                 override = int(found.group(1)) if found else None
-            elif kind not in (b"g", b"L", b"K"):  # global pax, GNU long names: no member of their own
-                last = name
+                long_name = named.group(1).decode("utf-8", "replace") if named else None
+            elif kind == b"L":  # a GNU long name: the next member's
+                long_name = os.pread(fd, size, pos + BLOCK).split(b"\0", 1)[0].decode("utf-8", "replace")
+            elif kind not in (b"g", b"K"):  # global pax, GNU long link names: no member of their own
+                last, long_name = long_name or name, None
+                _check_name(path, last)
             pos = end + (-size) % BLOCK
     finally:
         os.close(fd)
+
+
+def _check_name(path: str | Path, member: str) -> None:
+    """Refuse a shard whose member is named by an absolute path or climbs out of its folder with `..`: vitx reads
+    members by name and extracts nothing, but such names are how a tar writes over files when unpacked, and no
+    WebDataset writer makes them; the refusal names the member (not a sample that then fails to decode)."""
+    if member.startswith("/") or ".." in member.split("/"):
+        raise VitxError(f"shard {path}: member {member!r} has an unsafe name (an absolute path, or '..' out of the "
+                        "archive's folder); nothing was read from it: write the shard with relative member names "
+                        "(tar without -P)")
 
 
 def check_complete(files: list[str]) -> None:

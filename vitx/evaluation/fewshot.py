@@ -60,16 +60,27 @@ def fit_least_squares(features: np.ndarray, labels: np.ndarray, num_classes: int
     return LeastSquaresHead(mean, std, weight)
 
 
+def require_shots(labels: np.ndarray, num_classes: int, shots: int, context: str = "", advice: str = "") -> None:
+    """Refuse, in one line, training images that do not hold `shots` of every class: a least-squares head never
+    predicts a class it has no image of, and one that has fewer than asked is not the k-shot figure it says it
+    is. `vitx eval fewshot` (k per class) and `vitx transfer --adapter fewshot` (one of each) share it."""
+    counts = np.bincount(np.asarray(labels, dtype=np.int64), minlength=num_classes)  # (K,)
+    short = np.flatnonzero(counts[:num_classes] < shots)
+    if len(short):
+        k = int(short[0])
+        more = f" (and {len(short) - 1} other classes)" if len(short) > 1 else ""
+        raise VitxError(f"{context}class {k} has only {counts[k]} training images{more}; cannot take {shots} "
+                        f"shot{'' if shots == 1 else 's'}{advice}")
+
+
 def sample_shots(labels: np.ndarray, shots: int, seed: int, num_classes: int) -> np.ndarray:
     """`shots` indices per class, drawn without replacement by a seeded shuffle; sorted."""
+    require_shots(labels, num_classes, shots)
     rng = np.random.default_rng([seed, 104729])
     order = rng.permutation(len(labels))
     picked: list[int] = []
     for k in range(num_classes):
-        of_k = order[labels[order] == k][:shots]
-        if len(of_k) < shots:
-            raise VitxError(f"class {k} has only {len(of_k)} training images; cannot take {shots} shots")
-        picked.extend(of_k.tolist())
+        picked.extend(order[labels[order] == k][:shots].tolist())
     return np.sort(np.asarray(picked, dtype=np.int64))
 
 

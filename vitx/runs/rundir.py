@@ -114,6 +114,18 @@ def mark_run(folder: Path) -> None:
         path.write_text(RUN_NOTE)
 
 
+def drop_if_unused(folder: Path) -> None:
+    """Remove a folder a failed command made, when nothing but RUN_MARK (and the lock) went into it: a refusal
+    leaves no empty folder that passes for a vitx run."""
+    try:
+        if {p.name for p in folder.iterdir()} <= {RUN_MARK, ".lock"}:
+            for name in (RUN_MARK, ".lock"):
+                (folder / name).unlink(missing_ok=True)
+            folder.rmdir()
+    except OSError:
+        pass
+
+
 class RunDir:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)

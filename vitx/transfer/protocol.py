@@ -38,6 +38,7 @@ from ..errors import VitxError
 from ..runner.launch import is_main_process
 from ..runner.reporting import make_console
 from ..runs.ownership import check_output_dir
+from ..runs.rundir import drop_if_unused
 from ..data.opener import DataOptions
 from ..tasks import Task, TaskSplits, open_task, select_tasks
 from .assemble import Assembler, compare_with
@@ -75,8 +76,24 @@ def open_suite(cfg: TransferConfig, tasks: list[Task], folders: dict[str, Path],
                         "one suite must share its tasks (else they split and choose differently); make the data "
                         "readable on every shard, or leave those tasks out of --task on all of them")
     runnable = [t for t in tasks if t.name in opened]
-    mode = selection_mode(cfg, len(runnable), resolve_adapters(cfg.adapters)[-1].closed_form)
+    closed = resolve_adapters(cfg.adapters)[-1].closed_form
+    if closed:
+        for splits in opened.values():
+            check_closed_form(splits, cfg.shots)
+    mode = selection_mode(cfg, len(runnable), closed)
     return Suite(cfg, tasks, runnable, opened, folders, mode, work_list(cfg, runnable, folders, mode), skipped)
+
+
+def check_closed_form(splits: TaskSplits, shots: int) -> None:
+    """A closed-form head (`--adapter fewshot`) is fitted on trainN ∪ valN: refused, before anything runs, when a
+    class has no image there (`--shots 5` on 10 classes), by `vitx eval fewshot`'s own check: such a head never
+    predicts that class, and too few images give chance accuracy without a word."""
+    from ..evaluation.fewshot import require_shots
+
+    task = splits.task
+    require_shots(splits.train_val.labels(), task.num_classes, 1, f"--adapter fewshot on {task.name}: ",
+                  f": --shots {shots} gives {shots} training images for {task.num_classes} classes, and the "
+                  "closed-form head never predicts a class it has none of; pass a larger --shots")
 
 
 def _shown_here(console: Console) -> Console:
@@ -115,6 +132,7 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
     check_suite(cfg, names, joining, begun, write=False)  # the suite's settings first: the line names them
     for task in tasks:
         check_task(cfg, task, joining, folders[task.name])
+    made = not Path(cfg.output_dir).expanduser().exists()
     wrote = check_suite(cfg, names, joining, begun)
     try:
         suite = open_suite(cfg, tasks, folders, console)
@@ -124,6 +142,8 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
         trained = any(started(f) for f in folders.values())
         if wrote and not trained:
             drop_suite(cfg)  # a failure before anything trained leaves no record to match
+            if made:
+                drop_if_unused(Path(cfg.output_dir).expanduser())  # nor a folder that passes for a transfer's
             if made:
                 drop_if_unused(Path(cfg.output_dir).expanduser())  # nor a folder that passes for a transfer's
         elif trained:
@@ -189,7 +209,10 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
     root = root or task_dir(cfg, task)
     check_task(cfg, task, resume, root)
     splits = splits or open_task(task, cfg.shots, cfg.data_dir, seed=cfg.seed, test_samples=cfg.test_samples)
-    mode = selection_mode(replace(cfg, select="task"), 1, resolve_adapters(cfg.adapters)[-1].closed_form)
+    closed = resolve_adapters(cfg.adapters)[-1].closed_form
+    if closed:
+        check_closed_form(splits, cfg.shots)
+    mode = selection_mode(replace(cfg, select="task"), 1, closed)
     folders = {task.name: root}
     suite = Suite(cfg, [task], [task], {task.name: splits}, folders, mode, work_list(cfg, [task], folders, mode),
                   given=chosen)
