@@ -184,3 +184,38 @@ def test_a_reproduction_from_before_the_curve_setting_continues_with_the_curve_i
     _same_plan(tmp_path, replace(QUICK, curve=["mpp"]))  # what it ran: the same plan
     with pytest.raises(VitxError, match=r"another plan \(curve differ: was \['mpp'\]\)"):
         _same_plan(tmp_path, QUICK)
+
+
+def test_a_folder_of_the_users_files_or_their_own_plan_json_is_refused_untouched(tmp_path):
+    """`vitx reproduce --output-dir` takes a folder as `vitx pretrain` does (runs/ownership.py): a folder of the
+    user's files, or one holding their own plan.json (not a reproduction's), is refused in one line that says
+    which, and nothing there is written or changed; a new folder is marked as vitx's, and a reproduction's
+    folder from before the mark (its plan.json a plan) is still continued."""
+    from vitx.reproduce.pipeline import _take
+    from vitx.runs.rundir import RUN_MARK
+
+    cases = {"notes": ("notes.txt", "my notes\n"), "own-plan": ("plan.json", '{"name": "my plan", "steps": 3}'),
+             "not-json": ("plan.json", "steps: 3\n")}
+    expected = {
+        "notes": f"error: --output-dir {tmp_path / 'notes'} is not empty and holds no vitx run (it holds notes.txt); "
+                 "vitx would write over files there: give a new or empty folder",
+        "own-plan": f"error: {tmp_path / 'own-plan' / 'plan.json'} is not a vitx reproduction's plan (it lacks a "
+                    "plan's model, image_size, hires, ...): the folder holds your own plan.json, which vitx would "
+                    "write over; choose a new --output-dir",
+        "not-json": f"error: {tmp_path / 'not-json' / 'plan.json'} is not a vitx reproduction's plan (not a JSON "
+                    "object): the folder holds your own plan.json, which vitx would write over; choose a new "
+                    "--output-dir"}
+    for name, (file, text) in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / file).write_text(text)
+        result = vitx_cli("reproduce", "--quick", "--output-dir", str(tmp_path / name))
+        assert (result.returncode, result.stderr.strip()) == (2, expected[name])
+        assert [p.name for p in (tmp_path / name).iterdir()] == [file] and (tmp_path / name / file).read_text() == text
+
+    legacy = tmp_path / "legacy"  # a reproduction's folder written before the mark existed
+    legacy.mkdir()
+    (legacy / "plan.json").write_text(json.dumps(QUICK.to_dict()))
+    (legacy / "notes.txt").write_text("kept beside it\n")
+    _take(legacy)
+    _take(tmp_path / "new")
+    assert (legacy / RUN_MARK).is_file() and (tmp_path / "new" / RUN_MARK).is_file()

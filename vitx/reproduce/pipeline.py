@@ -16,13 +16,14 @@ from rich.console import Console
 from .. import __version__
 from ..analysis import inspect_backbone
 from ..backbones import create_backbone
-from ..checkpoint import atomic_write_text, read_json_object
+from ..checkpoint import atomic_write_text, cannot_write, read_json_object
 from ..runs.folder import load_backbone
 from ..plots.series import read_metrics
 from ..runner import pretrain
 from ..runner.launch import process_device
 from ..runner.reporting import make_console
-from ..runs.rundir import RunDir
+from ..runs.ownership import check_output_dir
+from ..runs.rundir import RunDir, mark_run
 from ..transfer import TransferConfig, transfer
 from ..runs.rundir import step_number
 from ..transfer.jobs import cores, start_vitx, write_recipe
@@ -185,6 +186,35 @@ def _transfers(jobs: dict[str, dict[str, Any]], parallel: int, console: Console)
 UNRECORDED: dict[str, Any] = {"curve": ["mpp"], "pretrain_seeds": [0], "jobs": 1}
 
 
+def _not_a_plan(path: Path) -> str | None:
+    """Why the plan.json at `path` is not one a reproduction wrote (a user's own file of that name); None when it
+    is one, or when there is none."""
+    if not path.exists():
+        return None
+    saved = read_json_object(path)
+    if saved is None:
+        return "not a JSON object"
+    lacking = [k for k in Plan.__dataclass_fields__ if k not in saved and k not in UNRECORDED]
+    return f"it lacks a plan's {', '.join(lacking[:3])}{', ...' if len(lacking) > 3 else ''}" if lacking else None
+
+
+def _take(out: Path) -> None:
+    """The reproduction's folder, taken as `vitx pretrain` takes one (runs/ownership.py): new, empty, or vitx's
+    (marked, or holding a reproduction's plan.json); a user's plan.json, or a folder of their files, is refused
+    in one line before anything is written there."""
+    why = _not_a_plan(out / "plan.json")
+    if why is not None:
+        raise VitxError(f"{out / 'plan.json'} is not a vitx reproduction's plan ({why}): the folder holds your "
+                        "own plan.json, which vitx would write over; choose a new --output-dir")
+    if not (out / "plan.json").exists():
+        check_output_dir(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        mark_run(out)
+    except OSError as exc:
+        raise VitxError(f"{cannot_write(out, exc)}; choose another --output-dir") from None
+
+
 def _same_plan(out: Path, plan: Plan) -> None:
     """A second call continues the first only with the same plan (`jobs` may differ): mixing runs of two plans
     in one report would misreport both. The plan is written before anything is trained."""
@@ -202,8 +232,8 @@ def _same_plan(out: Path, plan: Plan) -> None:
 
 def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console: Console | None = None) -> dict[str, Any]:
     """Run every step (or what is missing) and write results.json and REPORT.md into `out_dir`."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(out_dir).expanduser()
+    _take(out)
     _same_plan(out, plan)
     console = console or make_console()
     began = time.perf_counter()
