@@ -2,6 +2,8 @@
 saved, resumed bit for bit and exported on request, iBOT and KoLeo options, and one-line errors."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 
@@ -16,8 +18,8 @@ from vitx.registry import OBJECTIVES
 
 from .helpers import metrics, resumed_copy, tiny, vitx_cli
 
-SPEC = "dino(out_dim=64,hidden_dim=32,bottleneck_dim=16,local_crops=2,momentum=0.9,ibot=0.5,koleo=0.1," \
-       "warmup_teacher_temp=0.02,warmup_teacher_temp_steps=4)"
+SPEC = "dino(hidden_dim=32,bottleneck_dim=16,local_crops=2,momentum=0.9,ibot=0.5,koleo=0.1,teacher_temp=0.04," \
+       "warmup_teacher_temp=0.02,warmup_teacher_temp_steps=4)"  # out_dim unset: fitted to the data
 OPTIONS = dict(objective=SPEC, save_every=1, keep_checkpoints=6, monitor="embedded:digits(length=200, eval_length=50)",
                weight_decay=0.04, weight_decay_end=0.4)  # DINO's weight-decay schedule
 
@@ -28,7 +30,10 @@ def dino_run(tmp_path_factory):
     from vitx.runner import pretrain
 
     root = tmp_path_factory.mktemp("dino")
-    pretrain(tiny(root, **OPTIONS))
+    header = io.StringIO()
+    with contextlib.redirect_stdout(header):
+        pretrain(tiny(root, **OPTIONS))
+    (root / "stdout.txt").write_text(header.getvalue())
     return root / "run"
 
 
@@ -90,7 +95,8 @@ def test_schedules_and_losses_are_logged_and_the_monitor_reads_teacher_and_stude
     assert rows[0]["momentum"] == pytest.approx(0.9) and rows[-1]["momentum"] == pytest.approx(1.0)
     diagnostics = {"teacher_entropy", "teacher_batch_entropy", "teacher_student_kl"}
     assert all({"dino_loss", "ibot_loss", "koleo_loss", *diagnostics} <= set(r) for r in rows)
-    assert all(r["teacher_student_kl"] > 0 and 0 < r["teacher_entropy"] < math.log(64) for r in rows)
+    k = json.loads((dino_run / "config.json").read_text())["objective"]["options"]["out_dim"]
+    assert all(r["teacher_student_kl"] > 0 and 0 < r["teacher_entropy"] < math.log(k) for r in rows)
     assert all("val_dino_loss" in r and "val_momentum" not in r for r in rows)
     monitored = [r for r in metrics(dino_run) if "monitor_knn" in r]
     assert monitored[0]["step"] == 0 and monitored[0]["monitor_knn"] == monitored[0]["teacher_monitor_knn"]
@@ -134,16 +140,81 @@ def test_export_teacher_of_a_run_without_one_is_one_line(pretrained_run, tmp_pat
     assert res.returncode != 0 and res.stderr.count("\n") == 1 and "has no teacher" in res.stderr
 
 
-@pytest.mark.parametrize("options, needle", [
-    ({"local_crops": -1}, "integers"), ({"global_crops": 0}, "positive"), ({"global_crops": 1, "local_crops": 0},
-                                                                           "two crops"),
-    ({"local_scale": 0.5}, "local_scale"), ({"momentum": 1.5}, "momentum"), ({"teacher_temp": 0}, "temperature"),
-    ({"ibot": -1}, "ibot"), ({"local_size": 6}, "multiple of the patch"), ({"crops": 3}, "no option"),
-    ({"blur_sigma": (2.0, 1.0)}, "blur_sigma"), ({"blur_sigma": 1.0}, "blur_sigma"),
-    ({"centering": "median"}, "centering must be one of mean, sinkhorn")])
-def test_bad_options_are_one_line_errors(options, needle):
-    with pytest.raises(vitx.VitxError, match=needle):
+@pytest.mark.parametrize("options, said", [
+    # generated from DINOOptions: an unknown name, a wrong type, a value out of its declared bounds
+    ({"crops": 3}, "dino has no option 'crops'; did you mean local_crops, global_crops? (vitx objectives dino "
+                   "lists them)"),
+    ({"out_dim": 1.5}, "dino out_dim must be an integer, got 1.5"),
+    ({"norm_last_layer": 1}, "dino norm_last_layer must be true or false, got 1"),
+    ({"blur_sigma": 1.0}, "dino blur_sigma must be a list of numbers, got 1.0"),
+    ({"blur_sigma": (0.1, 2.0, 3.0)}, "dino blur_sigma takes 2 values, e.g. (0.1, 2.0); got [0.1, 2.0, 3.0]"),
+    ({"local_crops": -1}, "dino local_crops must be in [0, 64], got -1"),
+    ({"local_crops": 100000}, "dino local_crops must be in [0, 64], got 100000"),  # issue 47: 2.6 GB of loader
+    ({"out_dim": 300000}, "dino out_dim must be in [1, 262144], got 300000"),
+    ({"hidden_dim": 100000}, "dino hidden_dim must be in [1, 16384], got 100000"),
+    ({"global_crops": 0}, "dino global_crops must be in [1, 8], got 0"),
+    ({"momentum": 1.5}, "dino momentum must be in [0, 1], got 1.5"),
+    ({"teacher_temp": 0}, "dino teacher_temp must be positive, got 0"),
+    ({"ibot": -1}, "dino ibot must not be negative, got -1"),
+    ({"freeze_last_layer": -1}, "dino freeze_last_layer must not be negative, got -1"),
+    ({"centering": "median"}, "dino centering must be one of mean, sinkhorn, got 'median'"),
+    # relations between options, and with the backbone: the checks still written by hand
+    ({"global_crops": 1, "local_crops": 0}, "dino needs at least two crops in all"),
+    ({"local_scale": 0.5}, "dino needs local_scale < global_scale, got 0.5 and 0.4"),
+    ({"blur_sigma": (2.0, 1.0)}, "dino blur_sigma must be (low, high) pixels with low <= high, got (2.0, 1.0)"),
+    ({"local_size": 6}, "multiple of the patch")])
+def test_bad_options_are_one_line_errors(options, said):
+    with pytest.raises(vitx.VitxError) as caught:
         dino(**options)
+    assert said in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("images, fitted", [
+    # lightly-train 8f5a75c src/lightly_train/_methods/dino/dino.py:86-124 (`_scaling.interpolate` rounds to 2
+    # digits and clamps; `get_bucket_value` takes the first bucket whose threshold is above the size)
+    (1437, {"out_dim": 1024, "teacher_temp": 0.02, "warmup_teacher_temp": 0.02}),  # embedded:digits' train split
+    (19_999, {"out_dim": 1024, "teacher_temp": 0.02, "warmup_teacher_temp": 0.02}),
+    (20_000, {"out_dim": 2048, "teacher_temp": 0.02, "warmup_teacher_temp": 0.02}),
+    (100_000, {"out_dim": 16384, "teacher_temp": 0.02, "warmup_teacher_temp": 0.02}),
+    (300_000, {"out_dim": 32768, "teacher_temp": 0.03, "warmup_teacher_temp": 0.02}),  # 0.0343 → 0.03
+    (510_000, {"out_dim": 65536, "teacher_temp": 0.04, "warmup_teacher_temp": 0.03}),  # 0.045 → 0.04; 0.028
+    (1_281_167, {"out_dim": 65536, "teacher_temp": 0.07, "warmup_teacher_temp": 0.04})])  # ImageNet: DINO's end
+def test_defaults_are_fitted_to_the_number_of_training_images_by_lightly_trains_rule(images, fitted):
+    from vitx.objectives import fit_to_data
+
+    made = fit_to_data("dino", {}, images)
+    assert made.values == fitted and made.images == images and "lightly-train" in made.rule
+    assert made.values["warmup_teacher_temp"] <= made.values["teacher_temp"]
+
+
+def test_an_explicit_setting_always_wins_over_the_fitted_default():
+    from vitx.objectives import fit_to_data
+
+    assert fit_to_data("dino", {"out_dim": 64}, 1437).values == {"teacher_temp": 0.02, "warmup_teacher_temp": 0.02}
+    # a given teacher temperature keeps DINO's warm-up default; a given warm-up stays as given
+    assert fit_to_data("dino", {"teacher_temp": 0.07}, 1437).values == {"out_dim": 1024}
+    assert fit_to_data("dino", {"warmup_teacher_temp": 0.01}, 1437).values == {"out_dim": 1024, "teacher_temp": 0.02}
+    assert fit_to_data("dino", {"out_dim": 64, "teacher_temp": 0.04}, 1437) is None
+    assert fit_to_data("dino", {}, None) is None  # a stream: its size is unknown, DINO's defaults stay
+    with pytest.raises(vitx.VitxError, match="dino local_crops must be in"):
+        fit_to_data("dino", {"local_crops": 100000}, 1437)  # the given options are checked first
+
+
+def test_the_run_says_and_records_what_it_fitted_and_a_resume_rebuilds_it(dino_run):
+    """The fixture's run leaves out_dim unset: fitted to embedded:shapes' training images, said in the header and
+    recorded in config.json (a resume is built from the record: `test_resuming_...` below is bit-exact on it)."""
+    config = json.loads((dino_run / "config.json").read_text())
+    fitted = config["objective"]["fitted"]
+    images = config["data"]["train_size"]
+    assert fitted == {"values": {"out_dim": 2048 if images >= 20_000 else 1024}, "images": images,
+                      "rule": "lightly-train's rule, _methods/dino/dino.py:86-124"}
+    assert config["objective"]["options"]["out_dim"] == fitted["values"]["out_dim"]
+    assert config["objective"]["options"]["teacher_temp"] == 0.04  # given: not fitted
+    header = (dino_run.parent / "stdout.txt").read_text()
+    assert (f"dino: out_dim {fitted['values']['out_dim']} fitted to {images:,} training images (lightly-train's "
+            "rule, _methods/dino/dino.py:86-124); set them to override") in header
+    heads = load_file(dino_run / "heads.safetensors")
+    assert heads["criterion.center"].shape[-1] == fitted["values"]["out_dim"]
 
 
 def test_an_ema_beside_the_teacher_is_refused_in_one_line(tmp_path):
@@ -177,6 +248,30 @@ def test_local_crops_position_embeddings_are_resampled_as_dino_does():
         scale_factor=(w0 / math.sqrt(n), h0 / math.sqrt(n)), mode="bicubic")
     dinos = dinos.permute(0, 2, 3, 1).view(1, -1, dim)
     assert torch.equal(dino_pos_embed(pos, (6, 6), 1), dinos)
+
+
+def test_a_local_crop_is_encoded_as_dinos_vision_transformer_does():
+    """facebookresearch/dino vision_transformer.py `prepare_tokens` (patches, [class] token prepended, positions
+    resampled and added), then the blocks and the norm: DINO's encode through the backbone's public stages."""
+    from vitx_dino import dino_pos_embed
+
+    obj = dino(out_dim=32, hidden_dim=16, bottleneck_dim=8, local_crops=1, ibot=0.5).eval()
+    bb = obj.backbone
+    crops = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))  # a 2x2 grid of the 4x4 table
+    with torch.no_grad():
+        x = bb.patch_embed(crops)  # (B, 4, D)
+        pos = torch.cat([bb.pos_embed[:, :1], dino_pos_embed(bb.pos_embed, (2, 2), 1)], 1)  # (1, 1 + 4, D)
+        tokens = torch.cat([bb.cls_token.expand(2, -1, -1), x], 1) + pos
+        assert torch.equal(obj.encode(bb, crops), bb.norm(bb.blocks(tokens)))
+        globals_ = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(4))
+        assert torch.equal(obj.encode(bb, globals_), bb.forward_features(globals_))  # its own grid: timm's
+        mask = torch.zeros(2, 16, dtype=torch.bool)
+        mask[:, :5] = True
+        hook = bb.patch_embed.register_forward_hook(
+            lambda module, args, out: torch.where(mask[..., None], obj.mask_token, out))
+        expected = bb.forward_features(globals_)  # iBOT: the [mask] token in place of those patch embeddings
+        hook.remove()
+        assert torch.equal(obj.encode(bb, globals_, mask), expected)
 
 
 def test_the_last_layer_is_frozen_for_the_first_epoch_by_default():
@@ -227,27 +322,3 @@ def test_sinkhorn_centering_is_dinov2s_teacher_and_the_loss_pairs_crops_as_dinos
     out = obj({"views": views})
     assert torch.isfinite(out["loss"]) and torch.equal(obj.criterion.center, torch.zeros_like(obj.criterion.center))
     assert 0 < out["teacher_entropy"].item() <= math.log(32) + 1e-5
-def test_a_local_crop_is_encoded_as_dinos_vision_transformer_does():
-    """facebookresearch/dino vision_transformer.py `prepare_tokens` (patches, [class] token prepended, positions
-    resampled and added), then the blocks and the norm: DINO's encode through the backbone's public stages."""
-    from vitx_dino import dino_pos_embed
-
-    obj = dino(out_dim=32, hidden_dim=16, bottleneck_dim=8, local_crops=1, ibot=0.5).eval()
-    bb = obj.backbone
-    crops = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))  # a 2x2 grid of the 4x4 table
-    with torch.no_grad():
-        x = bb.patch_embed(crops)  # (B, 4, D)
-        pos = torch.cat([bb.pos_embed[:, :1], dino_pos_embed(bb.pos_embed, (2, 2), 1)], 1)  # (1, 1 + 4, D)
-        tokens = torch.cat([bb.cls_token.expand(2, -1, -1), x], 1) + pos
-        assert torch.equal(obj.encode(bb, crops), bb.norm(bb.blocks(tokens)))
-        globals_ = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(4))
-        assert torch.equal(obj.encode(bb, globals_), bb.forward_features(globals_))  # its own grid: timm's
-        mask = torch.zeros(2, 16, dtype=torch.bool)
-        mask[:, :5] = True
-        hook = bb.patch_embed.register_forward_hook(
-            lambda module, args, out: torch.where(mask[..., None], obj.mask_token, out))
-        expected = bb.forward_features(globals_)  # iBOT: the [mask] token in place of those patch embeddings
-        hook.remove()
-        assert torch.equal(obj.encode(bb, globals_, mask), expected)
-
-

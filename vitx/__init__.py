@@ -20,12 +20,13 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from .backbones import create_backbone
     from .runs import load_backbone
     from .objectives import Objective, create_objective
+    from .objectives.options import option
     from .data.views import View
 
 __all__ = ["__version__", "ADAPTERS", "BACKBONES", "EVALUATORS", "OBJECTIVES", "TASKS", "register_adapter",
            "register_evaluator", "register_task",
            "temporary", "Objective", "Registry", "View", "VitxError", "create_backbone",
-           "create_objective", "load_backbone", "register_backbone", "register_objective"]
+           "create_objective", "load_backbone", "option", "register_backbone", "register_objective"]
 __getattr__, __dir__ = lazy_exports(__name__, {
     "create_backbone": ".backbones", "load_backbone": ".runs", "Objective": ".objectives",
-    "create_objective": ".objectives", "View": ".data.views"})
+    "create_objective": ".objectives", "option": ".objectives.options", "View": ".data.views"})

@@ -5,6 +5,7 @@ matches suggested on a typo. Nothing here knows what a backbone or an objective 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import fnmatch
 import importlib
@@ -130,8 +131,19 @@ def register_backbone(name: str, **kw: Any) -> Callable[[Any], Any]:
 
 
 def register_objective(name: str, **kw: Any) -> Callable[[Any], Any]:
-    """Decorator: register an objective class `cls(backbone, **options)`."""
-    return OBJECTIVES.register(name, **kw)
+    """Decorator: register an objective class `cls(backbone, **options)`. Its declared `Options` (a dataclass of
+    `vitx.option` fields, `objectives/options.py`) are checked here, so a malformed declaration fails when the
+    plugin loads, not at a user's first run; the class learns the name it answers to (`cls.name`, in its messages)."""
+    def add(cls: Any) -> Any:
+        declared = getattr(cls, "Options", None)
+        if declared is not None and not (dataclasses.is_dataclass(declared) and isinstance(declared, type)
+                                         and all("help" in f.metadata for f in dataclasses.fields(declared))):
+            raise TypeError(f"objective '{name}': Options must be a dataclass whose fields are vitx.option(...)s")
+        if isinstance(cls, type) and hasattr(cls, "fit_to_data"):  # an Objective
+            cls.name = name
+        return OBJECTIVES.register(name, cls, **kw)
+
+    return add
 
 
 KINDS = {"backbones": BACKBONES, "objectives": OBJECTIVES, "adapters": ADAPTERS, "tasks": TASKS,

@@ -2,6 +2,7 @@
 `vitx tasks` (what transfer can use) and `vitx plugins`."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import typer
@@ -47,16 +48,45 @@ def models(pattern: str = typer.Argument("*", help="fnmatch filter, e.g. 'vit-b*
     Console().print(table)
 
 
-def objectives(pattern: str = typer.Argument("*", help="fnmatch filter.")) -> None:
-    """List the pre-training objectives (use with `vitx pretrain --objective NAME(options)`)."""
+def objectives(pattern: str = typer.Argument("*", help="fnmatch filter; one name lists its options."),
+               options: bool = typer.Option(False, "--options", help="List the options of every objective shown.")
+               ) -> None:
+    """List the pre-training objectives (use with `vitx pretrain --objective NAME(options)`) and their options."""
     import vitx.objectives  # noqa: F401  (registers the built-in objectives)
 
-    table = _table("vitx objectives", ("name", "labels", "description", "from"))
-    for name in OBJECTIVES.names(pattern):
+    names = OBJECTIVES.names(pattern)
+    table = _table("vitx objectives", ("name", "labels", "description", "options", "from"), right=("options",))
+    for name in names:
         entry = OBJECTIVES.get(name)
+        declared = getattr(entry.obj, "Options", None)
+        count = str(len(dataclasses.fields(declared))) if declared is not None else "-"
         table.add_row(name, "yes" if getattr(entry.obj, "needs_labels", False) else "no", escape(entry.description),
-                      entry.source)
-    Console().print(table)
+                      count, entry.source)
+    if len(names) != 1 and not options:
+        table.caption = "vitx objectives NAME lists its options (type, default, bounds, help); --options: all of them"
+    console = _wide()
+    console.print(table)
+    if len(names) == 1 or options:
+        for name in names:
+            _options_table(name, console)
+
+
+def _options_table(name: str, console: Console) -> None:
+    """One objective's declared options (`Objective.Options`): what `--objective 'NAME(key=value)'` takes."""
+    from ..objectives.options import described
+
+    declared = getattr(OBJECTIVES.get(name).obj, "Options", None)
+    if declared is None:
+        console.print(f"{name}: its options are not declared (its constructor's keywords)")
+        return
+    rows = described(declared)
+    if not rows:
+        console.print(f"{name}: no options")
+        return
+    table = _table(f"{name}(option=value, ...)", ("option", "type", "default", "bounds", "help"))
+    for row in rows:
+        table.add_row(*(escape(row[k]) for k in ("name", "type", "default", "bounds", "help")))
+    console.print(table)
 
 
 def adapters(pattern: str = typer.Argument("*", help="fnmatch filter.")) -> None:

@@ -9,8 +9,9 @@ from ..errors import VitxError
 from ..registry import OBJECTIVES
 from . import mpp, supervised  # noqa: F401  (registers "mpp" and "supervised")
 from .base import Objective
+from .options import Fitted, option
 
-__all__ = ["Objective", "create_objective"]
+__all__ = ["Fitted", "Objective", "create_objective", "fit_to_data", "option"]
 
 
 def create_objective(name: str, backbone: nn.Module, num_classes: int | None, /, **options: Any) -> Objective:
@@ -31,3 +32,15 @@ def create_objective(name: str, backbone: nn.Module, num_classes: int | None, /,
         return cls(backbone, **options)
     except TypeError as exc:
         raise VitxError(f"bad options for objective '{name}': {exc}") from None
+
+
+def fit_to_data(name: str, options: dict[str, Any], images: int | None) -> Fitted | None:
+    """What objective `name` chooses from the number of training `images` among the options the user left unset
+    (`Objective.fit_to_data`), after the given `options` are checked against its declaration; None for a stream
+    (`images` None: its size is unknown) or when it fits nothing."""
+    cls = OBJECTIVES.get(name).obj
+    if images is None or not hasattr(cls, "fit_to_data"):
+        return None
+    given = {k: v for k, v in options.items() if k != "num_classes"}  # (the data's, never fitted)
+    cls.checked(given)
+    return cls.fit_to_data(given, images)

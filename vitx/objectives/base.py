@@ -5,12 +5,16 @@ needs labels, turns a batch into a loss and named metrics, and may hook step eve
 inside it."""
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn as nn
 
+from .options import check_options
+
 if TYPE_CHECKING:
+    from .options import Fitted
     from ..data.transforms import Preprocess
     from ..data.views import View
 
@@ -30,6 +34,14 @@ class Objective(nn.Module):
     # the representation this objective trains, which frozen-feature evaluation reads unless told otherwise
     # (one of evaluation.FEATURES): masked modelling trains the patch tokens, never the [class] token
     features: ClassVar[str] = "pre-logits"
+    # its options, declared once (objectives/options.py: a dataclass of `option`s, each with its type, default,
+    # bounds and help): checked when it is built (an unknown option, a wrong type or a value out of bounds is one
+    # line), listed by `vitx objectives NAME`, read as `self.settings`; None: undeclared (its constructor's own
+    # keywords, unchecked)
+    Options: ClassVar[type | None] = None
+    name: ClassVar[str] = "objective"  # the name it is registered under (`register_objective` sets it)
+    # the options it chose from the data (`fit_to_data`), set by the runner: said in the header, kept in config.json
+    fitted: "Fitted | None" = None
     # the optimiser steps of one pass over the training data (None: a stream of unknown length), set by the
     # runner before `on_fit_start`: for schedules the field states in epochs (DINO freezes its last layer for one)
     epoch_steps: int | None = None
@@ -37,7 +49,23 @@ class Objective(nn.Module):
     def __init__(self, backbone: nn.Module, **options: Any) -> None:
         super().__init__()
         self.backbone = backbone
-        self.options = dict(options)
+        self.settings = type(self).checked(options)  # the declared options, every one filled (None: undeclared)
+        self.options = dataclasses.asdict(self.settings) if self.settings is not None else dict(options)
+
+    @classmethod
+    def checked(cls, options: dict[str, Any]) -> Any:
+        """`options` as an instance of the declared `Options` (defaults filled), or a one-line VitxError generated
+        from the declaration; None when the objective declares none."""
+        return None if cls.Options is None else check_options(cls.name, cls.Options, options)
+
+    @classmethod
+    def fit_to_data(cls, given: dict[str, Any], images: int) -> "Fitted | None":
+        """Options the user left unset that the objective's reference chooses from the number of training
+        `images` (DINO's teacher temperature and output dimension, by lightly-train's rule), chosen before the
+        objective is built (they size its heads); `given`: the options the user set. The runner builds with
+        them, says them in the run's header with the rule, and records them in config.json (`objective.fitted`,
+        which a resumed run is built with again). Not called for a stream (its size is unknown). None: nothing."""
+        return None
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         raise NotImplementedError

@@ -29,6 +29,7 @@ from ..data.transforms import Preprocess
 from ..errors import VitxError
 from ..registry import register_objective
 from .base import Objective
+from .options import option
 
 TARGETS = ("mean", "downsized", "pixels")
 
@@ -42,28 +43,33 @@ class Corruption:
     source: torch.Tensor  # for mode 1: flat index (b·N + n) of the replacing patch, never the patch itself
 
 
+@dataclass
+class MPPOptions:
+    corrupt_rate: float = option(0.5, "Share of each image's patch embeddings corrupted (the paper's 50%; 15% was "
+                                 "slightly worse).", above=0, max=1)
+    mask_rate: float = option(0.8, "Of the corrupted: share replaced by the learnable [mask] embedding.", min=0, max=1)
+    random_rate: float = option(0.1, "Of the corrupted: share replaced by another patch's embedding.", min=0, max=1)
+    keep_rate: float = option(0.1, "Of the corrupted: share kept as it is (the three rates sum to 1).", min=0, max=1)
+    target: str = option("mean", "What each corrupted patch predicts: its mean colour (the paper's), the colours of "
+                         "its 4x4 downsized version, or its normalised pixels (L2).", choices=TARGETS)
+    bits: int = option(3, "Bits per colour channel of the colour classes (the paper's 3: 512 classes); the head "
+                       "has 2^(3·bits) outputs per prediction, so at most 5.", min=1, max=5)
+
+
 @register_objective("mpp", description="masked patch prediction (ViT paper): 3-bit mean colour of corrupted patches")
 class MaskedPatchPrediction(Objective):
     """The paper's MPP on any timm-style ViT backbone."""
 
     features = "patch-mean"  # it trains the patch tokens; the [class] token is never a target
+    Options = MPPOptions
 
-    def __init__(self, backbone: nn.Module, corrupt_rate: float = 0.5, mask_rate: float = 0.8,
-                 random_rate: float = 0.1, keep_rate: float = 0.1, target: str = "mean", bits: int = 3,
-                 **options: Any) -> None:
-        if options:
-            raise VitxError(f"mpp has no option(s) {', '.join(sorted(options))}")
-        if not 0.0 < corrupt_rate <= 1.0:
-            raise VitxError(f"mpp corrupt_rate must be in (0, 1], got {corrupt_rate}")
-        if min(mask_rate, random_rate, keep_rate) < 0 or abs(mask_rate + random_rate + keep_rate - 1.0) > 1e-6:
-            raise VitxError("mpp mask_rate + random_rate + keep_rate must be 1 (each ≥ 0), got "
-                            f"{mask_rate} + {random_rate} + {keep_rate}")
-        if target not in TARGETS:
-            raise VitxError(f"mpp target must be one of {', '.join(TARGETS)}, got '{target}'")
-        if not 1 <= bits <= 8:
-            raise VitxError(f"mpp bits must be in 1..8, got {bits}")
-        super().__init__(backbone, corrupt_rate=corrupt_rate, mask_rate=mask_rate, random_rate=random_rate,
-                         keep_rate=keep_rate, target=target, bits=bits)
+    def __init__(self, backbone: nn.Module, **options: Any) -> None:
+        super().__init__(backbone, **options)
+        o = self.settings
+        corrupt_rate, mask_rate, random_rate, target, bits = o.corrupt_rate, o.mask_rate, o.random_rate, o.target, o.bits
+        if abs(mask_rate + random_rate + o.keep_rate - 1.0) > 1e-6:
+            raise VitxError("mpp mask_rate + random_rate + keep_rate must be 1, got "
+                            f"{mask_rate} + {random_rate} + {o.keep_rate}")
         self.corrupt_rate, self.mask_rate, self.random_rate = corrupt_rate, mask_rate, random_rate
         self.target, self.bits = target, bits
         pe = backbone.patch_embed

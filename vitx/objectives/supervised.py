@@ -2,6 +2,7 @@
 timm's Mixup/CutMix for from-scratch training on small data (the regularisation DeiT showed ViTs need there)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -12,6 +13,22 @@ from ..errors import VitxError
 from ..heads import build_head
 from ..registry import register_objective
 from .base import Objective
+from .options import option
+
+HEADS = ("mlp", "linear")  # heads.build_head's
+
+
+@dataclass
+class SupervisedOptions:
+    head: str = option("mlp", "The pre-training head: the paper's MLP with one tanh hidden layer, or one linear layer.",
+                       choices=HEADS)
+    multilabel: bool = option(False, "Several labels per image: sigmoid cross-entropy instead of softmax.")
+    label_smoothing: float = option(0.0, "Label smoothing of the targets.", min=0, below=1)
+    mixup: float = option(0.0, "timm's Mixup Beta alpha (0: off), for from-scratch training on small data (DeiT).",
+                          min=0)
+    cutmix: float = option(0.0, "timm's CutMix Beta alpha (0: off).", min=0)
+    mix_prob: float = option(1.0, "Probability of mixing a batch, when mixup or cutmix is on.", min=0, max=1)
+    switch_prob: float = option(0.5, "Probability of CutMix instead of Mixup when both are on.", min=0, max=1)
 
 
 @register_objective("supervised", description="classification: softmax (or sigmoid) cross-entropy on the [class] token")
@@ -19,21 +36,15 @@ class Supervised(Objective):
     """Classify the pooled [class] representation with the paper's pre-training head."""
 
     needs_labels = True
+    Options = SupervisedOptions
 
-    def __init__(self, backbone: nn.Module, num_classes: int, head: str = "mlp",
-                 multilabel: bool = False, label_smoothing: float = 0.0, mixup: float = 0.0, cutmix: float = 0.0,
-                 mix_prob: float = 1.0, switch_prob: float = 0.5, **options: Any) -> None:
-        if options:
-            raise VitxError(f"supervised objective has no option(s) {', '.join(sorted(options))}")
-        if not 0.0 <= label_smoothing < 1.0:
-            raise VitxError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
-        if mixup < 0 or cutmix < 0 or not 0 <= mix_prob <= 1 or not 0 <= switch_prob <= 1:
-            raise VitxError("supervised mixup and cutmix (Beta alphas) must be ≥ 0, mix_prob and switch_prob in [0, 1]")
+    def __init__(self, backbone: nn.Module, num_classes: int, **options: Any) -> None:
+        super().__init__(backbone, **options)
+        o = self.settings
+        head, multilabel, label_smoothing = o.head, o.multilabel, o.label_smoothing
+        mixup, cutmix, mix_prob, switch_prob = o.mixup, o.cutmix, o.mix_prob, o.switch_prob
         if (mixup or cutmix) and multilabel:
             raise VitxError("supervised mixup/cutmix is for single-label classification")
-        super().__init__(backbone, num_classes=num_classes, head=head, multilabel=multilabel,
-                         label_smoothing=label_smoothing, mixup=mixup, cutmix=cutmix, mix_prob=mix_prob,
-                         switch_prob=switch_prob)
         self.num_classes, self.multilabel, self.label_smoothing = num_classes, multilabel, label_smoothing
         self.head = build_head(head, backbone.embed_dim, num_classes)
         self.mix = None

@@ -146,6 +146,8 @@ def announce(setup: Any, resume: bool, console: Console) -> None:
     console.print(f"vitx {__version__}: {what} | {cfg.objective} on {cfg.model} ({n_params / 1e6:.2f}M) "
                   f"| {cfg.data} ({size}, {setup.preprocess.image_size}px) "
                   f"| {acc.num_processes} process(es) on {acc.device}", soft_wrap=True)
+    if getattr(setup.objective, "fitted", None) is not None:  # options chosen from the data, and by whose rule
+        console.print(setup.objective.fitted.line(setup.objective.name), soft_wrap=True)
     validation = setup.data_info.get("validation") or {}
     if validation:
         console.print(f"data: {setup.data_info.get('layout', 'data')}, labels {setup.data_info.get('labels')} | "

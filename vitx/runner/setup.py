@@ -21,7 +21,7 @@ from ..data import DataOptions, Preprocess, open_data
 from ..data.columns import require_labels
 from ..errors import VitxError
 from ..invocation import command
-from ..objectives import Objective, create_objective
+from ..objectives import Fitted, Objective, create_objective, fit_to_data
 from ..registry import OBJECTIVES
 from ..spec import parse_spec
 from .config import PretrainConfig, merge_for_resume
@@ -247,19 +247,40 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     obj_name, obj_opts = parse_spec(cfg.objective)
     if getattr(OBJECTIVES.get(obj_name).obj, "needs_labels", False):
         require_labels(train_source, f"--objective {obj_name}")
-    objective = create_objective(obj_name, backbone, train_source.num_classes, **obj_opts)
+    fitted = _fitted(obj_name, obj_opts, train_source, saved if resume_from is not None else None)
+    objective = create_objective(obj_name, backbone, train_source.num_classes, **obj_opts,
+                                 **(fitted.values if fitted else {}))
+    objective.fitted = fitted
     preprocess = objective.configure_preprocess(preprocess)
     return assemble(cfg, accelerator, objective, preprocess, train_source, val_source, data_info, resume_from)
 
 
+def _fitted(name: str, options: dict[str, Any], train_source: Any, saved: dict[str, Any] | None) -> Fitted | None:
+    """The options the objective chooses from the number of training images where the user left them unset
+    (`Objective.fit_to_data`; none for a stream), or, resuming (`saved`: the checkpoint's config.json), those the
+    run recorded: a resumed run is built as it was, and one recorded before fitting existed was fitted to nothing."""
+    if saved is None:
+        return fit_to_data(name, options, None if hasattr(train_source, "micro_batches") else len(train_source))
+    record = (saved.get("objective") or {}).get("fitted")
+    if record is None:
+        return None
+    if not (isinstance(record, dict) and isinstance(record.get("values"), dict) and isinstance(record.get("images"), int)
+            and isinstance(record.get("rule"), str)):
+        raise VitxError("the checkpoint's config.json has a damaged objective.fitted record (values, images, rule)")
+    return Fitted(dict(record["values"]), record["images"], record["rule"])
+
+
 def config_record(s: Setup, step: int) -> dict[str, Any]:
     obj_name, obj_opts = parse_spec(s.cfg.objective)
+    fitted = getattr(s.objective, "fitted", None)
+    if fitted is not None:  # the options it was built with, and which of them were chosen from the data, and why
+        obj_opts = {**obj_opts, **fitted.values}
     return {
         "vitx_version": __version__,
         "step": step,
         "backbone": backbone_record(s.objective.backbone),
         "preprocess": s.preprocess.to_dict(),
-        "objective": {"name": obj_name, "options": obj_opts},
+        "objective": {"name": obj_name, "options": obj_opts, **({"fitted": fitted.record()} if fitted else {})},
         "features": s.objective.features,  # what the objective trains: evaluation reads it by default
         **({"views": [v.to_dict() for v in s.objective.views()]} if s.objective.views() else {}),
         "data": s.data_info,

@@ -31,12 +31,14 @@ from __future__ import annotations
 import copy
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from vitx import Objective, View, VitxError, register_objective
+from vitx import Objective, View, VitxError, option, register_objective
+from vitx.objectives import Fitted
 from vitx.backbones.droppath import set_drop_path
 
 DINO_JITTER = (0.4, 0.4, 0.2, 0.1)  # DINO's ColorJitter(brightness, contrast, saturation, hue), p = 0.8
@@ -77,56 +79,92 @@ def dino_views(size: int, local_size: int, global_crops: int = 2, local_crops: i
     return tuple(first + second + local)
 
 
+# lightly-train's data-size rule (lightly-ai/lightly-train 8f5a75c, src/lightly_train/_methods/dino/dino.py:86-124;
+# `_scaling.py`: interpolate, clamped to its ends and rounded to 2 digits, and get_bucket_value): K by buckets of
+# images, the teacher temperature linear from 0.02 at 20k images to 0.07 at ImageNet (1M), the warm-up temperature
+# linear from 0.02 to 0.04 over that range of teacher temperatures and never above it
+FIT_RULE = "lightly-train's rule, _methods/dino/dino.py:86-124"
+OUT_DIMS = ((20_000, 1024), (50_000, 2048), (100_000, 4096), (200_000, 16384), (500_000, 32768),
+            (math.inf, 65536))  # (images below, K)
+IMAGENET_IMAGES = 1_000_000  # lightly-train's _scaling.IMAGENET_SIZE
+FITTED = "fitted to the data ({} for a stream)"  # the default `vitx objectives dino` shows for a fitted option
+
+
+def _interpolate(x: float, inputs: tuple[float, float], values: tuple[float, float]) -> float:
+    """lightly-train's `_scaling.interpolate`: linear from values[0] at inputs[0] to values[1] at inputs[1], clamped
+    to the values, rounded to 2 digits."""
+    value = values[0] + (values[1] - values[0]) * (x - inputs[0]) / (inputs[1] - inputs[0])
+    return round(min(max(value, values[0]), values[1]), 2)
+
+
+@dataclass
+class DINOOptions:
+    """DINO's options: main_dino.py's defaults (facebookresearch/dino), named as lightly's DINO modules name them."""
+
+    out_dim: int = option(65536, "Output dimension K of the projection head (main_dino.py's 65536). Unset, it is "
+                          "fitted to the number of training images (lightly-train: 1,024 under 20k images, 2,048 "
+                          "under 50k, ... 65,536 from 500k).", min=1, max=262144, shown=FITTED.format(65536))
+    hidden_dim: int = option(2048, "Hidden width of the projection head's MLP (main_dino.py's 2048).", min=1,
+                             max=16384)
+    bottleneck_dim: int = option(256, "Bottleneck width before the weight-normed last layer (256).", min=1, max=4096)
+    norm_last_layer: bool = option(True, "Fix the norm of the last layer's weights (main_dino.py's default; off "
+                                   "trains faster but less stably for ViT-S).")
+    batch_norm: bool = option(False, "BatchNorm in the head's MLP (main_dino.py's use_bn_in_head, off for ViTs).")
+    freeze_last_layer: int | None = option(None, "Steps the last layer stays fixed at the start (none: one epoch, "
+                                           "main_dino.py's freeze_last_layer 1).", min=0, shown="one epoch")
+    global_crops: int = option(2, "Global crops per image, at the image size (DINO's 2).", min=1, max=8)
+    local_crops: int = option(8, "Local crops per image (main_dino.py's local_crops_number 8); each is a forward "
+                              "of the student, so at most 64.", min=0, max=64)
+    local_size: int = option(0, "Local crops' side in pixels, a multiple of the patch (0: 96/224 of the image "
+                             "size, as DINO's 96 beside 224).", min=0, max=1024)
+    global_scale: float = option(0.4, "Smallest share of the image a global crop keeps (global_crops_scale "
+                                 "(0.4, 1)); local crops keep up to it.", above=0, max=1)
+    local_scale: float = option(0.05, "Smallest share of the image a local crop keeps (local_crops_scale "
+                                "(0.05, 0.4)).", above=0, below=1)
+    blur_sigma: list[float] = option(list(BLUR_SIGMA), "Gaussian blur sigma range (low, high) in pixels, whatever "
+                                     "the crop's size (DINO's PIL radius 0.1-2).", above=0, length=2)
+    momentum: float = option(0.996, "Teacher EMA momentum at the start, rising to 1 on a cosine (momentum_teacher).",
+                             min=0, max=1)
+    teacher_temp: float = option(0.04, "Teacher temperature after the warm-up (main_dino.py's 0.04). Unset, it is "
+                                 "fitted to the number of training images (lightly-train: 0.02 up to 20k images, "
+                                 "rising to 0.07 at ImageNet).", above=0, shown=FITTED.format(0.04))
+    warmup_teacher_temp: float = option(0.04, "Teacher temperature at the start of the warm-up (0.04). Unset while "
+                                        "teacher_temp is fitted, it is fitted too, never above it.", above=0,
+                                        shown=FITTED.format(0.04))
+    warmup_teacher_temp_steps: int = option(0, "Steps of the linear teacher-temperature warm-up (0: none; "
+                                            "main_dino.py warms up over 30 epochs).", min=0)
+    student_temp: float = option(0.1, "Student temperature (0.1).", above=0)
+    center_momentum: float = option(0.9, "Momentum of the teacher output's moving centre (0.9).", min=0, below=1)
+    ibot: float = option(0.0, "Weight of iBOT's masked-patch self-distillation (0: off).", min=0)
+    mask_ratio: float = option(0.3, "Share of the student's global-crop patches iBOT masks.", above=0, below=1)
+    koleo: float = option(0.0, "Weight of DINOv2's KoLeo regulariser on the student's [class] tokens (0: off).",
+                          min=0)
+    centering: str = option("mean", "The teacher's centring: DINO's moving mean, or DINOv2's Sinkhorn-Knopp over "
+                            "the batch.", choices=CENTERINGS)
+
+
 @register_objective("dino", description="DINO (lightly): multi-crop self-distillation from an EMA teacher; "
                                         "iBOT and KoLeo options")
 class DINO(Objective):
     features = "cls-token"  # the [class] token is what the DINO head reads (and what DINO evaluates)
+    Options = DINOOptions
 
-    def __init__(self, backbone: nn.Module, out_dim: int = 65536, hidden_dim: int = 2048, bottleneck_dim: int = 256,
-                 norm_last_layer: bool = True, batch_norm: bool = False, freeze_last_layer: int | None = None,
-                 global_crops: int = 2, local_crops: int = 8, local_size: int = 0, global_scale: float = 0.4,
-                 local_scale: float = 0.05, blur_sigma: tuple[float, float] = BLUR_SIGMA,
-                 momentum: float = 0.996, teacher_temp: float = 0.04, warmup_teacher_temp: float = 0.04,
-                 warmup_teacher_temp_steps: int = 0, student_temp: float = 0.1, center_momentum: float = 0.9,
-                 ibot: float = 0.0, mask_ratio: float = 0.3, koleo: float = 0.0, centering: str = "mean",
-                 **options: Any) -> None:
-        if options:
-            raise VitxError(f"dino has no option(s) {', '.join(sorted(options))}")
-        counts = {"out_dim": out_dim, "hidden_dim": hidden_dim, "bottleneck_dim": bottleneck_dim,
-                  "global_crops": global_crops}
-        if any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in counts.values()):
-            raise VitxError(f"dino {', '.join(counts)} must be positive integers")
-        steps = {"freeze_last_layer": 0 if freeze_last_layer is None else freeze_last_layer,
-                 "local_crops": local_crops, "local_size": local_size,
-                 "warmup_teacher_temp_steps": warmup_teacher_temp_steps}
-        if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in steps.values()):
-            raise VitxError(f"dino {', '.join(steps)} must be integers ≥ 0")
-        if global_crops + local_crops < 2:
+    def __init__(self, backbone: nn.Module, **options: Any) -> None:
+        super().__init__(backbone, **options)  # checked against DINOOptions: types and each option's bounds
+        o = self.settings
+        out_dim, hidden_dim, bottleneck_dim, batch_norm = o.out_dim, o.hidden_dim, o.bottleneck_dim, o.batch_norm
+        local_crops, local_size, ibot, koleo, mask_ratio = o.local_crops, o.local_size, o.ibot, o.koleo, o.mask_ratio
+        teacher_temp, student_temp, center_momentum = o.teacher_temp, o.student_temp, o.center_momentum
+        warmup_teacher_temp, warmup_teacher_temp_steps = o.warmup_teacher_temp, o.warmup_teacher_temp_steps
+        norm_last_layer, freeze_last_layer = o.norm_last_layer, o.freeze_last_layer
+        if o.global_crops + local_crops < 2:  # (what remains by hand: relations between options, and the backbone)
             raise VitxError("dino needs at least two crops in all (global_crops + local_crops ≥ 2)")
-        if not 0 < local_scale < global_scale <= 1:
-            raise VitxError(f"dino needs 0 < local_scale < global_scale <= 1, got {local_scale} and {global_scale}")
-        if (not isinstance(blur_sigma, (tuple, list)) or len(blur_sigma) != 2
-                or not all(isinstance(v, (int, float)) for v in blur_sigma) or not 0 < blur_sigma[0] <= blur_sigma[1]):
-            raise VitxError(f"dino blur_sigma must be (low, high) pixels with 0 < low <= high, got {blur_sigma!r}")
-        if not 0 <= momentum <= 1 or not 0 <= center_momentum < 1:
-            raise VitxError("dino momentum must be in [0, 1] and center_momentum in [0, 1)")
-        if min(teacher_temp, warmup_teacher_temp, student_temp) <= 0:
-            raise VitxError("dino temperatures must be above 0")
+        if not o.local_scale < o.global_scale:
+            raise VitxError(f"dino needs local_scale < global_scale, got {o.local_scale} and {o.global_scale}")
+        if not o.blur_sigma[0] <= o.blur_sigma[1]:
+            raise VitxError(f"dino blur_sigma must be (low, high) pixels with low <= high, got {tuple(o.blur_sigma)}")
         if ibot > 0 and round(mask_ratio * backbone.patch_embed.num_patches) < 1:
             raise VitxError(f"dino mask_ratio {mask_ratio} masks no patch of {backbone.patch_embed.num_patches}; raise it")
-        if ibot < 0 or koleo < 0 or not 0 < mask_ratio < 1:
-            raise VitxError("dino ibot and koleo are weights ≥ 0 (0: off), mask_ratio in (0, 1)")
-        if centering not in CENTERINGS:
-            raise VitxError(f"dino centering must be one of {', '.join(CENTERINGS)}, got {centering!r}")
-        super().__init__(backbone, out_dim=out_dim, hidden_dim=hidden_dim, bottleneck_dim=bottleneck_dim,
-                         norm_last_layer=norm_last_layer, batch_norm=batch_norm, freeze_last_layer=freeze_last_layer,
-                         global_crops=global_crops, local_crops=local_crops, local_size=local_size,
-                         global_scale=global_scale, local_scale=local_scale, blur_sigma=tuple(blur_sigma),
-                         momentum=momentum,
-                         teacher_temp=teacher_temp, warmup_teacher_temp=warmup_teacher_temp,
-                         warmup_teacher_temp_steps=warmup_teacher_temp_steps, student_temp=student_temp,
-                         center_momentum=center_momentum, ibot=ibot, mask_ratio=mask_ratio, koleo=koleo,
-                         centering=centering)
         # lightly (and torchvision through it) takes seconds to import: only when a DINO is built
         from lightly.loss import DINOLoss, IBOTPatchLoss, KoLeoLoss
         from lightly.models.modules import DINOProjectionHead
@@ -166,6 +204,23 @@ class DINO(Objective):
         self.teacher = nn.ModuleDict(teacher).requires_grad_(False)
         self.step, self.steps = 0, 1  # the next step and the run's length (`on_fit_start`): the schedules' clock
         self.frozen_steps = freeze_last_layer or 0  # the last layers' fixed steps (None: one epoch's, at the start)
+
+    # ---- defaults fitted to the data ----------------------------------------------------------------------
+    @classmethod
+    def fit_to_data(cls, given: dict[str, Any], images: int) -> Fitted | None:
+        """lightly-train's DINO defaults for the dataset's size (`DINOArgs.resolve_auto`, FIT_RULE), for those of
+        out_dim, teacher_temp and warmup_teacher_temp the user left unset: main_dino.py's 65,536 dimensions and
+        0.04 → 0.07 teacher temperatures are for ImageNet; on small data a lower temperature sharpens the teacher
+        enough to keep its output from collapsing to uniform. The warm-up temperature follows the fitted one and
+        never exceeds it. Each option the user set is kept as given."""
+        values: dict[str, Any] = {}
+        if "out_dim" not in given:
+            values["out_dim"] = next(k for below, k in OUT_DIMS if images < below)
+        if "teacher_temp" not in given:
+            values["teacher_temp"] = temp = _interpolate(images, (20_000, IMAGENET_IMAGES), (0.02, 0.07))
+            if "warmup_teacher_temp" not in given:
+                values["warmup_teacher_temp"] = min(temp, _interpolate(temp, (0.02, 0.07), (0.02, 0.04)))
+        return Fitted(values, images, FIT_RULE) if values else None
 
     # ---- what the loader makes ------------------------------------------------------------------------------
     def views(self) -> tuple[View, ...]:

@@ -8,38 +8,51 @@ wherever any other vitx checkpoint does.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from vitx import Objective, VitxError, register_objective
+from vitx import Objective, VitxError, option, register_objective
 
 # weight names of the deprecated MAEDecoderTIMM, which vitx-mae used before lightly 1.6 (a different layout and
 # parameter order, so the optimiser state of such a run does not fit this one either)
 OLD_DECODER = ("decoder.decoder_embed.", "decoder.decoder_pos_embed", "decoder.decoder_blocks.", "decoder.decoder_pred.")
 
 
+@dataclass
+class MAEOptions:
+    mask_ratio: float = option(0.75, "Share of each image's patches masked (MAE's 75%); the encoder sees the rest.",
+                               above=0, below=1)
+    decoder_dim: int = option(512, "Width of the light decoder (MAE's 512).", min=1, max=8192)
+    decoder_depth: int = option(8, "Blocks of the decoder (MAE's 8).", min=1, max=64)
+    decoder_heads: int = option(16, "Attention heads of the decoder (MAE's 16); they divide decoder_dim.", min=1,
+                                max=256)
+    norm_pix_loss: bool = option(True, "Reconstruct each patch's pixels normalised by their own mean and variance "
+                                 "(MAE's norm_pix_loss).")
+
+
 @register_objective("mae", description="masked autoencoder (lightly): 75% masked, MSE on normalised pixels")
 class MAE(Objective):
     features = "patch-mean"  # it encodes and reconstructs patches; the [class] token is never trained
+    Options = MAEOptions
 
-    def __init__(self, backbone: nn.Module, mask_ratio: float = 0.75, decoder_dim: int = 512, decoder_depth: int = 8,
-                 decoder_heads: int = 16, norm_pix_loss: bool = True, **options: Any) -> None:
-        if options:
-            raise VitxError(f"mae has no option(s) {', '.join(sorted(options))}")
-        if not 0.0 < mask_ratio < 1.0:
-            raise VitxError(f"mae mask_ratio must be in (0, 1), got {mask_ratio}")
+    def __init__(self, backbone: nn.Module, **options: Any) -> None:
+        super().__init__(backbone, **options)
+        o = self.settings
+        mask_ratio, decoder_dim, decoder_depth, decoder_heads = (o.mask_ratio, o.decoder_dim, o.decoder_depth,
+                                                                 o.decoder_heads)
+        if decoder_dim % decoder_heads:
+            raise VitxError(f"mae decoder_heads {decoder_heads} must divide decoder_dim {decoder_dim}")
         # lightly (and torchvision through it) takes seconds to import: only when an MAE is built, not when
         # `vitx objectives` lists this plugin
         from lightly.models import utils
         from lightly.models.modules import MaskedVisionTransformerDecoderTIMM, MaskedVisionTransformerTIMM
         from lightly.models.modules.masked_vision_transformer_timm import init_weights
 
-        super().__init__(backbone, mask_ratio=mask_ratio, decoder_dim=decoder_dim, decoder_depth=decoder_depth,
-                         decoder_heads=decoder_heads, norm_pix_loss=norm_pix_loss)
-        self.mask_ratio, self.norm_pix_loss = mask_ratio, norm_pix_loss
+        self.mask_ratio, self.norm_pix_loss = mask_ratio, o.norm_pix_loss
         # lightly's masked ViT wraps the backbone (MAE weight init, sine-cosine position init). It is kept out of
         # the module tree on purpose: its `vit` *is* self.backbone (saved once, under backbone.*), and its own
         # [mask] token is never used when only visible patches are encoded (an unused parameter breaks DDP).

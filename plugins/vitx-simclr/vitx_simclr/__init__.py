@@ -14,29 +14,34 @@ out, as SimCLR does for small (CIFAR-sized) images.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from vitx import Objective, VitxError, register_objective
+from vitx import Objective, option, register_objective
+
+
+@dataclass
+class SimCLROptions:
+    temperature: float = option(0.5, "NT-Xent temperature (SimCLR's 0.5 at batch 4096; lower suits small batches).",
+                                above=0)
+    proj_dim: int = option(128, "Output width of the projection head (SimCLR's 128).", min=1, max=65536)
+    crop_scale: float = option(0.2, "Smallest share of the image a view's random resized crop keeps.", above=0, max=1)
+    jitter: float = option(0.4, "Colour jitter strength: brightness, contrast and saturation factors in "
+                           "[1 - jitter, 1 + jitter], with probability 0.8 (0: off).", min=0, below=1)
+    gray: float = option(0.2, "Probability of turning a view gray.", min=0, max=1)
 
 
 @register_objective("simclr", description="SimCLR (lightly): two augmented views, projection head, NT-Xent loss")
 class SimCLR(Objective):
-    def __init__(self, backbone: torch.nn.Module, temperature: float = 0.5, proj_dim: int = 128,
-                 crop_scale: float = 0.2, jitter: float = 0.4, gray: float = 0.2, **options: Any) -> None:
-        if options:
-            raise VitxError(f"simclr has no option(s) {', '.join(sorted(options))}")
-        numbers = {"temperature": temperature, "crop_scale": crop_scale, "jitter": jitter, "gray": gray}
-        bad = [k for k, v in numbers.items() if not isinstance(v, (int, float)) or isinstance(v, bool)]
-        if bad or not isinstance(proj_dim, int) or isinstance(proj_dim, bool) or proj_dim <= 0:
-            raise VitxError(f"simclr options must be numbers (proj_dim a positive integer); check "
-                            f"{', '.join(bad) or 'proj_dim'}")
-        if temperature <= 0 or not 0 < crop_scale <= 1 or not 0 <= jitter < 1 or not 0 <= gray <= 1:
-            raise VitxError("simclr needs temperature > 0, crop_scale in (0, 1], jitter in [0, 1), gray in [0, 1]")
-        super().__init__(backbone, temperature=temperature, proj_dim=proj_dim, crop_scale=crop_scale,
-                         jitter=jitter, gray=gray)
+    Options = SimCLROptions  # each option with its type, bounds and help: vitx checks them before __init__ runs
+
+    def __init__(self, backbone: torch.nn.Module, **options: Any) -> None:
+        super().__init__(backbone, **options)
+        o = self.settings  # a SimCLROptions, every option filled
+        temperature, proj_dim, crop_scale, jitter, gray = o.temperature, o.proj_dim, o.crop_scale, o.jitter, o.gray
         # lightly (and torchvision through it) takes seconds to import: only when a SimCLR is built
         from lightly.loss import NTXentLoss
         from lightly.models.modules import SimCLRProjectionHead
