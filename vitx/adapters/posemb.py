@@ -37,7 +37,8 @@ def resample_pos_embed(pos_embed: torch.Tensor, new_grid: tuple[int, int], old_g
     return torch.cat([prefix, grid], dim=1)
 
 
-def _grid(backbone: nn.Module) -> tuple[int, int]:
+def grid_of(backbone: nn.Module) -> tuple[int, int]:
+    """A ViT's (rows, cols) of patches: the grid its position embeddings are laid out on."""
     return tuple(int(g) for g in backbone.patch_embed.grid_size)  # type: ignore[return-value]
 
 
@@ -62,10 +63,15 @@ def resize_backbone(backbone: nn.Module, image_size: int | tuple[int, int], mode
 
         restore_prompts(resized, record["prompts"])
     state = backbone.state_dict()
-    old = _grid(backbone)
+    old = grid_of(backbone)
     prefix = state["pos_embed"].shape[1] - old[0] * old[1]  # embedded prefix tokens (prompts have none)
-    state["pos_embed"] = resample_pos_embed(state["pos_embed"], _grid(resized), old, prefix, mode)
-    resized.load_state_dict(state, strict=True)
+    state["pos_embed"] = resample_pos_embed(state["pos_embed"], grid_of(resized), old, prefix, mode)
+    try:
+        resized.load_state_dict(state, strict=True)
+    except RuntimeError as exc:  # a record that does not rebuild the same layout (say, with a classifier)
+        said = [line.strip() for line in str(exc).strip().splitlines() if line.strip()][-1][:200]
+        raise VitxError(f"cannot rebuild {record['name']} at {size[0]}×{size[1]}px with its own weights ({said})") \
+            from None
     return resized
 
 

@@ -119,7 +119,7 @@ class PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, Syste
 
     objective: str = setting("supervised", "Objective, with options: 'supervised(label_smoothing=0.1)' (see `vitx objectives`).", MODEL)
     model: str = setting("vit-nano/4", "Backbone name (see `vitx models`) or timm:<name>.", MODEL)
-    init: str = setting("", "Start from these weights instead of a new --model: a vitx run or checkpoint directory, a timm model folder, timm:<name> (its pretrained weights) or timm:hf-hub:REPO; the input is normalised as the start expects.", MODEL, shown="none: a new --model")
+    init: str = setting("", "Start from these weights instead of a new --model: a vitx run or checkpoint folder (of the same objective: with the parts the objective declares, e.g. MAE's decoder, DINO's head, teacher and centre, and its moving average under --ema-decay), a timm model folder (its classifier dropped), a .safetensors file in DINO's checkpoint layout or a bare ViT's (a .pth is never unpickled), timm:<name> (its pretrained weights) or timm:hf-hub:REPO. The header says where each part came from; the input is normalised as the start expects.", MODEL, shown="none: a new --model")
     image_size: int | None = setting(None, "Input resolution; a multiple of the patch size.", MODEL, above=0, limit=LIMITS["image_size"], shown="the model's")
     grad_checkpointing: bool = setting(False, "Trade compute for memory.", MODEL)
     data: str = setting("embedded:shapes", "embedded:leaves|shapes|digits; an image folder (class subfolders, or metadata.csv); a save_to_disk, parquet or VTAB-1k release folder; hf:owner/name; or WebDataset shards ('shards/train-{0000..0099}.tar', a folder of .tar, URLs).", DATA)

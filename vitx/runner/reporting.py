@@ -157,6 +157,12 @@ def announce(setup: Any, resume: bool, console: Console) -> None:
         console.print(f"note: {note}", soft_wrap=True)
     if resume and setup.resumed_from is None:
         console.print(f"nothing to resume in {cfg.output_dir}; starting a new run", soft_wrap=True)
+    init = setup.record.get("init") if setup.resumed_from is None else None
+    if isinstance(init, dict):  # --init: where each part of the model came from (runs/continuation.py)
+        step = f", step {init['step']}" if init.get("step") is not None else ""
+        console.print(f"init: {init['from']} ({init['kind']}{step})", soft_wrap=True, markup=False)
+        for part, where in init.get("parts", {}).items():
+            console.print(f"  {part}: {where}", soft_wrap=True, markup=False)
     changed = setup.record.get("lr_changes", [])
     if changed and changed[-1]["step"] == setup.start_step:
         console.print(f"note: --lr {cfg.lr:g} from step {setup.start_step} (the run had {changed[-1]['from']:g}); "

@@ -160,18 +160,13 @@ def set_lr(scheduler: Any, lr: float) -> None:
             group["lr"] = lr * scale * factor
 
 
-def _initial(cfg: PretrainConfig) -> tuple[Any, dict[str, tuple[float, ...]]]:
+def _initial(cfg: PretrainConfig, init: Any) -> tuple[Any, dict[str, tuple[float, ...]]]:
     """--init: the start's backbone (at --image-size, position embeddings interpolated) and the normalisation it
-    expects; `cfg.model` becomes the start's architecture, so the run's record says what it trained."""
-    from ..adapters import resize_backbone
-    from ..runs.start import load_start
-
-    backbone = load_start(cfg.init, None, cfg.seed, "--init", use_ema=cfg.use_ema)
-    normal = _normalisation(cfg.init, backbone)
-    if cfg.image_size is not None:
-        backbone = resize_backbone(backbone, cfg.image_size)
+    expects (`init`: runs/continuation.py's Continuation); `cfg.model` becomes the start's architecture, so the
+    run's record says what it trained."""
+    backbone = init.fit(cfg.image_size)
     cfg.model = str(backbone.vitx_record["name"])
-    return backbone, normal
+    return backbone, init.normal
 
 
 def _normalisation(start: str, backbone: Any) -> dict[str, tuple[float, ...]]:
@@ -183,10 +178,11 @@ def _normalisation(start: str, backbone: Any) -> dict[str, tuple[float, ...]]:
     return {"mean": tuple(given["mean"]), "std": tuple(given["std"])}
 
 
-def _backbone(cfg: PretrainConfig, saved: dict[str, Any], resume_from: Path | None) -> tuple[Any, Preprocess]:
+def _backbone(cfg: PretrainConfig, saved: dict[str, Any], resume_from: Path | None,
+              init: Any = None) -> tuple[Any, Preprocess]:
     """The backbone (new, from --init, or as a resumed --init run's checkpoint records it) and the input it expects."""
-    if cfg.init and resume_from is None:  # another run's or timm's weights, continued here
-        backbone, normal = _initial(cfg)
+    if init is not None:  # another run's, timm's or a released checkpoint's weights, continued here
+        backbone, normal = _initial(cfg, init)
     elif cfg.init:  # a resumed --init run: built as its checkpoint records it, normalised as it was
         backbone = create_backbone(saved["backbone"]["name"], **saved["backbone"]["overrides"])
         normal = {k: tuple(saved["preprocess"][k]) for k in ("mean", "std")}
@@ -241,7 +237,12 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     """Create the accelerator, data sources, backbone, objective, optimiser and schedule; load a checkpoint."""
     accelerator = make_accelerator(cfg)
     saved = read_config(resume_from) if resume_from is not None else {}
-    backbone, preprocess = _backbone(cfg, saved, resume_from)
+    init = None
+    if cfg.init and resume_from is None:  # what --init continues, part by part
+        from ..runs.continuation import open_init
+
+        init = open_init(cfg.init, cfg.use_ema, cfg.seed)
+    backbone, preprocess = _backbone(cfg, saved, resume_from, init)
     train_source, val_source, data_info = _data(cfg, saved, resume_from, preprocess.image_size,
                                                 accelerator.num_processes)
     obj_name, obj_opts = parse_spec(cfg.objective)
@@ -251,8 +252,15 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     objective = create_objective(obj_name, backbone, train_source.num_classes, **obj_opts,
                                  **(fitted.values if fitted else {}))
     objective.fitted = fitted
+    if init is not None:  # the objective's own parts where the --init source holds them (decoder, head, teacher)
+        init.restore(objective, obj_name)
     preprocess = objective.configure_preprocess(preprocess)
-    return assemble(cfg, accelerator, objective, preprocess, train_source, val_source, data_info, resume_from)
+    setup = assemble(cfg, accelerator, objective, preprocess, train_source, val_source, data_info, resume_from,
+                     {"init": saved["init"]} if "init" in saved else None)  # (a resumed --init run keeps its record)
+    if init is not None:
+        init.restore_ema(setup.ema, objective)
+        setup.record["init"] = init.record()
+    return setup
 
 
 def _fitted(name: str, options: dict[str, Any], train_source: Any, saved: dict[str, Any] | None) -> Fitted | None:

@@ -47,6 +47,8 @@ def load_start(start: str, model: str | None = None, seed: int = 0, flag: str = 
     elif start.startswith("timm:"):
         name, options = parse_spec(start)
         options.setdefault("pretrained", True)
+        if name.startswith("timm:local-dir:"):  # a backbone: the folder's classifier (model_args) is not rebuilt
+            options.setdefault("num_classes", 0)
         backbone = create_backbone(name, **options)
         # the weights travel in model.safetensors: rebuilding the saved model must not fetch them again (offline)
         backbone.vitx_record["overrides"].pop("pretrained", None)
@@ -54,22 +56,37 @@ def load_start(start: str, model: str | None = None, seed: int = 0, flag: str = 
         path = Path(start).expanduser()
         if not path.exists():
             first = " (run `vitx pretrain` first)" if start == "runs/pretrain" else ""
-            raise VitxError(f"{flag} {start}: no such checkpoint directory{first}; give a vitx run or checkpoint "
-                            "directory, timm:<name>, or scratch")
+            missing = "no such file or folder" if flag == "--init" else "no such checkpoint directory"
+            raise VitxError(f"{flag} {start}: {missing}{first}; give {accepted_starts(flag)}")
         if path.is_file():
-            raise VitxError(f"{flag} {start} is a file; give the vitx run or checkpoint directory that holds "
-                            "config.json and model.safetensors")
+            raise VitxError(f"{flag} {start} is a file; give {accepted_starts(flag)}")
         if is_timm_folder(path):
             if use_ema:
                 raise VitxError(f"--use-ema reads a vitx run's moving average of its weights; {flag} {start} is a "
                                 "timm model folder (export the run with --use-ema to put its average there)")
-            return load_start(f"timm:local-dir:{path}", None, seed, flag)
+            try:
+                return load_start(f"timm:local-dir:{path}", None, seed, flag)
+            except VitxError as exc:  # said of the folder as the user named it
+                said, built = str(exc), f"timm:local-dir:{path}"
+                if not said.startswith(built):
+                    raise
+                raise VitxError(f"{flag} {start}{said[len(built):]}") from None
         if use_ema and (path / "config.json").is_file():
             require_ema(path, f"{flag} {start}")
         backbone = load_backbone(path, use_ema)
     if not all(hasattr(backbone, name) for name in ("pos_embed", "patch_embed", "embed_dim")):
         raise VitxError(f"{flag} {start} is not a Vision Transformer (no patch_embed / pos_embed)")
     return backbone
+
+
+def accepted_starts(flag: str = "--from") -> str:
+    """Every form a start may take, for the line that refuses one (`--init` also reads weights files)."""
+    if flag == "--init":
+        from .continuation import ACCEPTED
+
+        return ACCEPTED
+    return ("a vitx run or checkpoint folder, a timm model folder (config.json and model.safetensors, as timm's "
+            "save_for_hf writes it), timm:<name>, or scratch")
 
 
 def is_timm_folder(path: Path) -> bool:

@@ -307,6 +307,31 @@ class DINO(Objective):
     def teacher_backbone(self) -> nn.Module:
         return self.teacher["backbone"]
 
+    # ---- what --init continues -----------------------------------------------------------------------------
+    def init_parts(self) -> dict[str, tuple[str, ...]]:
+        """`--init` of a DINO run (or DINO's released checkpoint) continues the head, the teacher (backbone and
+        head) and the centre with the student; iBOT's head, [mask] token and patch centre where it has them."""
+        parts = {"head": ("head.",), "teacher": ("teacher.backbone.", "teacher.head."), "centre": ("criterion.center",)}
+        if self.options["ibot"] > 0:
+            parts["ibot"] = ("ibot_head.", "teacher.ibot_head.", "mask_token", "ibot_criterion.")
+        return parts
+
+    def released_state(self, layout: str, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """main_dino.py's checkpoint (`save_dict`, flattened) in this module's names: DINOHead's `mlp.N` is
+        lightly's DINOProjectionHead `layers.N` (the same Linear/GELU order), `last_layer.weight_g/_v` the same
+        weight norm, `dino_loss.center` (1, K) the criterion's (1, 1, K) centre; the teacher's ViT as it is."""
+        if layout != "dino":
+            return {}
+        renamed = {}
+        for key, value in state.items():
+            for theirs, ours in (("student.head.mlp.", "head.layers."), ("student.head.", "head."),
+                                 ("teacher.head.mlp.", "teacher.head.layers."), ("teacher.head.", "teacher.head."),
+                                 ("teacher.backbone.", "teacher.backbone."), ("dino_loss.center", "criterion.center")):
+                if key.startswith(theirs):
+                    renamed[ours + key[len(theirs):]] = value
+                    break
+        return renamed
+
     # ---- the forward ---------------------------------------------------------------------------------------
     def encode(self, backbone: nn.Module, images: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """(B, 3, S, S) at any multiple of the patch → (B, prefix + N, D) after the final norm (the backbone's

@@ -72,6 +72,10 @@ class MAE(Objective):
             part.apply(init_weights)
         self._register_load_state_dict_pre_hook(_refuse_old_layout)
 
+    def init_parts(self) -> dict[str, tuple[str, ...]]:
+        """`--init` of an MAE run continues its decoder with its encoder (a new decoder undoes the reconstruction)."""
+        return {"decoder": ("decoder_embed.", "decoder.", "decoder_pred.")}
+
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         from lightly.models import utils
 
