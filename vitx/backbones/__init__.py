@@ -2,7 +2,8 @@
 
 Contract (timm's VisionTransformer): `forward_features(x) -> (B, N + prefix, D)` tokens,
 `forward_head(tokens, pre_logits=True) -> (B, D)`, attributes `patch_embed`, `pos_embed`, `cls_token`,
-`num_prefix_tokens`, `embed_dim`, and `set_grad_checkpointing()`."""
+`num_prefix_tokens`, `embed_dim`, and `set_grad_checkpointing()`. Objectives that act between its stages (between
+the patch and position embeddings, or at another grid) run `stages.forward_tokens`, never timm's private methods."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
