@@ -178,6 +178,9 @@ def test_kill_9_then_resume_gives_identical_weights(objective, tmp_path):
     assert ha.keys() == hb.keys() and all(torch.equal(ha[k], hb[k]) for k in ha)
     assert [m["step"] for m in _metrics(broken)] == list(range(1, 25))  # no duplicated steps in the log
     assert [m["loss"] for m in _metrics(broken)] == [m["loss"] for m in _metrics(full)]
+    # each objective's clipping rule is recorded and resumed: DINO's per parameter (main_dino.py's clip_gradients)
+    run = json.loads((broken / "config.json").read_text())["run"]
+    assert run["grad_clip_mode"] == ("per-parameter" if objective.startswith("dino") else "global")
 
 
 def test_grad_accumulation_matches_full_batch(tmp_path):

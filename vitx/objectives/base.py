@@ -42,6 +42,12 @@ class Objective(nn.Module):
     name: ClassVar[str] = "objective"  # the name it is registered under (`register_objective` sets it)
     # the options it chose from the data (`fit_to_data`), set by the runner: said in the header, kept in config.json
     fitted: "Fitted | None" = None
+    # the run settings (vitx/settings names) its reference trains with, given wherever the user, a recipe file and
+    # --set leave them unset, and listed in the run's header and config.json (`from_objective`): so `vitx pretrain
+    # --objective dino` runs main_dino.py's recipe. Among them how its gradients are clipped (`grad_clip_mode`:
+    # global or per-parameter) and what weight decay spares (`decay_tokens`); docs/recipes.md sets each beside
+    # its reference (file:line), and says why where a vitx default differs
+    recipe: ClassVar[dict[str, Any]] = {}
     # the optimiser steps of one pass over the training data (None: a stream of unknown length), set by the
     # runner before `on_fit_start`: for schedules the field states in epochs (DINO freezes its last layer for one)
     epoch_steps: int | None = None

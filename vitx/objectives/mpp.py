@@ -62,6 +62,10 @@ class MaskedPatchPrediction(Objective):
 
     features = "patch-mean"  # it trains the patch tokens; the [class] token is never a target
     Options = MPPOptions
+    # the ViT paper's MPP run (Appendix B.1.2; docs/recipes.md): Adam, a linear warm-up from 0 (big_vision), cosine
+    # decay to 0
+    recipe = {"optimizer": "adamw", "betas": [0.9, 0.999], "warmup_start": "zero", "schedule": "cosine",
+              "min_lr": 0.0}
 
     def __init__(self, backbone: nn.Module, **options: Any) -> None:
         super().__init__(backbone, **options)

@@ -37,6 +37,11 @@ class Supervised(Objective):
 
     needs_labels = True
     Options = SupervisedOptions
+    # the ViT paper's pre-training (Appendix B.1, big_vision; docs/recipes.md): Adam β (0.9, 0.999) with decoupled
+    # weight decay 0.1 on kernels only, global-norm clip 1, a warm-up from 0. Not its: cosine decay (it decays
+    # linearly: recipes/paper/pretrain-supervised-b16.toml sets `schedule = "linear"`)
+    recipe = {"optimizer": "adamw", "betas": [0.9, 0.999], "weight_decay": 0.1, "decay_tokens": False,
+              "grad_clip": 1.0, "grad_clip_mode": "global", "warmup_start": "zero"}
 
     def __init__(self, backbone: nn.Module, num_classes: int, **options: Any) -> None:
         super().__init__(backbone, **options)

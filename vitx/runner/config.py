@@ -13,9 +13,17 @@ from ..settings.groups import LIMITS, LOG_FORMATS, OPTIMIZERS, PRECISIONS
 from ..settings.groups import Augmentation, Columns, Optimisation, Output, System, Weights
 from .preemption import parse_signals
 
+BETAS = (0.9, 0.999)  # Adam(W)'s β1, β2: the ViT paper's and DINO's (torch's defaults); MAE's are (0.9, 0.95)
+# How the warm-up begins (optim.lr_factor): from 0 as MAE's lr_sched and big_vision (lr · s / W), DINO's
+# np.linspace(0, lr, W), or at lr / W as lightly's cosine_warmup_schedule (lr · (s + 1) / W)
+WARMUP_STARTS = ("zero", "linspace", "first-step")
+CLIPS = ("global", "per-parameter")  # one norm over every gradient (torch, timm, the ViT paper), or DINO's
+
 CHOICES = {
     "optimizer": OPTIMIZERS,
     "schedule": ("cosine", "linear"),
+    "warmup_start": WARMUP_STARTS,
+    "grad_clip_mode": CLIPS,
     "precision": PRECISIONS,
     "monitor_features": FEATURE_CHOICES,  # with the features' former names (FORMER_FEATURES), which still work
     "log_format": LOG_FORMATS,
@@ -117,7 +125,7 @@ class PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, Syste
     `vitx pretrain` (vitx/settings/); the settings other commands share are the groups' (settings/groups.py),
     the fields below are pre-training's own."""
 
-    objective: str = setting("supervised", "Objective, with options: 'supervised(label_smoothing=0.1)' (see `vitx objectives`).", MODEL)
+    objective: str = setting("supervised", "Objective, with options: 'supervised(label_smoothing=0.1)' (see `vitx objectives`). The run settings its reference fixes (DINO's clipping, weight decay and lr rule, say) become the defaults of those not given, named in the run's header (docs/recipes.md).", MODEL)
     model: str = setting("vit-nano/4", "Backbone name (see `vitx models`) or timm:<name>.", MODEL)
     init: str = setting("", "Start from these weights instead of a new --model: a vitx run or checkpoint folder (of the same objective: with the parts the objective declares, e.g. MAE's decoder, DINO's head, teacher and centre, and its moving average under --ema-decay), a timm model folder (its classifier dropped), a .safetensors file in DINO's checkpoint layout or a bare ViT's (a .pth is never unpickled), timm:<name> (its pretrained weights) or timm:hf-hub:REPO. The header says where each part came from; the input is normalised as the start expects.", MODEL, shown="none: a new --model")
     image_size: int | None = setting(None, "Input resolution; a multiple of the patch size.", MODEL, above=0, limit=LIMITS["image_size"], shown="the model's")
@@ -126,11 +134,17 @@ class PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, Syste
     stream: bool = setting(False, "Stream a hub dataset (or a local copy of one) instead of downloading it whole; tar shards always stream.", DATA)
     shuffle_buffer: int = setting(5000, "Streams: shuffle through a seeded buffer of this many encoded images per process; 0: read in order.", DATA, min=0, limit=LIMITS["shuffle_buffer"])
     skip_corrupt: bool = setting(False, "Skip (and count) undecodable images instead of stopping.", DATA)
-    lr: float = setting(2e-3, "Peak learning rate.", OPTIMISATION, above=0)
+    lr: float = setting(2e-3, "Peak learning rate, or give --blr; where neither is given, an objective whose reference scales its rate by the batch takes that rule (--blr: dino 5e-4, mae 1.5e-4).", OPTIMISATION, above=0)
+    blr: float | None = setting(None, "Base learning rate per 256 images: lr = blr × --batch-size / 256, the linear scaling rule DINO (main_dino.py) and MAE (main_pretrain.py) state their rates in; the run's header and config.json give the lr it makes. Give --lr or --blr, not both.", OPTIMISATION, above=0, shown="the objective's: dino 5e-4, mae 1.5e-4; else --lr")
+    betas: list[float] = setting(list(BETAS), "Adam(W)'s β1, β2.", OPTIMISATION, min=0, below=1, length=2, shown="the objective's: mae 0.9,0.95; else 0.9,0.999 (the ViT paper's, DINO's)")
+    grad_clip_mode: str = setting("global", "How --grad-clip clips: global (the norm of every gradient together, as torch, timm and the ViT paper clip) or per-parameter (each parameter's gradient norm to --grad-clip separately, DINO's utils.clip_gradients). The logged grad_norm is the global norm before clipping either way.", OPTIMISATION, choices=CHOICES["grad_clip_mode"], shown="the objective's: per-parameter for dino, else global")
+    decay_tokens: bool = setting(False, "Weight-decay the position embeddings and the \\[class] and register tokens too, as DINO's get_params_groups and MAE's add_weight_decay do (they exempt only biases and 1-D parameters); off: exempt them as well, as timm and big_vision do. Biases and norms are never decayed.", OPTIMISATION, shown="the objective's: on for dino and mae, else off")
     max_nonfinite_steps: int = setting(10, "Steps with a non-finite loss or gradient are skipped; stop after this many in a row.", OPTIMISATION, above=0, affects_result=False)
     steps: int = setting(1200, "Optimiser steps.", SCHEDULE, above=0)
-    warmup_steps: int = setting(100, "Linear warm-up steps.", SCHEDULE, min=0)
-    schedule: str = setting("cosine", "Decay after warm-up: cosine or linear.", SCHEDULE, choices=CHOICES["schedule"])
+    warmup_steps: int = setting(100, "Linear warm-up steps (DINO warms up for 10 epochs, MAE for 40: set the steps of those epochs).", SCHEDULE, min=0)
+    warmup_start: str = setting("zero", "Where the linear warm-up starts: zero (update s at lr · s / W, as big_vision, MAE's lr_sched and SimCLR's code warm up), linspace (DINO's np.linspace(0, lr, W): lr reached at the last warm-up step) or first-step (lr · (s + 1) / W: the first update at lr / W, as lightly's cosine_warmup_schedule; vitx's before this setting).", SCHEDULE, choices=CHOICES["warmup_start"], shown="the objective's: linspace for dino, else zero")
+    schedule: str = setting("cosine", "Decay after warm-up: cosine or linear (the ViT paper's supervised pre-training decays linearly: recipes/paper/pretrain-supervised-b16.toml).", SCHEDULE, choices=CHOICES["schedule"])
+    min_lr: float = setting(0.0, "The learning rate the decay ends at.", SCHEDULE, min=0, shown="the objective's: dino 1e-6 (main_dino.py), else 0 (MAE's)")
     seed: int = setting(0, "Seed of the initialisation, the data order and every random draw.", SCHEDULE, min=0, limit=LIMITS["seed"])
     eval_samples: int = setting(1024, "Validation images evaluated at each checkpoint; 0 disables.", EVALUATION, min=0, limit=LIMITS["eval_samples"], affects_result=False)
     monitor: str = setting("", "Labelled data, one or several comma-separated (e.g. embedded:digits,embedded:shapes): log few-shot linear and kNN accuracy of the features at each checkpoint.", EVALUATION, affects_result=False)
@@ -146,6 +160,7 @@ class PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, Syste
     stop_signals: str = setting("TERM,USR1", "On these signals, checkpoint at the next step and exit 75 (a second one exits at once); '' to leave them alone.", CHECKPOINTS, affects_result=False)
     tracker_run: str = setting("", "The tracker's name for this run (a transfer names each point and groups them).", OUTPUT, cli=False, affects_result=False)
     tracker_group: str = setting("", "The tracker's group of runs.", OUTPUT, cli=False, affects_result=False)
+    from_objective: list[str] = setting([], "The settings taken from the objective's reference recipe (`Objective.recipe`): those the user, a recipe file and --set left unset.", OPTIMISATION, cli=False, affects_result=False)
 
     def validate(self) -> "PretrainConfig":
         check(self)  # every bound and choice, as declared
@@ -155,6 +170,8 @@ class PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, Syste
         check_policy(self.randaugment)
         check_trackers(self.log_with)
         check_probes(self.monitor_probes)
+        if self.min_lr >= self.lr:
+            raise VitxError(f"--min-lr {self.min_lr:g} must be below the peak lr {self.lr:g}")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -164,6 +181,58 @@ class PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, Syste
     def from_dict(cls, data: dict[str, Any]) -> "PretrainConfig":
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# Settings added since runs were first recorded, as the runs made before them ran: a resumed old run goes on as it was
+BEFORE_RECORDED = {"warmup_start": "first-step"}
+
+
+def objective_recipe(explicit: dict[str, Any]) -> dict[str, Any]:
+    """The run settings the objective's reference trains with (`Objective.recipe`) that `explicit` (the user's
+    options, recipe file and --set) leaves unset; an explicit --lr also sets aside the reference's --blr."""
+    from ..registry import OBJECTIVES  # (registering the plugins imports torch: not for --help)
+    from ..spec import parse_spec
+
+    name = parse_spec(explicit.get("objective", defaults(PretrainConfig)["objective"]))[0]
+    declared = dict(getattr(OBJECTIVES.get(name).obj, "recipe", {}))
+    unknown = sorted(set(declared) - set(defaults(PretrainConfig)))
+    if unknown:
+        raise VitxError(f"objective '{name}' declares run settings that `vitx pretrain` does not have: "
+                        f"{', '.join(unknown)}")
+    if "lr" in explicit:
+        declared.pop("blr", None)
+    return {k: v for k, v in declared.items() if k not in explicit}
+
+
+def configured(explicit: dict[str, Any]) -> PretrainConfig:
+    """A new run's config: `explicit` over the objective's reference recipe over vitx's defaults, validated, with
+    the lr --blr makes (lr = blr × batch / 256)."""
+    if "lr" in explicit and explicit.get("blr") is not None:
+        raise VitxError(f"give --lr or --blr, not both (--lr {explicit['lr']:g}, --blr {explicit['blr']:g})")
+    taken = objective_recipe(explicit)
+    cfg = PretrainConfig(**{**taken, **explicit, "from_objective": sorted(taken)})
+    if cfg.blr is not None:
+        cfg.lr = cfg.blr * cfg.batch_size / 256
+    return cfg.validate()
+
+
+def describe_optimisation(cfg: PretrainConfig) -> str:
+    """The header's optimisation line: the optimiser, the effective lr and where it came from, the schedule, the
+    weight decay and what it spares, the clip; and the settings the objective's reference recipe gave."""
+    lr = f"lr {cfg.lr:.3g}" + (f" (blr {cfg.blr:g} × {cfg.batch_size} / 256)" if cfg.blr is not None else "")
+    betas = f" β {cfg.betas[0]:g}, {cfg.betas[1]:g}" if cfg.optimizer in ("adam", "adamw") else ""
+    warm = f"{cfg.warmup_steps} warm-up steps from {'lr/W' if cfg.warmup_start == 'first-step' else '0'}" \
+        + (" (linspace)" if cfg.warmup_start == "linspace" else "")
+    wd = f"{cfg.weight_decay:g}" + (f" → {cfg.weight_decay_end:g}" if cfg.weight_decay_end is not None else "")
+    spared = "biases and 1-D" if cfg.decay_tokens else "biases, 1-D, position embeddings and tokens"
+    clip = f"clip {cfg.grad_clip:g} {cfg.grad_clip_mode}" if cfg.grad_clip > 0 else "no clip"
+    line = (f"optimisation: {cfg.optimizer}{betas}, {lr}, {warm}, {cfg.schedule} to {cfg.min_lr:g}; weight decay "
+            f"{wd} (not on {spared}); {clip}")
+    base = defaults(PretrainConfig)
+    given = [k for k in cfg.from_objective if getattr(cfg, k) != base[k]]  # (those equal to vitx's go unsaid)
+    if given:
+        line += f" | from the objective's reference: {', '.join(given)} (docs/recipes.md)"
+    return line
 
 
 # Options that may differ between a run and its resumption without changing the result (declared `affects_result=False`).

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as RichProgress
 
 from ..checkpoint import atomic_write_text
+from .config import describe_optimisation
 
 
 class MetricsLog:
@@ -148,6 +149,7 @@ def announce(setup: Any, resume: bool, console: Console) -> None:
                   f"| {acc.num_processes} process(es) on {acc.device}", soft_wrap=True)
     if getattr(setup.objective, "fitted", None) is not None:  # options chosen from the data, and by whose rule
         console.print(setup.objective.fitted.line(setup.objective.name), soft_wrap=True)
+    console.print(describe_optimisation(cfg), soft_wrap=True)
     validation = setup.data_info.get("validation") or {}
     if validation:
         console.print(f"data: {setup.data_info.get('layout', 'data')}, labels {setup.data_info.get('labels')} | "

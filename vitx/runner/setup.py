@@ -24,7 +24,7 @@ from ..invocation import command
 from ..objectives import Fitted, Objective, create_objective, fit_to_data
 from ..registry import OBJECTIVES
 from ..spec import parse_spec
-from .config import PretrainConfig, merge_for_resume
+from .config import BEFORE_RECORDED, PretrainConfig, configured, merge_for_resume
 from .ema import load_ema, make_ema
 from .launch import configure_deepspeed, make_accelerator
 from .optim import build_optimizer, build_schedule
@@ -60,7 +60,7 @@ def resolve_config(explicit: dict[str, Any], resume: bool) -> tuple[PretrainConf
     peak, and config.json lists the change (`lr_changes`). Other settings that change the result must match."""
     if explicit.get("init") and "model" in explicit:
         raise VitxError("give --model (a new backbone) or --init (weights to start from), not both")
-    cfg = PretrainConfig(**explicit).validate()
+    cfg = configured(explicit)  # explicit over the objective's reference recipe (Objective.recipe)
     run = RunDir(cfg.output_dir)
     latest = run.latest()
     if latest is None:
@@ -94,7 +94,8 @@ def saved_settings(checkpoint: Path) -> PretrainConfig:
     kinds = field_types(PretrainConfig)
     unset = {k: None for k, v in run.items() if k in kinds and v is None and optional_of(kinds[k]) is not None}
     checked = dict(typed(PretrainConfig, k, v, f"{where} run") for k, v in run.items() if k in kinds and k not in unset)
-    return PretrainConfig(**checked, **unset)
+    older = {k: v for k, v in BEFORE_RECORDED.items() if k not in run}  # a run from before a setting existed
+    return PretrainConfig(**older, **checked, **unset)
 
 
 def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective, preprocess: Preprocess,
@@ -109,11 +110,16 @@ def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective
     if teacher is not None and accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
         raise VitxError(f"{cfg.objective} keeps a whole teacher beside the student on every process, which "
                         f"{accelerator.distributed_type.value} shards; use DDP (or one process) for it")
+    if cfg.grad_clip_mode == "per-parameter" and accelerator.distributed_type in (DistributedType.FSDP,
+                                                                                  DistributedType.DEEPSPEED):
+        raise VitxError(f"--grad-clip-mode per-parameter reads each whole parameter's gradient, which "
+                        f"{accelerator.distributed_type.value} shards; use DDP (or one process) for it")
     for number, view in enumerate(objective.views()):
         view.check(f"{cfg.objective}: view {number}")
     optimizer = build_optimizer(objective, cfg.optimizer, cfg.lr, cfg.weight_decay, accelerator.device,
-                                cfg.layer_decay)
-    scheduler = build_schedule(optimizer, cfg.steps, cfg.warmup_steps, cfg.schedule)
+                                cfg.layer_decay, cfg.decay_tokens, tuple(cfg.betas))
+    scheduler = build_schedule(optimizer, cfg.steps, cfg.warmup_steps, cfg.schedule, cfg.warmup_start,
+                               cfg.min_lr / cfg.lr)
     configure_deepspeed(accelerator, cfg)
     model, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
     start = 0

@@ -17,7 +17,7 @@ from ..data.loader import close
 from ..data.photometry import Params, apply
 from ..errors import VitxError
 from ..runs.rundir import step_number
-from .optim import set_weight_decay, weight_decay_at
+from .optim import clip_per_parameter, set_weight_decay, weight_decay_at
 from .randomness import TRAIN, seed_position
 
 
@@ -140,9 +140,16 @@ class Stepping:
         return self.setup.cfg.lr * inner.lr_lambdas[0](inner.last_epoch)
 
     def _clip_gradients(self) -> torch.Tensor:
-        """The global gradient norm before clipping; clipped to --grad-clip (0: measured, not clipped)."""
+        """The global gradient norm before clipping (what grad_norm logs whatever the rule); the gradients clipped
+        as --grad-clip-mode says: their global norm to --grad-clip, or each parameter's separately (DINO's
+        `clip_gradients`, `optim.clip_per_parameter`); --grad-clip 0: measured, not clipped."""
         setup, acc = self.setup, self.setup.accelerator
-        norm = acc.clip_grad_norm_(setup.model.parameters(), setup.cfg.grad_clip if setup.cfg.grad_clip > 0 else float("inf"))
+        clip = setup.cfg.grad_clip
+        if setup.cfg.grad_clip_mode == "per-parameter":
+            acc.unscale_gradients()  # fp16: the loss scale off the gradients before their norms are read
+            norms = clip_per_parameter(setup.model.parameters(), clip)  # (P,) before clipping
+            return torch.linalg.vector_norm(norms).to(device=acc.device, dtype=torch.float32)
+        norm = acc.clip_grad_norm_(setup.model.parameters(), clip if clip > 0 else float("inf"))
         if norm is None:  # DeepSpeed clips inside its engine and reports nothing here: the loss check remains
             return torch.zeros((), device=acc.device)
         return torch.as_tensor(norm, dtype=torch.float32, device=acc.device)

@@ -76,12 +76,12 @@ class Optimisation:
     batch_size: int = setting(128, "Global batch per optimiser step, over all processes and accumulation steps.", OPTIMISATION, above=0, limit=LIMITS["batch_size"])
     grad_accum: int = setting(1, "Split each batch into this many accumulated micro-batches (memory; the random draws follow the micro-batches, so it is part of the result).", OPTIMISATION, above=0, limit=LIMITS["grad_accum"])
     optimizer: str = setting("adamw", "adamw, adam, sgd (momentum 0.9), or timm's lamb, lars, lion, nadamw, adopt, adan, rmsprop, adafactor.", OPTIMISATION, choices=OPTIMIZERS)
-    weight_decay: float = setting(0.1, "Weight decay (not on biases, norms, position embeddings or the \\[class] token).", OPTIMISATION, min=0, limit=LIMITS["weight_decay"])
+    weight_decay: float = setting(0.1, "Weight decay (never on biases and norms; not on position embeddings or the \\[class] token unless pre-training's --decay-tokens).", OPTIMISATION, min=0, limit=LIMITS["weight_decay"])
     weight_decay_end: float | None = setting(None, "Weight decay at the end of the run: from --weight-decay along a half cosine over the steps, as DINO, iBOT and DINOv2 schedule it (0.04 → 0.4); a function of the step, so a resumed run follows it exactly.", OPTIMISATION, min=0, limit=LIMITS["weight_decay"], shown="--weight-decay throughout")
     layer_decay: float = setting(1.0, "Layer-wise lr decay: block i of L learns at lr · d^(L+1−i), the embeddings least, the head at lr (BEiT/MAE fine-tuning: 0.65–0.75); 1: off.", OPTIMISATION, above=0, max=1)
     drop_path: float = setting(0.0, "Stochastic depth: the last block drops its residual branches with this probability, block i at i/(L−1) of it.", OPTIMISATION, min=0, below=1)
     ema_decay: float = setting(0.0, "Keep a moving average of the weights (timm's ModelEmaV3) with this decay, warmed up as timm does; evaluated and monitored beside the live weights (ema_* metrics) and saved beside them (ema.safetensors); 0: off.", OPTIMISATION, min=0, below=1)
-    grad_clip: float = setting(1.0, "Global gradient-norm clip; 0 disables.", OPTIMISATION, min=0, says="must not be negative (0 disables)")
+    grad_clip: float = setting(1.0, "Gradient-norm clip, of all gradients together (pre-training's --grad-clip-mode per-parameter: of each parameter's); 0 disables.", OPTIMISATION, min=0, says="must not be negative (0 disables)")
     precision: str = setting("no", "Mixed precision: no, bf16 or fp16 (GPU).", OPTIMISATION, choices=PRECISIONS)
 
 

@@ -147,6 +147,13 @@ class DINOOptions:
                                         "iBOT and KoLeo options")
 class DINO(Objective):
     features = "cls-token"  # the [class] token is what the DINO head reads (and what DINO evaluates)
+    # main_dino.py's run (facebookresearch/dino; docs/recipes.md gives each line): AdamW, lr 5e-4 × batch / 256
+    # warmed up from 0 (np.linspace) and cosine to min_lr 1e-6, weight decay 0.04 → 0.4 on all but biases and 1-D
+    # parameters (get_params_groups), each parameter's gradient clipped to 3.0 (clip_gradients), drop path 0.1
+    recipe = {"optimizer": "adamw", "betas": [0.9, 0.999], "blr": 5e-4, "warmup_start": "linspace",
+              "schedule": "cosine", "min_lr": 1e-6, "weight_decay": 0.04, "weight_decay_end": 0.4,
+              "decay_tokens": True, "grad_clip": 3.0, "grad_clip_mode": "per-parameter", "drop_path": 0.1}
+
     Options = DINOOptions
 
     def __init__(self, backbone: nn.Module, **options: Any) -> None:

@@ -37,6 +37,12 @@ class MAEOptions:
 @register_objective("mae", description="masked autoencoder (lightly): 75% masked, MSE on normalised pixels")
 class MAE(Objective):
     features = "patch-mean"  # it encodes and reconstructs patches; the [class] token is never trained
+    # main_pretrain.py's run as PRETRAIN.md launches it (facebookresearch/mae; docs/recipes.md gives each line):
+    # AdamW β (0.9, 0.95), blr 1.5e-4 × batch / 256 warmed up from 0 and cosine to min_lr 0 per iteration
+    # (util/lr_sched.py), weight decay 0.05 on all but biases and 1-D parameters (add_weight_decay), no gradient
+    # clipping (engine_pretrain.py), random resized crops of scale 0.2–1
+    recipe = {"optimizer": "adamw", "betas": [0.9, 0.95], "blr": 1.5e-4, "warmup_start": "zero", "schedule": "cosine",
+              "min_lr": 0.0, "weight_decay": 0.05, "decay_tokens": True, "grad_clip": 0.0, "crop_scale": 0.2}
     Options = MAEOptions
 
     def __init__(self, backbone: nn.Module, **options: Any) -> None:

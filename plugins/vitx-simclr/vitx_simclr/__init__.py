@@ -9,6 +9,11 @@ batch's device, as batched tensor ops (random resized crop and flip through one 
 colour jitter and grayscale), so augmentation runs on the GPU and the data pipeline stays shared. Blur is left
 out, as SimCLR does for small (CIFAR-sized) images.
 
+The defaults are SimCLR's CIFAR-10 run (google-research/simclr README.md:79-84; docs/recipes.md gives each line):
+temperature 0.5, colour jitter strength 0.5 (brightness, contrast and saturation 0.4; its hue 0.1 is not made
+here), no blur, crops of 0.08–1 of the area. Not its: vitx trains with AdamW, where SimCLR's ResNets use LARS
+(`--optimizer lars --blr 1.0 --weight-decay 1e-4` gives its optimiser).
+
     vitx pretrain --objective 'simclr(temperature=0.2)' --data embedded:shapes
 """
 from __future__ import annotations
@@ -25,10 +30,11 @@ from vitx import Objective, option, register_objective
 
 @dataclass
 class SimCLROptions:
-    temperature: float = option(0.5, "NT-Xent temperature (SimCLR's 0.5 at batch 4096; lower suits small batches).",
-                                above=0)
+    temperature: float = option(0.5, "NT-Xent temperature (SimCLR's CIFAR-10 run's 0.5; its ImageNet run at batch "
+                                "4096 takes 0.1).", above=0)
     proj_dim: int = option(128, "Output width of the projection head (SimCLR's 128).", min=1, max=65536)
-    crop_scale: float = option(0.2, "Smallest share of the image a view's random resized crop keeps.", above=0, max=1)
+    crop_scale: float = option(0.08, "Smallest share of the image a view's random resized crop keeps (SimCLR's "
+                               "area_range 0.08–1).", above=0, max=1)
     jitter: float = option(0.4, "Colour jitter strength: brightness, contrast and saturation factors in "
                            "[1 - jitter, 1 + jitter], with probability 0.8 (0: off).", min=0, below=1)
     gray: float = option(0.2, "Probability of turning a view gray.", min=0, max=1)
@@ -37,6 +43,9 @@ class SimCLROptions:
 @register_objective("simclr", description="SimCLR (lightly): two augmented views, projection head, NT-Xent loss")
 class SimCLR(Objective):
     Options = SimCLROptions  # each option with its type, bounds and help: vitx checks them before __init__ runs
+    # SimCLR's schedule (google-research/simclr model_util.py; docs/recipes.md): a linear warm-up from 0, cosine to 0.
+    # Not its: AdamW where its ResNets take LARS (the module's docstring)
+    recipe = {"warmup_start": "zero", "schedule": "cosine", "min_lr": 0.0}
 
     def __init__(self, backbone: torch.nn.Module, **options: Any) -> None:
         super().__init__(backbone, **options)
