@@ -315,6 +315,10 @@ def _vtab_suite(root: Path) -> Path:
         folder.mkdir(parents=True)
         (folder / "transfer.json").write_text(json.dumps({"task": task}))
         (folder / "result.json").write_text(json.dumps(results[-1]))
+    from vitx.transfer.config import result_settings
+
+    (root / "suite.json").write_text(json.dumps({"tasks": [f"vtab/{n}" for n in ORDER],
+                                                 "settings": result_settings(cfg)}))
     summary = summarise(results, 19)
     summary["selection"] = {"select": "suite"}
     summary["compare"] = compare_with(cfg, results, summary)
@@ -377,11 +381,11 @@ def test_a_stopped_run_writes_its_page_and_stops(tmp_path, monkeypatch):
         pages.write_own_page(tmp_path / "run", "run", False, said.append)
 
 
-def test_report_errors_are_one_line(tmp_path, pretrained_run, transfer_run):
+def test_report_errors_are_one_line(tmp_path, pretrained_run, two_task_suite):
     for args, fragment in (([str(tmp_path / "nothing")], "no such folder"),
                            ([str(pretrained_run / "metrics.jsonl")], "is a file"),
                            ([str(tmp_path)], "is not a vitx run, transfer or reproduction"),
-                           ([str(pretrained_run), str(transfer_run[0])], "compare runs with runs"),
+                           ([str(pretrained_run), str(two_task_suite)], "compare runs with runs"),
                            ([str(pretrained_run), str(pretrained_run)], "is named twice")):
         proc = vitx_cli("report", *args, "--output", str(tmp_path / "x.html"))
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and fragment in proc.stderr, proc.stderr

@@ -136,6 +136,8 @@ def _results(t: Transfer) -> Html:
     """The results table: what `vitx transfer` printed, with the published rows summary.json carries."""
     summary = t.summary or {}
     compare = summary.get("compare") or {}
+    sources = {r.get("source", "") for r in t.results.values()}
+    one_source = len(sources) == 1
     header = ["task", "group", "source", "classes", "shots", "chosen lr × steps", "val top-1", "test top-1",
               *compare, "time"]
     rows, values = [], {}
@@ -178,10 +180,16 @@ def _results(t: Transfer) -> Html:
                      + (f"; its setup differs: {', '.join(c['differs'])}" if c.get("differs") else ""))
     figures = {"tasks": values, **({k: summary[k] for k in ("group_means", "mean", "group_std", "std")
                                     if k in summary})}
+    if one_source:  # (the same for every task: said once, above the table)
+        header.pop(2)
+        rows = [row[:2] + row[3:] for row in rows]
     n = len(header)
-    body = [table(header, rows, numeric=(3, 4, 6, 7, *range(8, n)), marked=marked, class_="wide" if n > 10 else None,
+    first_number = 2 if one_source else 3
+    numeric = (first_number, first_number + 1, *range(first_number + 3, n))
+    data = f"; data: {next(iter(sources))}" if one_source and next(iter(sources)) else ""
+    body = [table(header, rows, numeric=numeric, marked=marked, class_="wide" if n > 10 else None,
                   caption="test top-1 on each task's test split (mean ± s.d. over the seeds where there are several); "
-                          "val top-1 of the chosen sweep point; published rows in %",
+                          f"val top-1 of the chosen sweep point; published rows in %{data}",
                   data_table="results", data_values=data_json(figures))]
     body += [para(n_) for n_ in notes]
     return section("Results", *body, id_="results")
@@ -206,10 +214,12 @@ def _published(t: Transfer) -> Html:
     groups = list(t.summary.get("group_means") or {}) or ["natural", "specialized", "structured"]
     ours = ("this transfer", "", "", *(pm(t.summary["group_means"].get(g), t.summary.get("group_std", {}).get(g))
                                        for g in groups), pm(t.summary.get("mean"), t.summary.get("std")), "", "")
+    sources = list(dict.fromkeys(c["source"] for c in shown.values()))
     rows = [ours] + [(name, c["start"], c["method"], *(pct(c["group_means_same_tasks"].get(g), 2) for g in groups),
-                      pct(c["mean_same_tasks"], 2), c["printed_mean"] or "—", c["source"])
+                      pct(c["mean_same_tasks"], 2), c["printed_mean"] or "—", f"[{sources.index(c['source']) + 1}]")
                      for name, c in shown.items()]
     counted = t.summary.get("counted", 0)
+    notes = [para(f"[{i}] {source}", class_="meta") for i, source in enumerate(sources, 1)]
     return section("Published VTAB-1k rows", table(
         ["row", "start", "method", *(f"{g} mean" for g in groups), f"mean (same {counted} tasks)", "printed mean",
          "source"], rows, numeric=range(3, 4 + len(groups)), marked=[0], class_="wide",
@@ -217,7 +227,7 @@ def _published(t: Transfer) -> Html:
                 "means, unless all 19 ran); test top-1",
         data_table="published", data_values=data_json({name: {"group_means": c["group_means_same_tasks"],
                                                               "mean": c["mean_same_tasks"]}
-                                                       for name, c in shown.items()})), id_="published")
+                                                       for name, c in shown.items()})), *notes, id_="published")
 
 
 def _points(t: Transfer) -> list[tuple[float, int]]:
@@ -251,7 +261,7 @@ def _selection(t: Transfer, figures: bool) -> Html:
     why = {"suite": "the ViT paper's selection (Appendix B.1.1): one lr × steps for every task, the best mean "
                     "validation top-1 over the tasks counted",
            "task": "each task's own best validation top-1 (optimistic: not comparable with the paper's Table 2)"}
-    header = ["task", *(f"lr {lr:g} × {steps}" for lr, steps in points)]
+    header = ["task", *(f"{lr:g} × {steps}" for lr, steps in points)]
     rows, values = [], {}
     for task in t.tasks:
         r = t.results.get(task)
@@ -301,7 +311,8 @@ def _heat_table(header: list[str], rows: list[tuple[Any, ...]], marked: list[int
     body = tag("tbody", *(tag("tr", tag("td", row[0]), *(c if isinstance(c, Html) and c.startswith("<td")
                                                            else tag("td", c, class_="num") for c in row[1:]),
                               class_="marked" if i in marked else None) for i, row in enumerate(rows)))
-    return tag("table", tag("caption", "validation top-1 per sweep point (darker: closer to the task's best)"), head,
+    return tag("table", tag("caption", "validation top-1 per sweep point, lr × steps (darker: closer to the task's "
+                                       "best)"), head,
                body, class_="wide heatmap", data_table="sweep", data_values=data_json(values))
 
 

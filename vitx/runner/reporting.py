@@ -187,9 +187,10 @@ def write_run_page(cfg: Any, console: Console, stopped: BaseException | None = N
     if stopped is None:
         given = ("finished", "")
     else:
-        said = stopped.user_message() if isinstance(stopped, VitxError) else \
-            "Ctrl-C" if isinstance(stopped, KeyboardInterrupt) else f"{type(stopped).__name__}: {stopped}"
-        kind = "stopped" if isinstance(stopped, (Preempted, Interrupted, Collapsed, KeyboardInterrupt)) else "failed"
+        error = getattr(stopped, "error", stopped)  # a stop acted on at once carries the command's own line
+        said = error.user_message() if isinstance(error, VitxError) else \
+            "Ctrl-C" if isinstance(error, KeyboardInterrupt) else f"{type(error).__name__}: {error}"
+        kind = "stopped" if isinstance(error, (Preempted, Interrupted, Collapsed, KeyboardInterrupt)) else "failed"
         given = (kind, said)
     write_own_page(cfg.output_dir, "run", bool(cfg.curves) and stopped is None,
                    lambda line: console.print(line, markup=False, soft_wrap=True), given)
