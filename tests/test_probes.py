@@ -146,7 +146,9 @@ def test_repeated_seeds_are_refused_alike_by_eval_linear_and_transfer(tmp_path):
 @pytest.mark.parametrize("command", ["fewshot", "knn", "linear"])
 def test_an_output_that_is_a_folder_is_refused_before_any_work(command, tmp_path, monkeypatch):
     """`--output DIR` with DIR an existing folder was an IsADirectoryError after the whole evaluation; a file in
-    place of one of its folders, a NotADirectoryError. Both are one line, before the start is even read."""
+    place of one of its folders, a NotADirectoryError; an existing file was replaced without a word. Each is one
+    line, before the start is even read (`--force` replaces a file, as export's does)."""
+    from vitx.evaluation.config import FrozenConfig
     import vitx.evaluators.frozen as frozen
 
     monkeypatch.setattr(frozen, "Frozen", None)  # any work at all would fail loudly
@@ -154,11 +156,17 @@ def test_an_output_that_is_a_folder_is_refused_before_any_work(command, tmp_path
     for output, line in ((tmp_path, f"--output {tmp_path} is a folder; give a file to write, e.g. --output "
                                      f"{tmp_path / 'results.json'}"),
                          (tmp_path / "notes.txt" / "r.json", f"--output {tmp_path / 'notes.txt' / 'r.json'}: "
-                                                             f"{tmp_path / 'notes.txt'} is a file, not a folder")):
+                                                             f"{tmp_path / 'notes.txt'} is a file, not a folder"),
+                         (tmp_path / "notes.txt", f"--output {tmp_path / 'notes.txt'} exists; give a new file, or pass "
+                                                  "--force to replace it")):
         result = vitx_cli("eval", command, "--from", "scratch", "--model", "vit-nano/4", "--output", str(output))
         assert (result.returncode, result.stderr.strip()) == (2, f"error: {line}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # nothing written beside it
     assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert FrozenConfig(output=str(tmp_path / "notes.txt"), force=True).validate().force  # replaced when asked
+    result = vitx_cli("eval", command, "--from", "scratch", "--model", "vit-nano/4", "--force")
+    assert (result.returncode, result.stderr.strip()) == (2, "error: --force replaces an existing --output file; "
+                                                             "give --output FILE, or drop --force")
 
 
 def test_knn_labels_the_k_that_voted(tmp_path):

@@ -424,3 +424,28 @@ def test_data_folders_that_share_a_name_get_a_task_folder_each(tmp_path):
     proc = vitx_cli("transfer", "--task", str(b), "--shots", "5", *TINY_TRANSFER, "--output-dir", str(out), "--resume")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"error: {out / 'data-photos'} holds a transfer of {a}, not {b}; choose another --output-dir" in proc.stderr
+
+
+@pytest.mark.parametrize("where, key, value, message", [
+    ("timm_kwargs", "__class__", "os.system", "backbone.timm_kwargs: unknown argument '__class__' for vit-nano/4"),
+    ("overrides", "depth", 10 ** 6, "backbone.overrides: depth must be an integer from 1 to 256, got 1000000")])
+def test_a_start_whose_config_was_tampered_with_is_refused_as_export_refuses_it(pretrained_run, tmp_path, where,
+                                                                               key, value, message):
+    """`--from` a run whose config.json was edited: the same check as export's, before anything is built, in
+    the same line (transfer once ran from a record export refused)."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(pretrained_run, run, ignore=shutil.ignore_patterns("checkpoints"))
+    config = json.loads((run / "config.json").read_text())
+    config["backbone"][where][key] = value
+    (run / "config.json").write_text(json.dumps(config))
+    lines = []
+    for args in (["export", str(run), "--to", str(tmp_path / "x")],
+                 ["transfer", "--task", "embedded/digits", "--from", str(run), "--adapter", "fewshot", "--shots", "30",
+                  "--output-dir", str(tmp_path / "t")],
+                 ["eval", "knn", "--from", str(run), "--data", "embedded:digits", "--test-samples", "10"]):
+        proc = vitx_cli(*args)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        lines.append(proc.stderr.strip().splitlines()[-1])
+    assert lines[0] == lines[1] == lines[2] and lines[0].startswith(f"error: {run}/config.json ") and message in lines[0]

@@ -24,23 +24,29 @@ class FrozenConfig(Weights, Columns, Input):
     task: str = setting("", "Or registered tasks, comma-separated, e.g. vtab/dsprites_loc,vtab/dsprites_ori (their train and test splits).", DATA, shown="none")
     preprocess: str = setting("start", "Image geometry: start (the start's eval transform: timm's for a timm start, a centre crop otherwise; a task's images squashed whole, as VTAB does) or big_vision (its few-shot evaluator's: short side to S·256/224, centre crop S, for every dataset).", DATA, choices=GEOMETRIES)
     test_samples: int = setting(0, "Evaluate on N test images, a seeded draw (--seed; never the first N); 0: all.", EVALUATION, min=0, limit=10_000_000)
-    output: str = setting("", "Write the numbers as JSON here.", OUTPUT, shown="none")
+    output: str = setting("", "Write the numbers as JSON here (a new file: an existing one is refused without --force).", OUTPUT, shown="none")
+    force: bool = setting(False, "Replace an existing --output file (as `vitx export --force` replaces its own files).", OUTPUT, affects_result=False)
 
     def validate(self) -> "FrozenConfig":
         check(self)
         if self.task and self.data:
             raise VitxError("give --data or --task, not both")
         if self.output:
-            writable_file(self.output, "--output")
+            writable_file(self.output, "--output", self.force)
+        elif self.force:
+            raise VitxError("--force replaces an existing --output file; give --output FILE, or drop --force")
         return self
 
 
-def writable_file(path: str, flag: str) -> None:
-    """Refuse, before any work, a file path that cannot be written: an existing folder, or a file where one of
-    its folders should be (the JSON is written last, after minutes of feature extraction)."""
+def writable_file(path: str, flag: str, force: bool = False) -> None:
+    """Refuse, before any work, a file path that cannot be written: an existing folder, a file where one of
+    its folders should be (the JSON is written last, after minutes of feature extraction), or, without `force`,
+    a file already there (an earlier result is never replaced unasked)."""
     target = Path(path).expanduser()
     if target.is_dir():
         raise VitxError(f"{flag} {path} is a folder; give a file to write, e.g. {flag} {target / 'results.json'}")
+    if (target.exists() or target.is_symlink()) and not force:
+        raise VitxError(f"{flag} {path} exists; give a new file, or pass --force to replace it")
     for parent in target.parents:
         if parent.exists():
             if not parent.is_dir():

@@ -54,6 +54,17 @@ class Evaluator:
         """Print one dataset's result for people."""
         console.print_json(data=result)
 
+    @staticmethod
+    def titled(title: str, console: Any) -> Any:
+        """A rich table whose title (paths, data names: escaped, never read as markup) keeps its line: at least as
+        wide as the title when the console allows, so a table of one narrow column does not wrap it letter by
+        letter (as the console's width allows when piped: rich's 80 columns, or $COLUMNS)."""
+        from rich.cells import cell_len
+        from rich.markup import escape
+        from rich.table import Table
+
+        return Table(title=escape(title), min_width=min(cell_len(title), console.width))
+
 
 def create_evaluator(name: str, cfg: FrozenConfig | None = None) -> Evaluator:
     """The evaluator registered as `name` (one line, with close names, for an unknown one), with `cfg`."""

@@ -53,9 +53,8 @@ class Fewshot(Evaluator):
     def table(self, result: dict[str, Any], console: Any) -> None:
         """Mean and per seed for each shot count."""
         from rich.markup import escape
-        from rich.table import Table
 
-        table = Table(title=f"few-shot linear evaluation: {result['data']} from {self.cfg.start}")
+        table = self.titled(f"few-shot linear evaluation: {result['data']} from {self.cfg.start}", console)
         for col in ("shots", "mean top-1", "per seed"):
             table.add_column(col, justify="right")
         for k, row in result["shots"].items():

@@ -54,9 +54,8 @@ class Knn(Evaluator):
     def table(self, result: dict[str, Any], console: Any) -> None:
         """A column for each k."""
         from rich.markup import escape
-        from rich.table import Table
 
-        table = Table(title=f"weighted kNN: {result['data']} from {self.cfg.start} (test top-1)")
+        table = self.titled(f"weighted kNN: {result['data']} from {self.cfg.start} (test top-1)", console)
         for k in result["top1"]:
             table.add_column(f"k = {k}", justify="right")
         table.add_row(*(f"{top1:.2%}" for top1 in result["top1"].values()))

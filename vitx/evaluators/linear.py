@@ -91,9 +91,9 @@ class Linear(Evaluator):
     def table(self, result: dict[str, Any], console: Any) -> None:
         """Validation top-1 over the lr × features grid (the chosen point marked), then the chosen point's test
         top-1 over the seeds."""
-        from rich.table import Table
 
-        table = Table(title=f"linear probe: {result['data']} from {self.cfg.start} (val top-1 per features × lr)")
+        table = self.titled(f"linear probe: {result['data']} from {self.cfg.start} (val top-1 per features × lr)",
+                            console)
         table.add_column("features")
         for lr in next(iter(result["grid"].values())):
             table.add_column(lr, justify="right")

@@ -33,9 +33,15 @@ def load_backbone(run_dir: str | Path, ema: bool = False) -> nn.Module:
     """Rebuild the backbone saved in a vitx run or checkpoint directory and load its weights (strictly), the
     moving average of them with `ema`."""
     from ..backbones import create_backbone
+    from ..backbones.spec import check_saved_backbone
 
     run_dir = Path(run_dir)
     config = read_config(run_dir)
+    if ema:
+        require_ema(run_dir)
+    path = weights_file(run_dir, ema)
+    if isinstance(config, dict) and path.is_file():  # checked as export and predict check it, before any build
+        check_saved_backbone(config.get("backbone"), path, f"{run_dir}/config.json")
     try:
         record = config["backbone"]
         model = create_backbone(record["name"], **record["overrides"])
@@ -43,9 +49,6 @@ def load_backbone(run_dir: str | Path, ema: bool = False) -> nn.Module:
         raise VitxError(f"{run_dir}/config.json lacks {exc}; not a vitx checkpoint") from None
     if isinstance(record.get("prompts"), dict):  # VPT's prompt tokens are backbone weights: rebuilt, then loaded
         restore_prompts(model, record["prompts"])
-    if ema:
-        require_ema(run_dir)
-    path = weights_file(run_dir, ema)
     state = read_weights(path)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
