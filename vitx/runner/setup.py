@@ -4,6 +4,7 @@ records about it. The loop (`loop.py`) takes a `Setup` and runs it."""
 from __future__ import annotations
 
 import pickle
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,9 @@ def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective
     record = {**_commands(saved), **(record or {})}
     if resume_from is not None:
         try:
-            accelerator.load_state(str(resume_from / "accelerate"))
+            with warnings.catch_warnings():  # a foreign pickle's protocol: torch warns in two lines, then refuses
+                warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+                accelerator.load_state(str(resume_from / "accelerate"))
         except (pickle.UnpicklingError, SafetensorError, OSError, EOFError, RuntimeError, ValueError, KeyError):
             # torch.load stays weights_only: a damaged or foreign file is refused, never run
             raise VitxError(f"the training state in {resume_from} is damaged or incomplete; delete that checkpoint "
