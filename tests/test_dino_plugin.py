@@ -225,14 +225,23 @@ def test_an_ema_beside_the_teacher_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
-def test_dinos_collapse_rules_read_its_teacher_entropies():
-    obj = dino(out_dim=1024, hidden_dim=16, bottleneck_dim=8)
-    assert obj.collapse({"teacher_entropy": 3.0, "teacher_batch_entropy": 5.0}) is None
-    uniform = obj.collapse({"teacher_entropy": 6.90, "teacher_batch_entropy": 6.93})
-    assert "uniform" in uniform and "6.900 of log K = 6.931)" in uniform
-    with_kl = obj.collapse({"teacher_entropy": 6.90, "teacher_batch_entropy": 6.93, "teacher_student_kl": 0.0183})
-    assert "6.900 of log K = 6.931; KL(teacher ‖ student) 0.018, 0 once" in with_kl and "rankme" in with_kl
-    assert "one output dimension" in obj.collapse({"teacher_entropy": 0.01, "teacher_batch_entropy": 0.2})
+def test_dinos_head_findings_read_its_teacher_entropies():
+    obj = dino(out_dim=1024, hidden_dim=16, bottleneck_dim=8, teacher_temp=0.04, center_momentum=0.9)
+    assert obj.head_findings({"teacher_entropy": 3.0, "teacher_batch_entropy": 5.0}) == []
+    # the CPU plan's DINO at step 300 (recipes/reproduction/DINO.md): uniform, KL small
+    [uniform] = obj.head_findings({"teacher_entropy": 6.899, "teacher_batch_entropy": 6.928, "teacher_student_kl": 0.029})
+    assert (uniform.state, uniform.figure, uniform.value) == ("uniform", "teacher_entropy", 6.899)
+    assert uniform.threshold == pytest.approx(0.98 * math.log(1024))
+    assert "(entropy 6.899 ≥ 0.98 × log K = 6.793; KL(teacher ‖ student) 0.029)" in uniform.said
+    assert "a lower teacher_temp (now 0.04), a smaller out_dim K (now 1,024)" in uniform.advice
+    # near uniform, the student still far from its targets (step 100 of that run: KL 0.265): no finding
+    assert obj.head_findings({"teacher_entropy": 6.80, "teacher_batch_entropy": 6.93, "teacher_student_kl": 0.265}) == []
+    [one_hot] = obj.head_findings({"teacher_entropy": 0.01, "teacher_batch_entropy": 0.2})
+    assert one_hot.state == "one-hot" and "higher teacher_temp" in one_hot.advice
+    # the teacher temperature 0.08 / centre momentum 0.999 run at step 120 (docs/collapse.md): the same output for
+    # every image, neither uniform nor one-hot
+    [same] = obj.head_findings({"teacher_entropy": 5.759, "teacher_batch_entropy": 5.765, "teacher_student_kl": 0.006})
+    assert same.state == "constant" and same.value == pytest.approx(0.006) and "0.006 nats" in same.said
 
 
 def test_local_crops_position_embeddings_are_resampled_as_dino_does():

@@ -167,3 +167,141 @@ def test_a_full_or_read_only_disk_is_one_line_in_every_command(monkeypatch):
     monkeypatch.setattr(vitx.cli, "app", write_fails(errno.EBADF))
     with pytest.raises(OSError):
         vitx_cli("inspect", "runs/x")
+
+
+@pytest.fixture
+def ctrl_c_handler():
+    """Python's own Ctrl-C handler, as a terminal gives it (a shell's background job, or a worker of pytest-xdist,
+    inherits SIGINT ignored, which vitx leaves alone)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_while_a_figure_is_drawn_or_a_checkpoint_written_stops_and_resume_draws_the_curves(
+        tmp_path, monkeypatch, ctrl_c_handler):
+    """Ctrl-C in curves.png's drawing (which catches every failure to draw as a warning) and in Accelerate's
+    state saving: exit 130 with its line each time, never a warning and a run that carries on; a matplotlib import
+    cut short is forgotten, not left half-made; --resume then finishes the run with its curves.png."""
+    import os
+    import signal
+    import sys
+    import types
+
+    import accelerate
+    import vitx.plots
+
+    draw, save_state = vitx.plots.draw_run, accelerate.Accelerator.save_state
+    out = tmp_path / "run"
+    flags = as_flags(tiny(tmp_path, steps=1, save_every=1, warmup_steps=0, eval_samples=0, curves=True))
+
+    def drawing(*args, **kwargs):  # a Ctrl-C in the middle of an import of matplotlib's
+        sys.modules["matplotlib._vitx_cut_short"] = types.ModuleType("matplotlib._vitx_cut_short")
+        os.kill(os.getpid(), signal.SIGINT)
+        return draw(*args, **kwargs)
+
+    def saving(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return save_state(self, *args, **kwargs)
+
+    for patch, resume in [((vitx.plots, "draw_run", drawing), ()), ((accelerate.Accelerator, "save_state", saving),
+                                                                    ("--resume",))]:
+        monkeypatch.setattr(*patch)
+        proc = vitx_cli("pretrain", *flags, *resume)
+        monkeypatch.undo()
+        assert (proc.returncode, proc.stderr.splitlines()[-1]) == \
+            (130, "interrupted: Ctrl-C; checkpoints already written are intact (continue a run with --resume)"), \
+            proc.stderr[-2000:]
+        assert "warning" not in proc.stderr and not list(out.glob("checkpoints/step_*"))  # stopped in the first save
+        assert not any(name.startswith("matplotlib._vitx") for name in sys.modules)
+    resumed = vitx_cli("pretrain", *flags, "--resume")
+    assert resumed.returncode == 0 and "warning" not in resumed.stderr, resumed.stderr[-2000:]
+    assert (out / "curves.png").is_file() and json.loads((out / "config.json").read_text())["step"] == 1
+
+
+def test_a_stop_signal_in_start_up_or_a_stalled_wait_for_input_stops_at_once(tmp_path, monkeypatch):
+    """SIGTERM during start-up, or while the loop waits for a batch that does not come (a stalled loader): the
+    run stops within a second, one line, exit 75, rather than never (the flag was read at step ends only). In
+    the wait the loop is at a step boundary: the steps since the last checkpoint are saved there."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import vitx.runner.setup as setup
+    from vitx.runner.loop import Trainer
+    from vitx.runner.stepping import Stepping
+
+    build, batches = setup.build, Stepping.batches
+
+    def signalled_build(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(setup, "build", signalled_build)
+    monkeypatch.setattr("vitx.runner.entry.build", signalled_build)
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, output_dir=str(tmp_path / "start"))))
+    assert (proc.returncode, proc.stderr.splitlines()[-1]) == (75, (
+        "stopped: SIGTERM during start-up, before the first step: stopped at once; checkpoints and results "
+        "already written are intact (run the same command with --resume to continue a run or a suite)"))
+    monkeypatch.undo()
+
+    def stalled_from_step_2(self):
+        if self.step_count < 2:
+            return batches(self)
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        while True:  # a batch that never comes
+            time.sleep(0.05)
+
+    monkeypatch.setattr(Stepping, "batches", stalled_from_step_2)
+    flags = as_flags(tiny(tmp_path, save_every=100, eval_samples=0, output_dir=str(tmp_path / "stall")))
+    began = time.perf_counter()
+    proc = vitx_cli("pretrain", *flags)
+    assert time.perf_counter() - began < 30  # (the run itself is seconds; a stall is forever)
+    out = tmp_path / "stall"
+    assert (proc.returncode, proc.stderr.splitlines()[-1]) == (75, (
+        f"stopped: SIGTERM at step 2: checkpoint {out / 'checkpoints' / 'step_00000002'} written; run the same "
+        "command with --resume to continue")), proc.stderr[-2000:]
+    monkeypatch.setattr(Trainer, "step", lambda self, *a: pytest.fail("no step after the stop"))
+    monkeypatch.setattr(Stepping, "batches", lambda self: stalled_from_step_2(self) if self.step_count >= 2 else
+                        pytest.fail("resumed at step 2"))
+    again = vitx_cli("pretrain", *flags, "--resume")  # at step 2 and stalled again: nothing new to save
+    assert (again.returncode, again.stderr.splitlines()[-1]) == (75, (
+        f"stopped: SIGTERM at step 2, before its next step began: checkpoint {out / 'checkpoints' / 'step_00000002'}"
+        " holds it; run the same command with --resume to continue"))
+
+
+def test_a_disk_that_fills_under_the_training_state_is_one_line_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    """torch.save (Accelerate's optimizer and random states) on a full disk raises a RuntimeError without an OS
+    error (`[enforce fail at inline_container.cc:672] . unexpected pos`): the one "no space" line every other
+    file gives, exit 2, the partial checkpoint removed and the last one intact."""
+    import os
+
+    import torch
+
+    real_save, real_statvfs = torch.save, os.statvfs
+
+    def full(obj, f, *args, **kwargs):
+        if "step_00000004" in str(f):
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4352 vs 4240")
+        return real_save(obj, f, *args, **kwargs)
+
+    def nearly_full(path):
+        found = real_statvfs(path)
+        return os.statvfs_result((found.f_bsize, found.f_frsize, found.f_blocks, 0, 0, *found[5:]))
+
+    monkeypatch.setattr(torch, "save", full)
+    monkeypatch.setattr(os, "statvfs", nearly_full)
+    out = tmp_path / "run"
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, steps=6, save_every=2, eval_samples=0)))
+    assert "Traceback" not in proc.stderr and proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.splitlines()[-1] == (
+        f"error: cannot write {out / 'checkpoints' / 'step_00000004'}: no space left on the device; the earlier "
+        "checkpoints are intact (the newest: step_00000002): fix that, then continue with --resume")
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000002"]
+    assert json.loads((out / "config.json").read_text())["step"] == 2
+    monkeypatch.undo()
+    resumed = vitx_cli("pretrain", *as_flags(tiny(tmp_path, steps=6, save_every=2, eval_samples=0)), "--resume")
+    assert resumed.returncode == 0 and json.loads((out / "config.json").read_text())["step"] == 6

@@ -305,6 +305,63 @@ def test_an_item_whose_claim_was_lost_is_not_marked_done_and_another_machine_s_c
     thief.release_all()
 
 
+def test_no_item_is_taken_after_a_stop_signal(tmp_path):
+    """A stop signal that came at an item's last step (which just finishes, so the request stays pending): the
+    item is on disk and the process takes no other. One that came between a loop's steps (here inside an item,
+    outside any training loop): the process stops at once, the item's claim given back as stopped."""
+    from vitx.errors import Preempted
+    from vitx.runner.preemption import Stop, StopRequests, command_stops
+
+    def at_last_step(item):
+        if item.index == 1:
+            with StopRequests([signal.SIGTERM]):  # (the loop's, which answers it at its next step boundary)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    worker = _Stub(at_last_step)
+    scheduler, (a, b, final) = _scheduler(tmp_path / "pending", {"t/sweep/lr0.01", "t/sweep/lr0.1"}, worker)
+    with command_stops(), pytest.raises(Preempted) as stopped:
+        scheduler.run()
+    assert str(stopped.value) == ("SIGTERM came as t/sweep/lr0.01 finished (it is on disk): no further item "
+                                  "started; run the same command with --resume to continue the suite")
+    assert worker.ran == [a.key] and a.marker.exists() and not b.marker.exists()
+    assert [(e[2], e[3]) for e in journal(tmp_path / "pending")] == [("taken", a.key), ("done", a.key)]
+
+    def outside_a_loop(item):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    worker = _Stub(outside_a_loop)
+    scheduler, (a, b, final) = _scheduler(tmp_path / "at-once", {"t/sweep/lr0.01", "t/sweep/lr0.1"}, worker)
+    with command_stops(), pytest.raises(Stop) as stopped:
+        scheduler.run()
+    assert isinstance(stopped.value.error, Preempted) and stopped.value.error.exit_code == 75
+    assert str(stopped.value.error).startswith("SIGTERM: stopped at once; checkpoints and results already written")
+    assert worker.ran == [] and not scheduler.claims.held
+    assert [(e[2], e[3]) for e in journal(tmp_path / "at-once")] == [("taken", a.key), ("stopped", a.key)]
+
+
+def test_the_jobs_counter_counts_what_was_finished_at_each_line(tmp_path):
+    """`[k/N done]` beside each journal line counts the items finished by then, not those on disk when the lines
+    are read (which printed `[8/8 done]` before the last item had finished)."""
+    import io
+
+    from rich.console import Console
+
+    from vitx.transfer.jobs import Journal, Tally, _show
+
+    _, mine = _scheduler(tmp_path, set(), _Stub())
+    (tmp_path / "claims.log").write_text("")
+    journal, tally = Journal(tmp_path / "claims.log"), Tally(mine, lambda item: False)
+    lines = [("h:1", "taken", mine[0].key), ("h:2", "taken", mine[1].key), ("h:1", "done", mine[0].key),
+             ("h:1", "taken", mine[2].key), ("h:2", "done", mine[1].key), ("h:1", "done", mine[2].key)]
+    (tmp_path / "claims.log").write_text("".join(f"2026-01-01T00:00:00+00:00 {h} {e} {k}\n" for h, e, k in lines))
+    out = io.StringIO()
+    _show(journal, {"h:1": 0, "h:2": 1}, tally, Console(file=out, width=400))
+    assert out.getvalue().splitlines() == [
+        "[0/3 done] job 0: taken t/sweep/lr0.01", "[0/3 done] job 1: taken t/sweep/lr0.1",
+        "[1/3 done] job 0: done t/sweep/lr0.01", "[1/3 done] job 0: taken t/final",
+        "[2/3 done] job 1: done t/sweep/lr0.1", "[3/3 done] job 0: done t/final"]
+
+
 def test_final_runs_wait_for_their_share_s_sweep_points_and_not_for_a_failed_one(tmp_path):
     """A final run waits for sweep points of its own share that a live process runs (a sibling job), without
     --wait too; for a point of another shard it stops pending; for one that failed in its process it stops
@@ -344,6 +401,7 @@ def test_jobs_have_their_own_settings_session_and_death_and_get_a_stop_at_once(t
     from vitx.errors import Preempted
     from vitx.runner.preemption import REPEAT_S
     from vitx.transfer import TransferConfig, jobs
+    from vitx.transfer.items import SWEEP, Item
 
     seen = tmp_path / "seen"
     seen.mkdir()
@@ -367,8 +425,11 @@ def test_jobs_have_their_own_settings_session_and_death_and_get_a_stop_at_once(t
     thread = threading.Thread(target=stop_when_started)
     thread.start()
     cfg = TransferConfig(task="vtab/dtd", jobs=2, output_dir=str(tmp_path / "suite"))
-    with pytest.raises(Preempted, match="the 2 jobs checkpointed their items"):
-        jobs.run_jobs(cfg, [], lambda item: False, Console(file=io.StringIO()))
+    mine = [Item("vtab/dtd", SWEEP, tmp_path / f"p{n}", tmp_path, 2, 0.01, 0, n) for n in (1, 2, 3)]
+    with pytest.raises(Preempted) as stopped:
+        jobs.run_jobs(cfg, mine, lambda item: item.index == 1, Console(file=io.StringIO()))
+    assert str(stopped.value) == ("SIGTERM: the 2 jobs stopped with 1 of 3 item(s) on disk and 2 left (one begun was "
+                                  "checkpointed); run the same command with --resume to continue the suite")
     thread.join()
     (folder,) = (tmp_path / "suite" / "logs").iterdir()
     assert folder.name.startswith(f"{socket.gethostname()}-{os.getpid()}-") and (folder / "jobs.toml").is_file()

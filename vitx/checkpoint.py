@@ -96,6 +96,29 @@ def write_reason(exc: OSError | SafetensorError) -> str:
     return _REASONS.get(code) or (os.strerror(code).lower() if code else "an input/output error")
 
 
+# how torch.save says a write was cut short (it gives no OS error: a full disk reads "[enforce fail at
+# inline_container.cc:672] . unexpected pos ...", or "PytorchStreamWriter failed writing file ...")
+TORCH_WRITE_FAILED = ("inline_container.cc", "PytorchStreamWriter failed", "unexpected pos", "file write failed")
+LOW_SPACE = 64 * 2 ** 20  # bytes: less than this left beside a failed write is a full disk
+
+
+def torch_write_failure(exc: BaseException, path: Path | str) -> OSError | None:
+    """torch.save's failure to write `path` as the OS error it stands for: no space when the disk under it is
+    (nearly) full, else an input/output error; None for any other exception (a bug keeps its traceback)."""
+    if not isinstance(exc, RuntimeError) or not any(text in str(exc) for text in TORCH_WRITE_FAILED):
+        return None
+    where = Path(path)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        found = os.statvfs(where)
+        full = found.f_bavail * found.f_frsize < LOW_SPACE
+    except OSError:
+        full = False
+    code = errno.ENOSPC if full else errno.EIO
+    return OSError(code, os.strerror(code), str(path))
+
+
 def cannot_write(path: Path | str, exc: OSError | SafetensorError) -> VitxError:
     """A failed write (full disk, read-only folder, a file where a folder should be) as one plain line: these are
     the machine's state, not a bug, and the user can fix them."""

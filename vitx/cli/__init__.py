@@ -5,18 +5,16 @@ app, `--help` and the listings start in well under a second, and a plugin is imp
 """
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
-import threading
-from typing import Any, Iterator, List
+from typing import List
 
 import typer
 
 from .. import __version__
-from ..errors import DISK_STATE_ERRNOS, Interrupted, VitxError
+from ..errors import DISK_STATE_ERRNOS, VitxError
 from ..invocation import recording
 from ..plugins import load_env_plugins, load_plugin
+from ..runner.preemption import Stop, command_stops
 from .catalog import adapters, models, objectives, plugins, tasks
 from .configured import add_evaluators, eval_app, pretrain, transfer
 from .export import export
@@ -71,38 +69,21 @@ def _take_plugins(argv: list[str]) -> tuple[list[str], list[str]]:
     return rest, plugins
 
 
-@contextlib.contextmanager
-def _ctrl_c_says_so() -> Iterator[None]:
-    """While a command runs, Ctrl-C ends it with one line and status 130 (where SIGINT is not ignored, in the main
-    thread); the previous handler comes back after."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
-        return
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise Interrupted("Ctrl-C; checkpoints already written are intact (continue a run with --resume)")
-
-    signal.signal(signal.SIGINT, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
 def main(argv: list[str] | None = None) -> None:
     """The console script. `argv` (default: sys.argv[1:]) lets tests and notebooks run a command in-process;
     like the script, it ends in SystemExit with the exit status."""
     try:
-        given = sys.argv[1:] if argv is None else list(argv)
-        argv, plugins = _take_plugins(given)
-        load_env_plugins()
-        for target in plugins:
-            load_plugin(target)
-        add_evaluators()  # vitx eval NAME for every evaluator, a plugin's included
-        with recording(given), _ctrl_c_says_so():  # config.json records the command line (model cards show it)
-            app(args=argv, prog_name="vitx")
-    except VitxError as exc:
+        with command_stops():  # a stop signal or Ctrl-C is one line (runner/preemption.py: the rule for every command)
+            given = sys.argv[1:] if argv is None else list(argv)
+            argv, plugins = _take_plugins(given)
+            load_env_plugins()
+            for target in plugins:
+                load_plugin(target)
+            add_evaluators()  # vitx eval NAME for every evaluator, a plugin's included
+            with recording(given):  # config.json records the command line (model cards show it)
+                app(args=argv, prog_name="vitx")
+    except (VitxError, Stop) as caught:
+        exc = caught.error if isinstance(caught, Stop) else caught
         print(f"{exc.label}: {exc.user_message()}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except OSError as exc:

@@ -6,6 +6,7 @@ inside it."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -17,6 +18,21 @@ if TYPE_CHECKING:
     from .options import Fitted
     from ..data.transforms import Preprocess
     from ..data.views import View
+
+
+@dataclass(frozen=True)
+class HeadFinding:
+    """A state of an objective's own output that one of its logged figures shows, e.g. DINO's teacher whose
+    output is uniform (entropy near log K) or one-hot: what the objective declares in `head_findings`. A head
+    can tire while the backbone under it still learns (recipes/reproduction/DINO.md), so this names what to
+    change in the objective rather than calling the run collapsed."""
+
+    figure: str  # the metrics.jsonl key it reads, e.g. "teacher_entropy"
+    value: float  # its value at this log step
+    threshold: float  # the bound it passed (its rule says which way)
+    state: str  # a short name of the state, e.g. "uniform", "one-hot": each state is said once per run
+    said: str  # one clause with the figures, e.g. "the DINO teacher's output is uniform (entropy 6.90 ≥ ...)"
+    advice: str  # what to change, naming the objective's options, e.g. "a lower teacher_temp"
 
 
 class Objective(nn.Module):
@@ -109,12 +125,13 @@ class Objective(nn.Module):
         None: the pre-logits are the backbone's output."""
         return None
 
-    def collapse(self, metrics: dict[str, float]) -> str | None:
-        """What this objective's own figures say of a collapse (a teacher whose output stopped depending on its
-        input, say), in one clause naming the figure; None: nothing. Called at every log step with the logged
-        means of `forward`'s metrics; the runner's label-free watch (evaluation/collapse.py) reads the
-        features themselves for every objective."""
-        return None
+    def head_findings(self, metrics: dict[str, float]) -> "list[HeadFinding]":
+        """What this objective's own figures say of its head's output (a teacher's output uniform or one-hot,
+        say): one `HeadFinding` per rule that holds, [] when none does. Called at every log step with the logged
+        means of `forward`'s metrics. A head finding is not a collapse: the collapse watch
+        (evaluation/collapse.py) says it as a note, and as a collapse only once the features themselves stop
+        improving with it (their RankMe, the monitor's accuracy), which it reads for every objective."""
+        return []
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
         """The objective's own weights (not the backbone's), saved beside the backbone in checkpoints."""

@@ -7,6 +7,7 @@ import contextlib
 import math
 import os
 import secrets
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -79,9 +80,24 @@ def save(fig: "Figure", path: str | Path) -> Path:
 
 
 def try_draw(what: str, draw: Callable[..., T], *args: Any, warn: Callable[[str], None], **kwargs: Any) -> T | None:
-    """`draw(*args, **kwargs)`, or None and one warning line: a figure is never worth stopping a run for."""
+    """`draw(*args, **kwargs)`, or None and one warning line: a figure is never worth stopping a run for. A stop
+    (Ctrl-C, a stop signal: BaseExceptions) is not a failure to draw: it goes on, and stops the run."""
+    before = set(sys.modules)
     try:
         return draw(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - any failure to draw (a bad value, a full disk, a broken matplotlib)
+        forget_partial_imports(before)
         warn(f"warning: {what} not drawn ({type(exc).__name__}: {exc})")
         return None
+    except BaseException:
+        forget_partial_imports(before)
+        raise
+
+
+def forget_partial_imports(before: set[str]) -> None:
+    """Drop the matplotlib modules a failed or interrupted figure imported: an import cut short leaves its
+    submodules bound to a half-made `matplotlib`, and every later import of it fails (`module 'matplotlib' has
+    no attribute 'get_data_path'`); dropped, the next figure imports it whole."""
+    for name in set(sys.modules) - before:
+        if name.split(".")[0] in ("matplotlib", "mpl_toolkits"):
+            sys.modules.pop(name, None)

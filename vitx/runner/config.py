@@ -151,8 +151,8 @@ class PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, Syste
     monitor_every: int = setting(0, "Also run the --monitor every N steps; 0: at checkpoints only.", EVALUATION, min=0, affects_result=False)
     monitor_probes: list[str] = setting(["fewshot", "knn"], "What the --monitor runs: evaluators by name (`vitx eval --help` lists them): fewshot (closed-form 1- and 10-shot heads), knn (weighted 20-NN, DINO's), linear (a linear probe, lr chosen on a held-out fifth: `vitx eval linear`'s, 30 epochs), rankme (label-free: the features' effective rank and spread, which fall when a representation collapses), or a plugin's.", EVALUATION, affects_result=False)
     monitor_features: str = setting(AUTO, "What the --monitor reads: auto (what the objective trains: patch-mean for MPP and MAE, pre-logits otherwise), pre-logits (the paper's few-shot features), cls-token (the \\[class] token after the final norm) or patch-mean (the mean patch token).", EVALUATION, choices=CHOICES["monitor_features"], affects_result=False)
-    watch_every: int = setting(100, "Label-free collapse watch: the effective rank (RankMe) and spread of the features of 256 training images (a seeded draw; no labels), at step 0 and every N steps, and the objective's own collapse figures at each log step; a collapse is said once, in one line. 0: off.", EVALUATION, min=0, affects_result=False)
-    stop_on_collapse: bool = setting(False, "When the watch sees a collapse: checkpoint and stop (exit 3) instead of saying so and training on.", EVALUATION, affects_result=False)
+    watch_every: int = setting(100, "Collapse watch, without labels: the effective rank (RankMe) and spread of the features of 256 training images (a seeded draw), at step 0 and every N steps, with --monitor's accuracy against chance, and the objective's own head figures (DINO's teacher entropy) at each log step. A representation collapse is said once as a warning; a head finding (its output uniform or one-hot) as a note, and as a collapse only when the features stall with it (docs/collapse.md). 0, or more than --steps: off.", EVALUATION, min=0, affects_result=False)
+    stop_on_collapse: bool = setting(False, "When the watch says a collapse (never for a head note alone): checkpoint and stop (exit 3) instead of training on. Needs the watch on (--watch-every N, at most --steps).", EVALUATION, affects_result=False)
     output_dir: str = setting("runs/pretrain", "Run directory.", CHECKPOINTS, affects_result=False)
     save_every: int = setting(400, "Checkpoint every N steps (and at the end).", CHECKPOINTS, above=0, affects_result=False)
     save_every_minutes: float = setting(0.0, "Also checkpoint when this many minutes have passed since the last save; 0: off.", CHECKPOINTS, min=0, affects_result=False)
@@ -172,6 +172,11 @@ class PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, Syste
         check_probes(self.monitor_probes)
         if self.min_lr >= self.lr:
             raise VitxError(f"--min-lr {self.min_lr:g} must be below the peak lr {self.lr:g}")
+        if self.stop_on_collapse and not 0 < self.watch_every <= self.steps:  # (evaluating.py's `watching`)
+            why = "--watch-every 0 turns it off" if not self.watch_every else \
+                f"--watch-every {self.watch_every} is longer than the run's {self.steps} steps"
+            raise VitxError(f"--stop-on-collapse acts on the collapse watch, and nothing is watched: {why}; give "
+                            "--watch-every N (at most --steps) or drop --stop-on-collapse")
         return self
 
     def to_dict(self) -> dict[str, Any]:

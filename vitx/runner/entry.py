@@ -6,14 +6,16 @@ from typing import Any
 from rich.console import Console
 
 from .loop import Trainer
+from .preemption import doing
 from .reporting import announce, finished, make_console, write_run_page
 from .setup import build, resolve_config
 
 
 def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | None = None) -> dict[str, Any]:
     """Run (or resume) a pre-training from explicitly given options; returns the last logged metrics."""
-    cfg, resume_from = resolve_config(explicit, resume)
-    setup = build(cfg, resume_from)
+    with doing("during start-up, before the first step"):  # a stop signal meanwhile: stopped at once, one line
+        cfg, resume_from = resolve_config(explicit, resume)
+        setup = build(cfg, resume_from)
     console = console or make_console(cfg.quiet, cfg.log_format)
     main = setup.accelerator.is_main_process
     if main:

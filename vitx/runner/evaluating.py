@@ -1,6 +1,7 @@
 """What the loop measures besides the training loss: validation (every process its share, as many forwards
 as the busiest one so a sharded model never waits), the --monitor's evaluators on the student, the
-objective's teacher and the moving average, and the collapse watch's label-free figures.
+objective's teacher and the moving average, and the collapse watch: its label-free figures and what it says of
+them (evaluation/collapse.py: a head finding, or a collapse that --stop-on-collapse acts on).
 
 A mixin of `loop.Trainer`.
 """
@@ -16,13 +17,16 @@ from ..data import TensorSplit, decode_split, eval_loader, first_sample_batch
 from ..data.loader import iterate
 from ..errors import CorruptImageError
 from ..evaluation import AUTO
-from ..evaluation.collapse import label_free
+from ..evaluation.collapse import STOPS, Finding, Watch, chance_bound, label_free
 from ..evaluation.features import extract_features
 from ..evaluation.monitor import Monitors
 from ..evaluation.representation import read_as
+from ..plots.series import read_metrics
 from .randomness import EVAL, seed_position
 
 WATCH_IMAGES = 256  # the collapse watch's training images: RankMe up to 256 (vit-s: 384-d), 1 s of a CPU forward
+LOGGED = ("rankme", "rankme_fraction", "feature_std")  # of the watch's figures, what a log step records (the
+# others are constants of the run)
 
 
 class Evaluating:
@@ -60,6 +64,50 @@ class Evaluating:
                                  normalise=setup.preprocess.normalise)  # (N, D)
         features.train(was_training)
         return label_free(x)
+
+    def watching(self) -> bool:
+        """The collapse watch is on: its figures are taken at step 0 and every --watch-every steps of a run that
+        long, and what it says is said (0, or a run shorter than that: off)."""
+        cfg = self.setup.cfg
+        return 0 < cfg.watch_every <= cfg.steps
+
+    def start_watch(self, start: dict[str, float], resumed: bool) -> None:
+        """The collapse watch, before the first step: the objective's head rules, the monitor's chance rates,
+        and the step-0 figures as its baselines (a resumed run: its metrics.jsonl up to the checkpoint, replayed).
+        Called after the monitor's data is read."""
+        setup = self.setup
+        chance = {}
+        if self._monitor is not None:
+            for tag, monitor in self._monitor.monitors:
+                chance[f"monitor_{tag}_" if tag else "monitor_"] = chance_bound(monitor.test.labels.tolist())
+        self.watch = Watch(setup.objective.head_findings, chance)
+        if not self.watching():
+            return
+        if not resumed:
+            self.watch.observe(0, start)
+        elif setup.accelerator.is_main_process and (setup.run.path / "metrics.jsonl").exists():
+            self.watch.replay(read_metrics(setup.run.path / "metrics.jsonl"))
+
+    def watch_step(self, step: int, metrics: dict[str, float]) -> list[dict[str, Any]]:
+        """What the collapse watch says of a log step's figures: a head finding as a note, a collapse as a
+        warning, each in one line; returned as the log step's `watch` entries for metrics.jsonl. With
+        --stop-on-collapse a collapse then saves and stops the run, on every process if any saw it."""
+        setup, acc = self.setup, self.setup.accelerator
+        found = self.watch.observe(step, metrics) if self.watching() else []
+        if acc.is_main_process:
+            for finding in found:
+                style = "yellow]warning" if finding.kind == "collapse" else "cyan]note"
+                self.console.print(f"[{style}: {finding.line()}[/]", soft_wrap=True)
+        if setup.cfg.stop_on_collapse:
+            seen = torch.tensor([0.0 if self.watch.found is None else 1.0], device=acc.device)
+            self.collapse_stop = bool(acc.reduce(seen, reduction="sum") > 0) and step < setup.cfg.steps
+        return [finding.record() for finding in found]
+
+    def collapse_line(self, checkpoint: Any) -> str:
+        """The error line of a run --stop-on-collapse stopped, with the `checkpoint` it wrote."""
+        found: Finding | None = self.watch.found
+        said = found.line().removesuffix(f"; {STOPS}") if found else "collapse (on another process)"
+        return f"--stop-on-collapse: {said}; checkpoint {checkpoint} written"
 
     def monitor(self, objective: torch.nn.Module | None = None,
                 backbone: torch.nn.Module | None = None) -> dict[str, float]:
@@ -142,3 +190,8 @@ def watch_images(source: Any, preprocess: Any, seed: int) -> torch.Tensor | bool
         return decode_split(source, preprocess, chosen).images
     except CorruptImageError:
         return False
+
+
+def watch_figures(figures: dict[str, float]) -> dict[str, float]:
+    """What of the collapse watch's figures a log step records."""
+    return {k: figures[k] for k in LOGGED if k in figures}

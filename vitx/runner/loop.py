@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import torch
@@ -28,7 +29,7 @@ from .agreement import Agreement
 from .config import default_workers
 from .evaluating import Evaluating
 from .launch import end_run, tracker_kwargs
-from .preemption import StopRequests, parse_signals
+from .preemption import StopRequests, Waiting, doing, parse_signals
 from .reporting import MetricsLog, Progress, make_console
 from .saving import Saving
 from .setup import Setup
@@ -98,6 +99,7 @@ class Trainer(Stepping, Evaluating, Saving):
         self.nonfinite_steps = 0  # optimiser steps skipped for a non-finite loss or gradient norm (read at log steps)
         self.agreement = Agreement(acc, cfg.save_every_minutes)  # skip / stop / save, the same on every process
         self.stop_requested = False  # a stop signal reached some process: every process stops after this step
+        self.saved_step = self.step_count  # the step of the last checkpoint (0: none yet)
         self.save_due = False  # --save-every-minutes has passed (by the main process's clock)
         self._tick = (0.0, self.step_count)  # (time, step) of the last log step: images per second since then
         self.input_wait = 0.0  # seconds the loop waited for the loader since then (its share: input_wait)
@@ -152,9 +154,10 @@ class Trainer(Stepping, Evaluating, Saving):
                 self.close()
 
     def _fit(self) -> dict[str, Any]:
-        """The loop: a step, then whatever is due after it."""
+        """The loop: a step's input, the step, then whatever is due after it."""
         cfg = self.setup.cfg
-        log = self._begin()
+        with doing("during start-up, before the first step"):
+            log = self._begin()
         last: dict[str, float] = {}
         due, saved = Due(False, False, False, False, False, False), None
         with Progress(self.console, cfg.log_format, self.setup.accelerator.is_main_process) as progress, \
@@ -163,7 +166,15 @@ class Trainer(Stepping, Evaluating, Saving):
             progress.start(f"{self.label} (resumed)" if self.setup.start_step else self.label, cfg.steps,
                            self.step_count)
             while self.step_count < cfg.steps:
-                self.step()
+                try:
+                    batches = self._input(requests)
+                except Waiting:  # a stop signal while it waited: at a step boundary, answered there
+                    self.stop_requested = True
+                    due = Due(log=False, validate=False, monitor=False, watch=False, stop=True,
+                              save=self.step_count > self.saved_step)
+                    saved = self.save() if due.save else None
+                    break
+                self.step(batches)
                 due = self.due()
                 if due.log:
                     last = self._report(due, log, progress)
@@ -181,10 +192,31 @@ class Trainer(Stepping, Evaluating, Saving):
             raise Collapsed(f"--stop-on-collapse: collapse at step {found.step}: {found.said}; checkpoint "
                             f"{saved or self.setup.run.latest()} written")
         if due.stop:
-            signame = requests.received or "a stop signal (on another process)"
-            raise Preempted(f"{signame} at step {self.step_count}: checkpoint {saved or self.setup.run.latest()} "
-                            "written; run the same command with --resume to continue")
+            requests.answered()
+            raise Preempted(self._stopped_line(requests.received or "a stop signal (on another process)", saved))
         return last
+
+    def _input(self, requests: StopRequests) -> list[dict[str, Any]]:
+        """The next step's micro-batches. The wait for them is a step boundary: a stop signal meanwhile is answered
+        at once (`Waiting`), however long the batch would take, where every process can answer it there (one
+        process alone, or before a launch's first step, when there is nothing to save together)."""
+        acc = self.setup.accelerator
+        waiting = time.perf_counter()
+        with requests.at_once(acc.num_processes == 1 or self.step_count == self.setup.start_step):
+            batches = [next(self.batches()) for _ in range(self.setup.cfg.grad_accum)]
+        self.input_wait += time.perf_counter() - waiting  # the loop idle for its input (read at log steps)
+        return batches
+
+    def _stopped_line(self, signame: str, saved: Path | None) -> str:
+        """A stop request answered: where the run stands on disk, and how to continue."""
+        step, latest = self.step_count, saved or self.setup.run.latest()
+        if saved is not None:
+            return f"{signame} at step {step}: checkpoint {saved} written; run the same command with --resume to continue"
+        if latest is not None:
+            return (f"{signame} at step {step}, before its next step began: checkpoint {latest} holds it; run the "
+                    "same command with --resume to continue")
+        return (f"{signame} before the first step: nothing was trained; run the same command with --resume to "
+                "start it")
 
     def _begin(self) -> MetricsLog | None:
         """Before the first step: leftovers of a killed save removed, metrics.jsonl opened (on resume, cut back

@@ -1,20 +1,37 @@
 """Stop requests: the signals a scheduler sends before it kills a job (SLURM, Kubernetes and spot instances send
-SIGTERM, or SIGUSR1 with `--signal`), turned into a request that the loop answers at the next step boundary:
-finish the optimiser step in progress, write a checkpoint at that step (every process takes part), exit 75.
-A second signal exits at once, as the signal's default action would have, after one line saying so. A repeat
-within REPEAT_S of the first is the same request delivered twice (a scheduler signals the whole process group
-and a launcher forwards it again): it is not a second one, so the checkpoint is still written."""
+SIGTERM, or SIGUSR1 with `--signal`), and Ctrl-C.
+
+The rule, for every command (`command_stops`, around each one the command line runs):
+- Inside a training loop (`StopRequests`) a stop signal is a request the loop answers at the next step
+  boundary: finish the optimiser step in progress, write a checkpoint at that step (every process takes part),
+  exit 75. A loop waiting for a step's input is at a step boundary: the request is answered at once, without
+  waiting for a batch that may be minutes away (a stalled loader, a first batch that never comes).
+- Anywhere else (start-up, between a suite's items, an evaluation) the command stops at once: one line, exit 75
+  (EX_TEMPFAIL: a requeue script reruns it); what was written before is intact, and --resume continues.
+- A request that came at a run's last step, which just finishes, stays pending: a suite's process starts no
+  further item (`check`).
+- A second signal exits at once, as the signal's default action would have (143 for SIGTERM), after one line
+  saying so. A repeat within REPEAT_S of the first is the same request delivered twice (a scheduler signals
+  the whole process group and a launcher forwards it again): it is not a second one.
+- Ctrl-C stops at once: one line, exit 130.
+A stop acted on at once is raised as `Stop`, a BaseException like KeyboardInterrupt: no `except Exception` on
+its way (a figure's warning, say) can take it for a failure and carry on."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
+from dataclasses import dataclass, field
 from types import FrameType, TracebackType
+from typing import Iterator
 
-from ..errors import VitxError
+from ..errors import Interrupted, Preempted, VitxError
 
 REPEAT_S = 1.0  # a signal this soon after the first is the first delivered again, not a second request
+SCHEDULER_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # stops acted on from a command's first moment
+
 
 def parse_signals(names: str) -> list[signal.Signals]:
     """`"TERM,USR1"` → [SIGTERM, SIGUSR1]; empty: none. An unknown name is a user error."""
@@ -27,37 +44,193 @@ def parse_signals(names: str) -> list[signal.Signals]:
     return chosen
 
 
+class Stop(BaseException):
+    """A stop acted on at once, raised from a signal handler wherever the main thread was; `error` is what the
+    command line says (its label, line and exit status)."""
+
+    def __init__(self, error: VitxError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class Waiting(BaseException):
+    """Raised into a training loop's wait for a step's input by a stop signal: the loop answers it there."""
+
+
+@dataclass
+class Requests:
+    """The stop requests of one command (or, for a loop run outside the command line, of that loop)."""
+
+    pid: int = field(default_factory=os.getpid)  # (a forked child inherits the handlers, not the requests)
+    received: str | None = None  # the first stop signal's name
+    at: float = 0.0  # when it came (time.monotonic)
+    answered: bool = False  # acted on: a stop is under way
+    loops: int = 0  # training loops running, which answer a request at their next step boundary
+    waiting: bool = False  # a loop waits for a step's input, where it answers a request at once
+    doing: str = ""  # what the command is doing, for the line of a stop acted on at once
+    before: dict[int, object] = field(default_factory=dict)  # the signals' handlers before the command's
+
+    def line(self, name: str) -> str:
+        doing = f" {self.doing}" if self.doing else ""
+        return (f"{name}{doing}: stopped at once; checkpoints and results already written are intact (run the same "
+                "command with --resume to continue a run or a suite)")
+
+
+_current: Requests | None = None
+
+
+def _handle(signum: int, frame: FrameType | None) -> None:
+    state = _current
+    if state is None or state.pid != os.getpid():  # a forked child's inherited handler: the default action
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    name, now = signal.Signals(signum).name, time.monotonic()
+    if state.received is not None and now - state.at < REPEAT_S:
+        return  # the same request, delivered twice: it is on its way
+    if state.received is not None:  # asked twice: stop now, without the checkpoint, and say so
+        os.write(2, f"stopped: a second stop signal ({name}): exiting at once, without a checkpoint of this "
+                    "step; the checkpoints already written are intact (run the same command with --resume to "
+                    "continue from the last)\n".encode())
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    state.received, state.at = name, now
+    if state.waiting:
+        state.waiting = False  # (raised once)
+        raise Waiting()
+    if state.loops == 0:
+        state.answered = True
+        raise Stop(Preempted(state.line(name)))
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    if _current is not None and _current.pid != os.getpid():
+        raise KeyboardInterrupt  # (a forked child: Python's own handler)
+    raise Stop(Interrupted("Ctrl-C; checkpoints already written are intact (continue a run with --resume)"))
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def command_stops() -> Iterator[Requests]:
+    """While a command runs: SIGTERM and SIGUSR1 (unless ignored where it was started) stop it as the rule says,
+    and Ctrl-C with one line and status 130 (where SIGINT has Python's own handler: a shell's background job
+    inherits it ignored). Only the main thread can take signals; elsewhere (a notebook's worker thread)
+    they keep their actions. The previous handlers come back after."""
+    global _current
+    previous, state = _current, Requests()
+    if _main_thread():
+        for sig in SCHEDULER_SIGNALS:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                state.before[sig] = signal.signal(sig, _handle)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            state.before[signal.SIGINT] = signal.signal(signal.SIGINT, _interrupt)
+    _current = state
+    try:
+        yield state
+    finally:
+        _current = previous
+        for sig, handler in state.before.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def doing(what: str) -> Iterator[None]:
+    """`what` the command is doing (\"during start-up\"), for the line of a stop acted on at once meanwhile."""
+    state = _current
+    if state is None:
+        yield
+        return
+    before, state.doing = state.doing, what
+    try:
+        yield
+    finally:
+        state.doing = before
+
+
+def pending() -> str | None:
+    """The signal of a stop request not acted on yet (one that came at a run's last step), else None."""
+    state = _current
+    return state.received if state is not None and state.received and not state.answered else None
+
+
+def check(line: str) -> None:
+    """Stop here, with `line` after the signal's name, when a request is pending (a suite's process, before it
+    takes another item)."""
+    name = pending()
+    if name is not None:
+        assert _current is not None
+        _current.answered = True
+        raise Preempted(f"{name} {line}")
+
+
 class StopRequests:
-    """While active, the chosen signals set `received` instead of killing the process; the previous handlers
-    come back on exit. Only the main thread can install handlers: elsewhere (a notebook's worker thread) the
-    signals keep their default action."""
+    """While a training loop runs: the chosen signals set `received` (the loop answers it at the next step
+    boundary) instead of stopping the command at once; SIGTERM and SIGUSR1 when not chosen
+    (`--stop-signals ''`) keep the actions they had before the command. The previous handlers come back on exit.
+    Only the main thread can install handlers: elsewhere (a notebook's worker thread) the signals keep their
+    actions."""
 
     def __init__(self, signals: list[signal.Signals]) -> None:
         self.signals = signals
-        self.received: str | None = None
-        self._at = 0.0  # when `received` came (time.monotonic)
         self._previous: dict[signal.Signals, object] = {}
+        self._state: Requests | None = None
+        self._own = False  # no command around the loop: the requests are the loop's own
+
+    @property
+    def received(self) -> str | None:
+        return self._state.received if self._state is not None else None
 
     def __enter__(self) -> "StopRequests":
-        if threading.current_thread() is threading.main_thread():
+        global _current
+        self._own = _current is None
+        if self._own:
+            _current = Requests()
+        self._state = _current
+        self._state.loops += 1
+        if _main_thread():
             for sig in self.signals:
-                self._previous[sig] = signal.signal(sig, self._handle)
+                self._previous[sig] = signal.signal(sig, _handle)
+            for sig in set(SCHEDULER_SIGNALS) - set(self.signals):
+                if sig in self._state.before:
+                    self._previous[sig] = signal.signal(sig, self._state.before[sig])  # type: ignore[arg-type]
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        global _current
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, handler)  # type: ignore[arg-type]
         self._previous.clear()
+        assert self._state is not None
+        self._state.loops -= 1
+        self._state.waiting = False
+        if self._own:
+            _current = None
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        if self.received is not None and time.monotonic() - self._at < REPEAT_S:
-            return  # the same request, delivered twice: the checkpoint is on its way
-        if self.received is not None:  # asked twice: stop now, without the checkpoint, and say so
-            os.write(2, f"stopped: a second stop signal ({name}): exiting at once, without a checkpoint of this "
-                        "step; the checkpoints already written are intact (run the same command with --resume to "
-                        "continue from the last)\n".encode())
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+    def answered(self) -> None:
+        """The loop acted on the request (it checkpoints and stops)."""
+        if self._state is not None:
+            self._state.answered = True
+
+    @contextlib.contextmanager
+    def at_once(self, allowed: bool = True) -> Iterator[None]:
+        """The loop waits for a step's input: a stop signal meanwhile raises `Waiting` into the wait (`allowed`:
+        where every process can answer it there). A request already received is raised at the start."""
+        state = self._state
+        if not allowed or state is None:
+            yield
             return
-        self.received, self._at = name, time.monotonic()
+        if state.received is not None and not state.answered:
+            raise Waiting()
+        state.waiting = True
+        try:
+            yield
+        finally:
+            state.waiting = False
+
+
+__all__ = ["REPEAT_S", "Requests", "Stop", "StopRequests", "Waiting", "check", "command_stops", "doing",
+           "parse_signals", "pending"]

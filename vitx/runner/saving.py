@@ -14,7 +14,7 @@ import torch
 from accelerate import Accelerator
 from safetensors import SafetensorError
 
-from ..checkpoint import cannot_write, export_state, save_weights
+from ..checkpoint import cannot_write, export_state, save_weights, torch_write_failure
 from ..errors import VitxError
 from ..runs.rundir import PREFIX, RunDir, write_weights
 from .ema import RAW as EMA_RAW
@@ -31,12 +31,18 @@ class Together:
         self.failed: list[OSError | SafetensorError] = []
 
     def attempt(self, write: Callable[[], Any]) -> Any:
-        """`write()`, unless something failed already; a failure to write is kept, not raised."""
+        """`write()`, unless something failed already; a failure to write is kept, not raised (torch.save's, a
+        RuntimeError without an OS error, as the OS error it stands for)."""
         if not self.failed:
             try:
                 return write()
             except (OSError, SafetensorError) as exc:
                 self.failed.append(exc)
+            except RuntimeError as exc:
+                failure = torch_write_failure(exc, self.target)
+                if failure is None:
+                    raise
+                self.failed.append(failure)
         return None
 
     def any_of(self, count: int) -> bool:
@@ -73,6 +79,7 @@ class Saving:
         final = together.attempt(lambda: self._write(staged, state)) if acc.is_main_process else None
         together.check()
         self.agreement.saved()
+        self.saved_step = self.step_count
         return final
 
     def _finite_state(self, together: Together) -> dict[str, torch.Tensor]:

@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 from ..checkpoint import create_whole
 from ..errors import Interrupted, Preempted, VitxError
+from ..runner.preemption import Stop
 
 HEARTBEAT = 30.0  # seconds between touches of a held claim
 STALE_AFTER = 300.0  # a claim untouched for this long (from another machine, or unreadable) is its holder's, dead
@@ -118,7 +119,7 @@ class Holder:
 
 def _stopped(exc: BaseException) -> bool:
     """Whether `exc` is a stop asked for (a preemption, Ctrl-C), not a failure of the item."""
-    return isinstance(exc, (Preempted, Interrupted, KeyboardInterrupt))
+    return isinstance(exc, (Preempted, Interrupted, KeyboardInterrupt, Stop))
 
 
 class Claims:

@@ -146,11 +146,13 @@ def jobs_folder(output: Path) -> Path:
 def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console) -> list[tuple[int, int, Path]]:
     """Run `cfg.jobs` children `vitx transfer … --jobs 1 --resume` on the suite's folder; they share its (or the
     shard's) items through the claims. Prints one line per item a job takes or finishes; `done(item)` says which
-    are on disk. Returns the failed ones: (job, exit status, log)."""
+    are on disk. Returns the failed ones: (job, exit status, log). Stopped by a signal (forwarded to the jobs:
+    none takes an item after it), it says what is on disk then: its share complete, it returns as if they had
+    finished; else it raises Preempted (exit 75) with the count."""
     folder = jobs_folder(Path(cfg.output_dir))
     recipe = write_recipe(folder / "jobs.toml", child_settings(cfg))
     gpus = visible_gpus()
-    journal = Journal(Path(cfg.output_dir) / JOURNAL)
+    journal, tally = Journal(Path(cfg.output_dir) / JOURNAL), Tally(mine, done)
     children: list[subprocess.Popen] = []
     job_of: dict[str, int] = {}  # "host:pid" as the journal names a holder → job
     stop: list[str] = []  # the stop signals received
@@ -167,12 +169,18 @@ def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console)
                           soft_wrap=True)
             while any(p.poll() is None for p in children) and not stop:
                 time.sleep(TICK)  # (a stop signal is forwarded by its handler at once, not after this)
-                _show(journal, job_of, mine, done, console)
+                _show(journal, job_of, tally, console)
         finally:  # however this process stops (but SIGKILL: then they die with it, PR_SET_PDEATHSIG)
             _stop(children)
-            _show(journal, job_of, mine, done, console)
+            _show(journal, job_of, tally, console)
     if stop:
-        raise Preempted(f"stopped: the {cfg.jobs} jobs checkpointed their items; continue the suite with --resume")
+        left = [item for item in mine if not done(item)]
+        if not left:  # they finished the last items as it came: nothing is left to continue
+            console.print(f"{stop[0]}: the jobs stopped with all {len(mine)} item(s) on disk", soft_wrap=True)
+            return []
+        raise Preempted(f"{stop[0]}: the {cfg.jobs} jobs stopped with {len(mine) - len(left)} of {len(mine)} item(s) "
+                        f"on disk and {len(left)} left (one begun was checkpointed); run the same command with "
+                        "--resume to continue the suite")
     return [(i, p.returncode, folder / f"job{i}.log") for i, p in enumerate(children) if p.returncode]
 
 
@@ -198,15 +206,26 @@ def _forward(children: list[subprocess.Popen]) -> None:
                 p.send_signal(signal.SIGTERM)
 
 
-def _show(journal: Journal, job_of: dict[str, int], mine: list[Item], done: Any, console: Console) -> None:
-    lines = journal.new_lines()
-    if not lines:
-        return
-    finished = sum(1 for item in mine if done(item))
-    for _, holder, event, key, *_ in lines:
+class Tally:
+    """`[k/N done]` as the journal tells it: the items on disk when the jobs began, and each one finished since,
+    counted at its own line (the disk, read when the lines are, would count items finished after them)."""
+
+    def __init__(self, mine: list[Item], done: Callable[[Item], bool]) -> None:
+        self.keys = {item.key for item in mine}
+        self.finished = {item.key for item in mine if done(item)}
+
+    def count(self, event: str, key: str) -> str:
+        if event == "done" and key in self.keys:
+            self.finished.add(key)
+        return f"[{len(self.finished)}/{len(self.keys)} done]"
+
+
+def _show(journal: Journal, job_of: dict[str, int], tally: Tally, console: Console) -> None:
+    for _, holder, event, key, *_ in journal.new_lines():
+        shown = tally.count(event, key)
         job = job_of.get(holder)
         if job is not None and event != "skipped":
-            console.print(f"[{finished}/{len(mine)} done] job {job}: {event} {key}", soft_wrap=True, markup=False)
+            console.print(f"{shown} job {job}: {event} {key}", soft_wrap=True, markup=False)
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from ..errors import SelectionPending, VitxError
 from ..runner.launch import process_state
+from ..runner.preemption import check
 from .assemble import Assembler
 from .claims import STALE_AFTER, ClaimLost, Claims, Holder
 from .items import CLOSED, FINAL, Item, partition
@@ -146,6 +147,8 @@ class Scheduler:
                     blocked.append(item)
                     continue
             holder = claims.holder(item.key)
+            if holder is None:
+                self._stop_if_asked()
             if holder is None and claims.take(item.key):
                 if suite.done(item):  # finished by another process between our look and our claim
                     claims.release(item.key, "skipped")
@@ -167,6 +170,12 @@ class Scheduler:
             return Step("stop", message=f"{len(here)} item(s) of this process's share are running elsewhere: "
                                         f"{_listed([f'{k} ({h})' for k, h in here.items()])}; they finish there")
         return Step("stop")
+
+    def _stop_if_asked(self) -> None:
+        """No item is claimed after a stop signal: one that came as the last item finished (at its last step,
+        which just finishes) stops the process before it takes another."""
+        last = f"{self.ran[-1].key} finished (it is on disk)" if self.ran else "this process began"
+        check(f"came as {last}: no further item started; run the same command with --resume to continue the suite")
 
     def _note(self, key: str, holder: str) -> None:
         """An item of this process's share held by another: in the journal and said, once."""

@@ -9,7 +9,7 @@ moving average whose momentum rises from `momentum` to 1 on a cosine over the ru
 cross-entropy between the teacher's centred, sharpened output and the student's, for every pair of
 different crops; the teacher temperature warms up as DINO's linspace; the head's last layer is frozen for the
 first epoch; local crops' position embeddings are resampled as DINO's `interpolate_pos_encoding`; DINO's
-collapse diagnostics are logged and read by `collapse` (the runner's collapse watch). Options:
+collapse diagnostics are logged and read by `head_findings` (the runner's collapse watch). Options:
 
 - `ibot` (weight, 0: off): iBOT's masked-patch self-distillation. A `mask_ratio` of the student's global-crop
   patches become a learned [mask] token; the student's patch outputs there are distilled from the teacher's
@@ -39,6 +39,7 @@ import torch.nn as nn
 
 from vitx import Objective, View, VitxError, option, register_objective
 from vitx.objectives import Fitted
+from vitx.objectives.base import HeadFinding
 from vitx.backbones.droppath import set_drop_path
 
 DINO_JITTER = (0.4, 0.4, 0.2, 0.1)  # DINO's ColorJitter(brightness, contrast, saturation, hue), p = 0.8
@@ -46,7 +47,9 @@ LOCAL_FRACTION = 96 / 224  # local crops: 96px beside 224px global crops
 from vitx.backbones.stages import forward_tokens
 BLUR_SIGMA = (0.1, 2.0)  # DINO's GaussianBlur radius_min, radius_max: PIL's radius is the sigma, in pixels
 CENTERINGS = ("mean", "sinkhorn")  # DINO's moving-mean centre; DINOv2's Sinkhorn-Knopp (3 iterations)
-UNIFORM = 0.99  # a teacher whose mean entropy is this fraction of log K or more has a uniform output: collapsed
+UNIFORM = 0.98  # a teacher whose mean entropy is this fraction of log K or more has a uniform output
+SMALL_KL = 0.1  # ... while KL(teacher ‖ student) is at most this (nats): the student has caught up with its targets
+CONSTANT = 0.02  # nats the teacher's output tells of the image (H(mean P_t) − mean H(P_t)) at most: the same output for every image
 ONE_DIMENSION = math.log(2)  # a batch-mean teacher output with less entropy: one dimension takes the whole batch
 
 
@@ -293,23 +296,36 @@ class DINO(Objective):
                 "teacher_batch_entropy": -(mean * mean.clamp_min(1e-12).log()).sum(),
                 "teacher_student_kl": kl / max(1, pairs)}
 
-    def collapse(self, metrics: dict[str, float]) -> str | None:
-        """DINO's two collapses (its paper's Fig. 7): a uniform teacher output (entropy ≥ 99% of log K) or one
-        dimension for every image (the batch's mean output below log 2)."""
-        k = self.options["out_dim"]
+    def head_findings(self, metrics: dict[str, float]) -> list[HeadFinding]:
+        """DINO's degenerate heads (its paper's §5.3, Fig. 7), by the teacher's output P_t: uniform (its entropy
+        ≥ 98% of log K, KL(teacher ‖ student) small), one dimension for every image (the batch's mean output
+        below log 2), or else the same output for every image (what it tells of the image, the entropy of the
+        batch's mean output less the mean entropy per image, under CONSTANT nats: DINO's "KL = 0" collapse,
+        seen at centre momentum 0.999). None is by itself a collapse: the CPU plan's DINO keeps a uniform head
+        (0.997 of log K, KL 0.019) while its features double in rank and transfer 18 points above scratch
+        (recipes/reproduction/DINO.md); the collapse watch calls one a collapse when the features stall too."""
+        o = self.options
+        k, temp, centre = o["out_dim"], o["teacher_temp"], o["center_momentum"]
         entropy, batch = metrics.get("teacher_entropy"), metrics.get("teacher_batch_entropy")
         kl = metrics.get("teacher_student_kl")
-        if entropy is not None and entropy >= UNIFORM * math.log(k):
-            # not always the end of learning: recipes/reproduction/DINO.md's 1,000-step run kept a KL of 0.018
-            # and a rising RankMe past this point, and transferred 15 points above scratch
-            return (f"the DINO teacher's output is uniform (entropy {entropy:.3f} of log K = {math.log(k):.3f}"
-                    + (f"; KL(teacher ‖ student) {kl:.3f}, 0 once nothing is left to learn" if kl is not None else "")
-                    + "), nearly the same for every image; watch whether rankme still rises; try a lower "
-                    "teacher_temp, a higher center_momentum or a lower lr")
+        kl_said = f"; KL(teacher ‖ student) {kl:.3f}" if kl is not None else ""
+        sharpen = (f"sharpen the teacher: a lower teacher_temp (now {temp:g}), a smaller out_dim K (now {k:,}), "
+                   f"center_momentum at DINO's 0.9 (now {centre:g}; 0.999 collapses in DINO's Appendix D)")
+        if entropy is not None and entropy >= UNIFORM * math.log(k) and (kl is None or kl <= SMALL_KL):
+            return [HeadFinding("teacher_entropy", entropy, UNIFORM * math.log(k), "uniform",
+                                f"the DINO teacher's output is uniform (entropy {entropy:.3f} ≥ {UNIFORM:g} × log K = "
+                                f"{UNIFORM * math.log(k):.3f}{kl_said})", sharpen)]
         if batch is not None and batch < ONE_DIMENSION:
-            return (f"one output dimension of the DINO teacher takes every image (the batch's mean output has entropy "
-                    f"{batch:.3f} < log 2); try a higher teacher_temp or a lower center_momentum")
-        return None
+            return [HeadFinding("teacher_batch_entropy", batch, ONE_DIMENSION, "one-hot",
+                                f"one output dimension of the DINO teacher takes every image (the batch's mean output "
+                                f"has entropy {batch:.3f} < log 2)", "soften the teacher: a higher teacher_temp (now "
+                                f"{temp:g}) or a lower center_momentum (now {centre:g})")]
+        if entropy is not None and batch is not None and batch - entropy <= CONSTANT:
+            return [HeadFinding("teacher_information", batch - entropy, CONSTANT, "constant",
+                                f"the DINO teacher's output is nearly the same for every image (it tells {batch - entropy:.3f} "
+                                f"nats of the image: batch-mean entropy {batch:.3f} − per-image {entropy:.3f}{kl_said})",
+                                sharpen)]
+        return []
 
     def teacher_backbone(self) -> nn.Module:
         return self.teacher["backbone"]
