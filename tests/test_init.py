@@ -183,7 +183,7 @@ def test_dinos_checkpoint_layout_restores_student_head_teacher_and_centre(dino_c
         assert torch.equal(state[ours].reshape(value.shape), value), key
     assert not torch.equal(state["teacher.head.layers.0.weight"], state["head.layers.0.weight"])
     record = setup.record["init"]
-    assert record["kind"].startswith("DINO checkpoint (student): a ViT 192 wide, 1 blocks, patch 16 at 32px, 3 "
+    assert record["kind"].startswith("DINO checkpoint (student): a ViT 192 wide, 1 block, patch 16 at 32px, 3 "
                                      "attention heads of 64 channels")
     assert record["parts"] == {"backbone": str(file), "head": str(file), "teacher": str(file), "centre": str(file)}
     assert setup.preprocess.mean == pytest.approx((0.485, 0.456, 0.406))  # DINO's normalisation
@@ -192,12 +192,27 @@ def test_dinos_checkpoint_layout_restores_student_head_teacher_and_centre(dino_c
 def test_dinos_bare_backbone_and_another_objective(dino_checkpoint, tmp_path):
     bare = dino_checkpoint / "dino_vitt16_pretrain.safetensors"
     setup = built(tmp_path / "a", objective=DINO, init=str(bare), data="embedded:shapes", batch_size=4)
-    assert setup.record["init"]["parts"] == {"backbone": str(bare), "head": "new (ViT weights holds none)",
-                                             "teacher": "new (ViT weights holds none)",
-                                             "centre": "new (ViT weights holds none)"}
+    assert setup.record["init"]["parts"] == {"backbone": str(bare), "head": "new (the file holds a backbone only)",
+                                             "teacher": "new (the file holds a backbone only)",
+                                             "centre": "new (the file holds a backbone only)"}
     full = dino_checkpoint / "dino_full_checkpoint.safetensors"
     setup = built(tmp_path / "b", objective=MAE, init=str(full), data="embedded:shapes", batch_size=4)
     assert setup.record["init"]["parts"]["head, teacher, centre"] == "dropped (DINO's, not used by mae)"
+    prefixed = tmp_path / "mae_visualize.safetensors"  # MAE's layout: the ViT under `model.`, its decoder beside it
+    save_file({**{f"model.{k}": v for k, v in load_file(str(bare)).items()},
+               "model.decoder_embed.weight": torch.zeros(2, 192)}, str(prefixed))
+    setup = built(tmp_path / "c", init=str(prefixed), data="embedded:shapes", batch_size=4)
+    assert setup.record["init"]["parts"]["other weights"] == "dropped (decoder_embed.weight: not the ViT's)"
+    assert torch.equal(setup.objective.backbone.pos_embed, load_file(str(bare))["pos_embed"])
+
+
+def test_the_readme_gives_the_conversion_that_the_refusal_gives():
+    from pathlib import Path
+
+    from vitx.runs.released import convert_line
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert convert_line(Path("dino_vitbase16_full_checkpoint.pth")) in readme
 
 
 def one_line(result) -> str:
@@ -225,6 +240,9 @@ def test_every_init_that_cannot_be_used_is_one_line(mae_run, dino_checkpoint, ti
     broken_folder = tmp_path / "broken-timm"
     shutil.copytree(timm_folder, broken_folder)
     (broken_folder / "model.safetensors").write_bytes(b"\x00" * 10)
+    listed = tmp_path / "listed"  # a config.json that is a JSON list
+    listed.mkdir()
+    (listed / "config.json").write_text("[1, 2]")
     broken_run = tmp_path / "broken-run"
     shutil.copytree(mae_run, broken_run)
     (broken_run / "heads.safetensors").write_bytes((mae_run / "heads.safetensors").read_bytes()[:100])
@@ -238,6 +256,7 @@ def test_every_init_that_cannot_be_used_is_one_line(mae_run, dino_checkpoint, ti
         (["--init", str(corrupt)], "is not a readable safetensors file"),
         (["--init", str(not_vit)], "holds no Vision Transformer weights"),
         (["--init", str(resnet)], "is not a Vision Transformer"),
+        (["--init", str(listed)], "config.json has no backbone record; not a vitx checkpoint"),
         (["--init", str(broken_folder)], "model.safetensors is not a readable safetensors file"),
         (["--objective", MAE, "--init", str(broken_run)], "heads.safetensors is not a readable safetensors file"),
         (["--objective", "mae(decoder_dim=16, decoder_depth=1, decoder_heads=2)", "--init", str(mae_run)],

@@ -81,8 +81,7 @@ class Continuation:
             raise VitxError(f"--init {self.given}: {name} changed the backbone's layout ({unexpected[0]})")
         source, reason = self._objective_state(objective, name)
         if self.classifier:  # a timm folder's classifier: a backbone start never carries it
-            use = f"{name} starts its own head" if getattr(objective, "needs_labels", False) else f"not used by {name}"
-            self.dropped["head"] = f"dropped (timm's {self.classifier}, {use})"
+            self.dropped["head"] = f"dropped (timm's {self.classifier}, {_unused(objective, name)})"
         own, declared = objective.state_dict(), _declared(objective)
         for part, prefixes in declared.items():
             wanted = {k for k in own if k.startswith(prefixes)}
@@ -115,8 +114,13 @@ class Continuation:
             groups = [label for prefix, label in RELEASED_GROUPS if any(k.startswith(prefix) for k in rest)]
             if groups and not mapped:
                 owner = "DINO's" if self.released.layout == "dino" else "the file's"
-                self.dropped[", ".join(groups)] = f"dropped ({owner}, not used by {name})"
-            return mapped, "" if mapped else f"{self.kind.split(':')[0]} holds none"
+                self.dropped[", ".join(groups)] = f"dropped ({owner}, {_unused(objective, name)})"
+            other = [k[len("other."):] for k in rest if k.startswith("other.")]
+            if other:  # beside the ViT in the file (an MAE checkpoint's decoder, say)
+                shown = ", ".join(other[:2]) + (f" and {len(other) - 2} more" if len(other) > 2 else "")
+                self.dropped["other weights"] = f"dropped ({shown}: not the ViT's)"
+            dino = self.released.layout == "dino"
+            return mapped, "DINO's checkpoint holds none" if dino else "the file holds a backbone only"
         if self.objective is None:
             return {}, f"a {self.kind} holds none"
         if self.objective != name:
@@ -263,6 +267,11 @@ def _normal(given: str, backbone: nn.Module) -> dict[str, tuple[float, ...]]:
     """The mean and std a start's weights expect (`start_input`: timm's pretrained_cfg, a vitx run's record)."""
     found = start_input(given, backbone)
     return {"mean": tuple(found["mean"]), "std": tuple(found["std"])}
+
+
+def _unused(objective: nn.Module, name: str) -> str:
+    """Why weights of the source's own heads are dropped: this objective has no use for them, or trains its own."""
+    return f"{name} starts its own head" if getattr(objective, "needs_labels", False) else f"not used by {name}"
 
 
 def _declared(objective: nn.Module) -> dict[str, tuple[str, ...]]:

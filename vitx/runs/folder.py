@@ -42,8 +42,10 @@ def load_backbone(run_dir: str | Path, ema: bool = False) -> nn.Module:
     path = weights_file(run_dir, ema)
     if isinstance(config, dict) and path.is_file():  # checked as export and predict check it, before any build
         check_saved_backbone(config.get("backbone"), path, f"{run_dir}/config.json")
+    record = config.get("backbone") if isinstance(config, dict) else None
+    if not isinstance(record, dict):  # (a config.json that is a list, say: damaged or not vitx's)
+        raise VitxError(f"{run_dir}/config.json has no backbone record; not a vitx checkpoint")
     try:
-        record = config["backbone"]
         model = create_backbone(record["name"], **record["overrides"])
     except KeyError as exc:
         raise VitxError(f"{run_dir}/config.json lacks {exc}; not a vitx checkpoint") from None

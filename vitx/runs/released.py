@@ -135,8 +135,8 @@ def vit_args(state: dict[str, torch.Tensor], path: Path) -> tuple[str, dict[str,
         overrides["reg_tokens"] = int(state["reg_token"].shape[1])
     if "blocks.0.ls1.gamma" in state:
         overrides["init_values"] = 1.0  # layer scale (its values are loaded)
-    said = (f"a ViT {width} wide, {depth} blocks, patch {patch} at {side * patch}px, {heads} attention heads "
-            f"of {width // heads} channels")
+    said = (f"a ViT {width} wide, {depth} block{'s' * (depth != 1)}, patch {patch} at {side * patch}px, {heads} "
+            f"attention head{'s' * (heads != 1)} of {width // heads} channels")
     return f"timm:{name}", overrides, said
 
 
@@ -153,6 +153,12 @@ def build_vit(released: Released) -> tuple[nn.Module, str]:
         backbone = create_backbone(name, **overrides)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise VitxError(f"--init {released.path}: timm cannot build {said} ({first_line(exc)})") from None
+    # weights beside the ViT's own modules (an MAE checkpoint's decoder, say) are dropped, and said; one under a
+    # module of the ViT that the rebuilt one lacks (a q/k norm, say) means another architecture: refused below
+    own = {k.split(".")[0] for k in backbone.state_dict()}
+    other = {k: v for k, v in state.items() if k.split(".")[0] not in own}
+    state = {k: v for k, v in state.items() if k not in other}
+    released.rest.update({f"other.{k}": v for k, v in other.items()})
     try:
         missing, unexpected = backbone.load_state_dict(state, strict=False)
     except RuntimeError as exc:  # a tensor of another shape than the rebuilt ViT's
