@@ -22,10 +22,11 @@ def rebuild(command: str, settings: dict[str, Any], config: type) -> str:
     parts = ["vitx", command]
     first = ALWAYS.get(command, ())  # what the command is about, then the rest as --help lists them
     order = {name: i for i, name in enumerate([*first, *(f.name for f in declared(config) if f.name not in first)])}
+    objective_gave = {"from_objective", *(settings.get("from_objective") or ())}  # --objective brings them
     for key, value in sorted(settings.items(), key=lambda item: order.get(item[0], len(order))):
         shown = key in ALWAYS.get(command, ()) or (key in defaults and value != defaults[key])
         from_init = key == "model" and settings.get("init")  # the start's architecture, recorded: --init brings it
-        if not shown or value is None or from_init:  # None: the default's "not set"
+        if not shown or value is None or from_init or key in objective_gave:  # None: the default's "not set"
             continue
         parts += as_flags({key: value}, config) if key in options else ["--set", f"{key}={json.dumps(value)}"]
     return shlex.join(parts)
