@@ -23,11 +23,10 @@ from rich.console import Console
 from ..data.views import expand
 from ..errors import DISK_STATE_ERRNOS, Collapsed, Preempted, VitxError
 from ..checkpoint import cannot_write
-from ..evaluation.collapse import LABEL_FREE_KEYS, Watch, representation_collapse
 from ..evaluation.monitor import Probe
 from .agreement import Agreement
 from .config import default_workers
-from .evaluating import Evaluating
+from .evaluating import Evaluating, watch_figures
 from .launch import end_run, tracker_kwargs
 from .preemption import StopRequests, Waiting, doing, parse_signals
 from .reporting import MetricsLog, Progress, make_console
@@ -103,8 +102,7 @@ class Trainer(Stepping, Evaluating, Saving):
         self.save_due = False  # --save-every-minutes has passed (by the main process's clock)
         self._tick = (0.0, self.step_count)  # (time, step) of the last log step: images per second since then
         self.input_wait = 0.0  # seconds the loop waited for the loader since then (its share: input_wait)
-        # a collapse said once: the label-free figures' rule and the objective's own (evaluation/collapse.py)
-        self.watch = Watch([(representation_collapse, LABEL_FREE_KEYS), (setup.objective.collapse, None)])
+        self.watch = None  # the collapse watch (evaluation/collapse.py), built before the first step (`start_watch`)
         self._watch_images: torch.Tensor | bool | None = None  # decoded at the first watch (False: none to be had)
         self.collapse_stop = False  # --stop-on-collapse and a collapse was seen: save and stop after this step
 
@@ -117,11 +115,6 @@ class Trainer(Stepping, Evaluating, Saving):
         watch = self.watching() and not stop and step % cfg.watch_every == 0
         log = save or monitor or watch or step % cfg.log_every == 0  # checkpoints are always logged, with validation
         return Due(log=log, validate=save and not stop, monitor=monitor, watch=watch, save=save, stop=stop)
-
-    def watching(self) -> bool:
-        """The collapse watch's figures are taken (at step 0 and every --watch-every steps of a run that long)."""
-        cfg = self.setup.cfg
-        return 0 < cfg.watch_every <= cfg.steps
 
     def fit(self) -> dict[str, Any]:
         setup, acc = self.setup, self.setup.accelerator
@@ -188,9 +181,7 @@ class Trainer(Stepping, Evaluating, Saving):
         self.agreement.requests = None
         self._end(log)
         if due.stop and self.collapse_stop:
-            found = self.watch.found
-            raise Collapsed(f"--stop-on-collapse: collapse at step {found.step}: {found.said}; checkpoint "
-                            f"{saved or self.setup.run.latest()} written")
+            raise Collapsed(self.collapse_line(saved or self.setup.run.latest()))
         if due.stop:
             requests.answered()
             raise Preempted(self._stopped_line(requests.received or "a stop signal (on another process)", saved))
@@ -233,12 +224,13 @@ class Trainer(Stepping, Evaluating, Saving):
                               init_kwargs=tracker_kwargs(cfg))
         setup.objective.epoch_steps = epoch_steps(setup.train_source, cfg.batch_size)
         setup.objective.on_fit_start(self.step_count, cfg.steps)
-        start = {**(self.monitored() if cfg.monitor and not resumed else {}),
-                 **(watch_figures(self.watched()) if self.watching() and not resumed else {})}  # the starting point
+        figures = self.watched() if self.watching() and not resumed else {}
+        start = {**(self.monitored() if cfg.monitor and not resumed else {}), **watch_figures(figures)}  # the start
         if start and log:
             log.write({"step": 0, **start})
         if cfg.monitor and resumed:
             self.monitor()
+        self.start_watch({**start, **figures}, resumed)
         self._tick, self.input_wait = (time.perf_counter(), self.step_count), 0.0
         self.agreement.saved()
         return log
@@ -267,34 +259,17 @@ class Trainer(Stepping, Evaluating, Saving):
         metrics.update(watch_figures(figures))
         if cfg.weight_decay_end is not None:
             metrics["weight_decay"] = self.weight_decay(step - 1)  # the last update's, as lr is
-        said = self._watch(step, {**metrics, **figures})
+        said = self.watch_step(step, {**metrics, **figures})
         if log:
-            log.write({"step": step, **metrics, **({"collapse": said} if said else {})})
+            log.write({"step": step, **metrics, **({"watch": said} if said else {})})
         acc.log(metrics, step=step)
         progress.log(step, metrics)
         return {"step": step, **metrics}
-
-    def _watch(self, step: int, metrics: dict[str, float]) -> str | None:
-        """A collapse first seen in this log step's figures: said in one line (and returned, for metrics.jsonl);
-        with --stop-on-collapse the run then saves and stops, on every process if any saw it."""
-        setup, acc = self.setup, self.setup.accelerator
-        found = self.watch.observe(step, metrics)
-        if found is not None and acc.is_main_process:
-            self.console.print(f"[yellow]warning: {found.line()}[/]", soft_wrap=True)
-        if setup.cfg.stop_on_collapse:
-            seen = torch.tensor([0.0 if self.watch.found is None else 1.0], device=acc.device)
-            self.collapse_stop = bool(acc.reduce(seen, reduction="sum") > 0) and step < setup.cfg.steps
-        return found.said if found is not None else None
 
     def _end(self, log: MetricsLog | None) -> None:
         if log:
             log.close()
         end_run(self.setup.accelerator)  # trackers finished; the process group stays up for the next run
-
-
-def watch_figures(figures: dict[str, float]) -> dict[str, float]:
-    """What of the collapse watch's figures a log step records (the others are constants of the run)."""
-    return {k: figures[k] for k in ("rankme", "rankme_fraction", "feature_std") if k in figures}
 
 
 def epoch_steps(source: Any, batch_size: int) -> int | None:
