@@ -63,7 +63,8 @@ def _pretrain_settings(plan: Plan, name: str, seed: int, run: Path) -> dict[str,
     monitor = {"monitor": plan.monitor, "monitor_every": every, "monitor_features": plan.monitor_features} \
         if name == "mpp" and plan.monitor else {}
     return {"objective": spec.objective, "model": plan.model, "data": plan.data, "image_size": plan.image_size,
-            "batch_size": plan.batch_size, "steps": steps, "lr": spec.lr, "precision": plan.precision,
+            "batch_size": plan.batch_size, "steps": steps, **({"lr": spec.lr} if spec.lr is not None else {}),
+            "precision": plan.precision,
             "warmup_steps": max(1, steps // 15), "save_every": every,
             # every checkpoint kept: one that a stop signal adds must not push out a curve's
             "keep_checkpoints": steps, "log_every": max(1, steps // 30),

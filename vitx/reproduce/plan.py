@@ -18,10 +18,11 @@ from ..settings import DATA, EVALUATION, MODEL, OPTIMISATION, PROTOCOL, SCHEDULE
 
 @dataclass(frozen=True)
 class Pretraining:
-    """One pre-training of the reproduction: an objective (with options) and its peak learning rate."""
+    """One pre-training of the reproduction: an objective (with options) and its peak learning rate (None: the
+    objective's reference recipe sets it, e.g. DINO's 5e-4 × batch / 256)."""
 
     objective: str
-    lr: float
+    lr: float | None
     plugin: str = ""  # the package that provides the objective; its rows are skipped (and said so) without it
     steps: int = 0  # 0: the plan's pretrain_steps
 
@@ -61,10 +62,12 @@ class Plan:
         "mpp": Pretraining("mpp(corrupt_rate=0.5)", 3e-3),  # the paper's: 3-bit mean colour of 50% corrupted patches
         "mae": Pretraining("mae(decoder_dim=64,decoder_depth=1,decoder_heads=2)", 3e-3, plugin="vitx-mae"),
         "simclr": Pretraining("simclr(temperature=0.2)", 2e-3, plugin="vitx-simclr", steps=750),  # 2 views: 2× a step
-        # DINO's settings with a head sized for 0.2M parameters (recipes/cpu/pretrain-dino.toml); 2 global + 4 local
+        # DINO as main_dino.py runs it (the objective's recipe: lr 5e-4 × batch / 256, per-parameter clipping,
+        # weight decay 0.04 → 0.4, drop path 0.1) with out_dim and the teacher temperature fitted to the 1,437
+        # images (lightly-train's rule: 1,024 and 0.02) and a head sized for 0.2M parameters; 2 global + 4 local
         # crops and a teacher: about 3× a step. 1,000 steps: at 500 it transferred no better than scratch, at
         # 1,000 15 points above (recipes/reproduction/DINO.md, "DINO against pre-training compute")
-        "dino": Pretraining("dino(out_dim=1024,hidden_dim=256,bottleneck_dim=64,local_crops=4)", 5e-4,
+        "dino": Pretraining("dino(hidden_dim=256,bottleneck_dim=64,local_crops=4)", None,
                             plugin="vitx-dino", steps=1000),
     })
     compute_points: list[float] = setting([1 / 3], "Fractions of a curve pre-training's steps whose checkpoints are also transferred.", SCHEDULE, above=0, below=1, says="are fractions of a pre-training's steps in (0, 1)", cli=False)
