@@ -14,7 +14,7 @@ from .. import __version__
 from ..errors import DISK_STATE_ERRNOS, VitxError
 from ..invocation import recording
 from ..plugins import load_env_plugins, load_plugin
-from ..runner.preemption import Stop, command_stops
+from ..runner.preemption import Stop, command_stops, exiting
 from .catalog import adapters, models, objectives, plugins, tasks
 from .configured import add_evaluators, eval_app, pretrain, transfer
 from .export import export
@@ -72,6 +72,7 @@ def _take_plugins(argv: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: list[str] | None = None) -> None:
     """The console script. `argv` (default: sys.argv[1:]) lets tests and notebooks run a command in-process;
     like the script, it ends in SystemExit with the exit status."""
+    script = argv is None
     try:
         with command_stops():  # a stop signal or Ctrl-C is one line (runner/preemption.py: the rule for every command)
             given = sys.argv[1:] if argv is None else list(argv)
@@ -96,3 +97,6 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:  # before the command started
         print("interrupted: Ctrl-C", file=sys.stderr)
         sys.exit(130)
+    finally:
+        if script:  # the console script: only the interpreter's exit is left
+            exiting()

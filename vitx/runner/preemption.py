@@ -151,6 +151,16 @@ def doing(what: str) -> Iterator[None]:
         state.doing = before
 
 
+def exiting() -> None:
+    """The console script's command is over; only the interpreter's exit is left, seconds of teardown in C once
+    torch is loaded, during which Python gives the signals their default actions back (a Ctrl-C there killed a
+    finished run with status -2 and no word). A stop signal or Ctrl-C then is ignored: the process ends as the
+    command did, with its status."""
+    if _main_thread():
+        for sig in (*SCHEDULER_SIGNALS, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+
+
 def pending() -> str | None:
     """The signal of a stop request not acted on yet (one that came at a run's last step), else None."""
     state = _current
@@ -233,4 +243,4 @@ class StopRequests:
 
 
 __all__ = ["REPEAT_S", "Requests", "Stop", "StopRequests", "Waiting", "check", "command_stops", "doing",
-           "parse_signals", "pending"]
+           "exiting", "parse_signals", "pending"]
