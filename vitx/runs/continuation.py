@@ -42,7 +42,7 @@ class Continuation:
     normal: dict[str, tuple[float, ...]]  # the mean and std its weights expect
     where: str  # how the header names it: "runs/mae step 42"
     step: int | None = None
-    objective: str | None = None  # a vitx run's objective, and its spec as the run gave it
+    objective: str | None = None  # a vitx run's objective, and the --objective it was built with
     spec: str | None = None
     state: dict[str, torch.Tensor] = field(default_factory=dict)  # the source objective's own state (a vitx run)
     released: Released | None = None
@@ -207,13 +207,13 @@ def _open(given: str, use_ema: bool, seed: int) -> Continuation:
                             classifier=classifier)
     backbone = load_start(given, None, seed, "--init", use_ema)  # (a missing path, a non-ViT: one line there)
     config = read_config(path)
-    run = config.get("run") if isinstance(config.get("run"), dict) else {}
-    objective = config.get("objective", {}).get("name") if isinstance(config.get("objective"), dict) else None
+    record = config.get("objective") if isinstance(config.get("objective"), dict) else {}
+    objective = record.get("name") if isinstance(record.get("name"), str) else None
     step = config.get("step") if isinstance(config.get("step"), int) else None
     heads = weights_file(path, use_ema, heads=True)
     found = Continuation(given, f"vitx {objective or '?'} run", backbone, _normal(given, backbone),
                          f"{given} step {step if step is not None else '?'}" + (" (moving average)" if use_ema else ""),
-                         step, objective, run.get("objective") if isinstance(run.get("objective"), str) else None,
+                         step, objective, _spec(objective, record.get("options")),
                          read_weights(heads) if heads.is_file() else {})
     if weights_file(path, ema=True).is_file():
         found.ema_from = path
@@ -267,6 +267,14 @@ def _normal(given: str, backbone: nn.Module) -> dict[str, tuple[float, ...]]:
     """The mean and std a start's weights expect (`start_input`: timm's pretrained_cfg, a vitx run's record)."""
     found = start_input(given, backbone)
     return {"mean": tuple(found["mean"]), "std": tuple(found["std"])}
+
+
+def _spec(name: str | None, options: Any) -> str | None:
+    """The `--objective` a run was trained with, from its config.json's record (the options it was built with,
+    those fitted to its data among them)."""
+    if name is None or not isinstance(options, dict):
+        return None
+    return f"{name}({', '.join(f'{k}={v!r}' for k, v in options.items())})" if options else name
 
 
 def _unused(objective: nn.Module, name: str) -> str:
