@@ -381,6 +381,36 @@ def test_a_stopped_run_writes_its_page_and_stops(tmp_path, monkeypatch):
         pages.write_own_page(tmp_path / "run", "run", False, said.append)
 
 
+def test_a_page_of_a_run_in_progress_says_so(pretrained_run, two_task_suite, tmp_path):
+    """A run whose folder another process holds (its .lock, as a training run holds it) is in progress, and its
+    page says so; so is a transfer with an item claimed now. Let go, the run reads as finished again."""
+    import sys
+
+    from vitx.pages import page
+
+    run = tmp_path / "run"
+    shutil.copytree(pretrained_run, run, ignore=shutil.ignore_patterns("checkpoints"))
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+                               "fcntl.lockf(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+                               str(run / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        _, html = page([run], figures=False)
+        assert 'data-state="running"' in html and "a process is writing this run now" in html
+    finally:
+        holder.kill()
+        holder.wait()
+    assert 'data-state="finished"' in page([run], figures=False)[1]
+
+    suite = tmp_path / "suite"
+    shutil.copytree(two_task_suite, suite)
+    (suite / "summary.json").unlink()
+    (suite / "claims").mkdir(exist_ok=True)
+    (suite / "claims" / "vtab-dsprites_ori-final-seed1.claim").write_text(json.dumps({"host": "node7", "pid": 42}))
+    _, html = page([suite], figures=False)
+    assert 'data-state="running"' in html and "vtab-dsprites_ori-final-seed1 (node7, pid 42)" in html
+
+
 def test_report_errors_are_one_line(tmp_path, pretrained_run, two_task_suite):
     for args, fragment in (([str(tmp_path / "nothing")], "no such folder"),
                            ([str(pretrained_run / "metrics.jsonl")], "is a file"),

@@ -35,10 +35,14 @@ def kind_of(path: Path) -> str:
     if not path.is_dir():
         raise VitxError(f"{path} is a file; give the folder of a run, a transfer or a reproduction")
     results = read_json_object(path / "results.json")
-    if results is not None and {"claims", "plan"} <= results.keys():
-        return "reproduction"
-    if any((path / name).is_file() for name in ("suite.json", "summary.json", "transfer.json")) or \
-            any((p / "transfer.json").is_file() for p in path.iterdir() if p.is_dir()):
+    plan = read_json_object(path / "plan.json") or {}
+    if results is not None and {"claims", "plan"} <= results.keys() or "pretrainings" in plan:
+        return "reproduction"  # (plan.json alone: one under way, which its page says)
+    try:
+        tasks = any((p / "transfer.json").is_file() for p in path.iterdir() if p.is_dir())
+    except OSError as exc:
+        raise VitxError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if tasks or any((path / name).is_file() for name in ("suite.json", "summary.json", "transfer.json")):
         return "suite"
     if (path / "config.json").is_file() or (path / "metrics.jsonl").is_file():
         return "run"

@@ -146,6 +146,7 @@ td.chosen { outline: 2px solid var(--ink); outline-offset: -2px; font-weight: 60
 .status-stopped, .status-failed, .status-incomplete { border-color: #c77700; }
 .finding { border-left: 4px solid #c77700; padding: .2rem .7rem; background: #fff8ec; }
 td code { overflow-wrap: break-word; }
+code.nowrap { white-space: nowrap; }
 img { max-width: 100%; height: auto; }
 .report table { display: block; max-width: 100%; overflow-x: auto; }
 figure { margin: .6rem 0 1.2rem; }

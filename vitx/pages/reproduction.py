@@ -85,8 +85,9 @@ def reproduction_page(path: Path) -> str:
     """The page of the reproduction in `path` (its REPORT.md and results.json)."""
     results = read_json_object(path / "results.json")
     if results is None:
-        raise VitxError(f"{path} has no readable results.json: the reproduction has not finished (run `vitx "
-                        "reproduce` with the same --output-dir again to finish it)")
+        raise VitxError(f"{path} has no readable results.json: the reproduction is under way or stopped (its "
+                        "runs' own report.html are in their folders; `vitx reproduce` with the same --output-dir "
+                        "finishes it)")
     report = path / REPORT_MD
     if not report.is_file():
         raise VitxError(f"{path} has results.json but no {REPORT_MD}; run `vitx reproduce` with the same "

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import shlex
+import statistics
 from pathlib import Path
 from typing import Any
 
 from ..plots.series import LABEL_FREE, base_name, drawable_keys
-from .html import Html, banner, code, command_block, data_json, details, document, esc, number, pairs, para, pct, section, table
+from .html import (Html, banner, code, command_block, data_json, details, document, esc, number, pairs, para, pct,
+                   section, table, tag)
 from .records import Changed, Run, held_by_another, open_run
 
 WATCHED = (*LABEL_FREE, "rankme")  # the collapse watch's figures: their own section
@@ -44,6 +46,9 @@ def _value(key: str, value: Any) -> str:
 
 
 def _command(run: Run) -> Html:
+    if not run.settings:
+        return section("Reproduce", para("No config.json yet: the run has not written its first checkpoint, which "
+                                         "records its settings and command."), id_="reproduce")
     line, recorded = run.command()
     how = "The command that made this run, as config.json recorded it:" if recorded else \
         "The run was started from Python; the same run from the command line (its settings that differ from the " \
@@ -63,7 +68,12 @@ def changed_table(changed: list[Changed]) -> Html:
     if not changed:
         return para("Every setting is at its default.")
     return table(["setting", "value", "default", "what it does"],
-                 [(code(c.name), code(_shown(c.value)), code(_shown(c.default)), c.help) for c in changed])
+                 [(_kept(c.name), _kept(_shown(c.value)), _kept(_shown(c.default)), c.help) for c in changed])
+
+
+def _kept(text: str) -> Html:
+    """A setting's name or value as code, on one line when short (`vit-nano/4` is not broken at its hyphen)."""
+    return tag("code", text, class_="nowrap" if len(text) <= 24 else None)
 
 
 def _shown(value: Any) -> str:
@@ -204,7 +214,9 @@ def _speed(run: Run) -> Html:
     if "input_wait" in speed:
         rows.append(("input wait", f"median {speed['input_wait']:.0%} of the time between log steps, the loop "
                                    "waiting for its data loader (main process)"))
-    rows.append(("model FLOPs utilisation", "not recorded: the run does not record its device's peak"))
+    mfu = [float(r["mfu"]) for r in run.records if isinstance(r.get("mfu"), (int, float))]
+    rows.append(("model FLOPs utilisation", f"median {statistics.median(mfu):.1%} over {len(mfu)} log steps" if mfu
+                 else "not recorded in metrics.jsonl"))
     skipped = run.last("skipped_nonfinite")
     if skipped:
         rows.append(("skipped updates", f"{skipped[1]:.0f} non-finite steps skipped (by step {skipped[0]:,})"))
@@ -263,7 +275,8 @@ def run_page(path: Path, figures: bool = True, given: tuple[str, str] | None = N
     subtitle = (f"{what} · {cfg.get('objective', '?')} on {cfg.get('model', '?')} · data {cfg.get('data', '?')} · "
                 f"vitx {run.config.get('vitx_version', '?')}")
     body = [_command(run), _summary(run), _results(run), _curves(run, figures), _monitor(run), _watch(run),
-            section("Settings that differ from the defaults", changed_table(run.changed()), id_="settings"),
+            section("Settings that differ from the defaults", changed_table(run.changed()) if run.settings else
+                    para("Not recorded yet (no config.json)."), id_="settings"),
             _speed(run), _checkpoints(run), section("Everything recorded", _config(run), id_="config")]
     toc = [(a, t) for a, t in (("reproduce", "Reproduce"), ("run", "The run"), ("results", "Results"),
                                ("curves", "Curves"), ("monitor", "Monitor"), ("collapse", "Collapse watch"),

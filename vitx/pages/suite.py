@@ -106,24 +106,28 @@ def _status(t: Transfer) -> tuple[str, Html]:
 def _command(t: Transfer) -> Html:
     from ..transfer.config import TransferConfig
 
-    recorded = None
+    recorded = None  # as typed: a final run's config.json (with --jobs or --shard, a process's own share)
     for task in t.tasks:
         config = read_json_object(t.folders.get(task, t.path) / "final" / "config.json") or {}
         if str(config.get("command", "")).startswith("vitx transfer"):
             recorded = config["command"]
             break
-    if recorded:
-        parts = [para("The command that made this transfer, as its final runs' config.json recorded it:"),
-                 command_block(recorded)]
-    else:
-        settings = {**t.settings, "task": ",".join(t.tasks), "output_dir": str(t.path)}
-        parts = [para("The same transfer from the command line (its settings that differ from the defaults, from "
-                      "suite.json):"), command_block(rebuilt_command("transfer", settings, TransferConfig))]
+    settings = {**t.settings, "task": ",".join(t.tasks), "output_dir": str(t.path)}
+    rebuilt = rebuilt_command("transfer", settings, TransferConfig)
+    parts = [para("The same transfer from the command line (its settings that differ from the defaults, as "
+                  "suite.json records them):"), command_block(rebuilt)]
+    if recorded and recorded != rebuilt:
+        parts += [para("The command line its final runs recorded:"), command_block(recorded)]
     if not t.complete:
         parts.append(para("The same command with --resume finishes it: each item resumes from its own checkpoints."))
-    changed = changed_settings(t.settings, TransferConfig)
-    return Html(section("Reproduce", *parts, id_="reproduce") +
-                section("Settings that differ from the defaults", changed_table(changed), id_="settings"))
+    return section("Reproduce", *parts, id_="reproduce")
+
+
+def _settings(t: Transfer) -> Html:
+    from ..transfer.config import TransferConfig
+
+    return section("Settings that differ from the defaults",
+                   changed_table(changed_settings(t.settings, TransferConfig)), id_="settings")
 
 
 def _chosen_point(r: dict[str, Any]) -> dict[str, Any] | None:
@@ -210,7 +214,10 @@ def _published(t: Transfer) -> Html:
     cfg = TransferConfig(**{k: v for k, v in t.settings.items() if k in names and k != "compare"},
                          compare=[row.name for row in ROWS])  # the transfer's settings, every published row
     results = [t.results[task] for task in t.tasks if task in t.results]
-    shown = compare_with(cfg, results, t.summary)
+    try:
+        shown = compare_with(cfg, results, t.summary)
+    except VitxError as exc:  # (a method adapter of a plugin not installed here, say)
+        return section("Published VTAB-1k rows", para(f"Not shown: {exc.user_message()}"), id_="published")
     groups = list(t.summary.get("group_means") or {}) or ["natural", "specialized", "structured"]
     ours = ("this transfer", "", "", *(pm(t.summary["group_means"].get(g), t.summary.get("group_std", {}).get(g))
                                        for g in groups), pm(t.summary.get("mean"), t.summary.get("std")), "", "")
@@ -417,10 +424,10 @@ def suite_page(path: Path, figures: bool = True) -> str:
     start = t.settings.get("start", "?")
     subtitle = (f"transfer of {start} to {len(t.tasks)} task(s) · {t.settings.get('protocol', '')} protocol · "
                 f"{t.settings.get('shots', '?')} shots")
-    body = [_command(t), _results(t), _published(t), _selection(t, figures), _start(t), _tasks(t)]
-    toc = [(a, n) for a, n in (("reproduce", "Reproduce"), ("settings", "Settings"), ("results", "Results"),
-                               ("published", "Published rows"), ("selection", "Selection and sweep"),
-                               ("start", "Start"), ("tasks", "Each task")) if f'id="{a}"' in "".join(body)]
+    body = [_command(t), _results(t), _published(t), _selection(t, figures), _start(t), _settings(t), _tasks(t)]
+    toc = [(a, n) for a, n in (("reproduce", "Reproduce"), ("results", "Results"), ("published", "Published rows"),
+                               ("selection", "Selection and sweep"), ("start", "Start"), ("settings", "Settings"),
+                               ("tasks", "Each task")) if f'id="{a}"' in "".join(body)]
     name = path.resolve().name
     return document(f"{name}: transfer", banner(state, line), body, "suite", subtitle, toc)
 
