@@ -1,76 +1,71 @@
-"""Benchmark (not a test): the vitx training step, eager and compiled, against a plain timm + PyTorch loop.
+"""Benchmark (not a test): the vitx training step, eager and compiled, against a plain timm + PyTorch loop, and the
+plain loop with one change at a time (the step variants of issue 50: fused AdamW, no host syncs, an attention
+kernel, torch.compile's modes and CUDA graphs, bf16 weights against bf16 autocast), with MFU.
 
 Same model, batch, data, optimiser and gradient clipping on every side, timed in alternating rounds in one run.
-Prints images/s for each, the FLOPs per image (forward + backward, counted by torch's FlopCounterMode with
-attention in its math form, so that CPU attention kernels are counted too) and the
-model FLOP utilisation (MFU): achieved FLOP/s over the device's peak. The peak is the datasheet dense rate
-for known GPUs at the run's precision (H100 SXM bf16 989 TFLOP/s, ...), else the best matmul rate measured in
-the same run (this is what CPUs get). The batch is uint8 on the host, as the loader hands it over; every side
-moves it to the device and normalises it there.
+Prints images/s for each, the FLOPs per image (forward + backward, counted by torch's FlopCounterMode:
+`vitx.speed.flops.count_flops`, which `vitx bench` uses too) and the model FLOP utilisation (MFU): achieved
+FLOP/s over the device's peak, the datasheet dense rate for known GPUs at the run's precision (H100 SXM bf16 989
+TFLOP/s, ...: `vitx.speed.flops.device_peak`), else the best matmul rate measured in the same run (what CPUs
+get). The batch is uint8 on the host, as the loader hands it over; every side moves it to the device and
+normalises it there.
+
+A side is a base and its changes, `+`-joined:
+  vitx                the runner's own step (`Trainer.step`: accumulation, clipping, skip, schedule, metrics), its
+                      metrics read at every step (the runner reads them at log steps: the worst case)
+  plain               a hand-written loop: timm model, AdamW (fused on a GPU), bf16 autocast with --precision bf16,
+                      cross-entropy, clip_grad_norm_, step, and `loss.item()` every step (a user's logging)
+  +compile            torch.compile the model (vitx: --compile); +compile=MODE a mode of torch.compile's
+                      (reduce-overhead: CUDA graphs; max-autotune, max-autotune-no-cudagraphs)
+  +unfused            plain: torch's default (foreach) AdamW instead of the fused kernel
+  +nosync             plain: no `loss.item()`: the host never waits for the device inside the loop
+  +sdpa=KERNEL        plain: attention on one kernel only: flash, efficient, cudnn or math
+  +bf16w              plain: bf16 weights and activations with an fp32 master copy that the optimiser steps
+                      (instead of fp32 weights under bf16 autocast)
+`vitx-compile` and `plain-compile` are vitx+compile and plain+compile.
 
     python benchmarks/train_step.py                      # vit-ti/16 at 224, batch 32, eager vitx and plain
-    python benchmarks/train_step.py --sides vitx,vitx-compile,plain,plain-compile
-    python benchmarks/train_step.py --model vit-b/16 --batch 256 --precision bf16 --sides vitx,vitx-compile,plain
-    python benchmarks/train_step.py --model vit-micro/4 --batch 128
+    python benchmarks/train_step.py --sides vitx,vitx+compile,plain,plain+compile
+    python benchmarks/train_step.py --model vit-b/16 --batch 256 --precision bf16 --sides plain,plain+nosync,plain+bf16w
     python benchmarks/train_step.py --objectives "supervised,mpp,mae(decoder_dim=192,decoder_depth=1,decoder_heads=3)"
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Callable
 
-import timm
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.flop_counter import FlopCounterMode
 
-from vitx.registry import BACKBONES
-from vitx.runner import Trainer, build, resolve_config
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from vitx.registry import BACKBONES  # noqa: E402
+from vitx.speed.bench import build_trainer  # noqa: E402
+from vitx.speed.flops import count_flops, device_peak, matmul_peak, synchronize  # noqa: E402
 
-DATASHEET = {  # dense TFLOP/s without sparsity: (bf16/fp16, tf32)
-    "H100 SXM": (989, 495), "H100 80GB HBM3": (989, 495), "H100 PCIe": (756, 378), "H100 NVL": (835, 418),
-    "H200": (989, 495), "A100": (312, 156), "L40S": (362, 183), "A10G": (125, 62.5), "RTX 4090": (165, 82.6),
-}
-
-
-def device_peak(device: torch.device, precision: str) -> tuple[float, str]:
-    """(peak FLOP/s, where it comes from) at the run's precision."""
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for key, (half, tf32) in DATASHEET.items():
-            if key in name:
-                return (half if precision in ("bf16", "fp16") else tf32) * 1e12, f"datasheet, {name}"
-    dtype = torch.bfloat16 if precision == "bf16" and device.type == "cuda" else torch.float32
-    return matmul_peak(device, dtype), f"measured {dtype} matmul, {device}"
+CHANGES = ("compile", "unfused", "nosync", "sdpa", "bf16w")
+ALIASES = {"vitx-compile": "vitx+compile", "plain-compile": "plain+compile"}
+KERNELS = ("flash", "efficient", "cudnn", "math")
 
 
-def matmul_peak(device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32,
-                n: int = 2048, repeats: int = 12) -> float:
-    """Best sustained matmul rate in FLOP/s (2n³ per product)."""
-    n = 8192 if device.type == "cuda" else n
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    best = 0.0
-    for _ in range(repeats):
-        _sync(device)
-        t = time.perf_counter()
-        for _ in range(4):
-            a @ b
-        _sync(device)
-        best = max(best, 4 * 2 * n**3 / (time.perf_counter() - t))
-    return best
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def parse_side(side: str) -> tuple[str, dict[str, str]]:
+    """'plain+compile=reduce-overhead+nosync' → ('plain', {'compile': 'reduce-overhead', 'nosync': ''})."""
+    base, *changes = ALIASES.get(side, side).split("+")
+    parsed = dict((c.split("=", 1) + [""])[:2] for c in changes)
+    unknown = set(parsed) - set(CHANGES)
+    if base not in ("vitx", "plain") or unknown or (base == "vitx" and set(parsed) - {"compile"}):
+        sys.exit(f"error: side {side!r}: a base (vitx or plain) and changes of {', '.join(CHANGES)} (vitx takes "
+                 "+compile only)")
+    if parsed.get("sdpa", "flash") not in KERNELS:
+        sys.exit(f"error: side {side!r}: +sdpa= takes one of {', '.join(KERNELS)}")
+    return base, parsed
 
 
 def _random_batch(args: argparse.Namespace, size: int) -> dict[str, torch.Tensor]:
@@ -84,13 +79,12 @@ def _random_batch(args: argparse.Namespace, size: int) -> dict[str, torch.Tensor
     return batch
 
 
-def _vitx_trainer(args: argparse.Namespace, objective: str, out: str, compile: bool = False) -> Trainer:
+def _vitx_trainer(args: argparse.Namespace, objective: str, out: str, compile: bool = False):
     """A vitx run of `objective` on args.model, stepped by hand with the benchmark's batch."""
-    cfg, _ = resolve_config({"model": args.model, "objective": objective, "batch_size": args.batch,
-                             "data": f"embedded:shapes(classes={args.classes})", "steps": 10**6,
-                             "warmup_steps": 10, "output_dir": out, "log_with": "none", "eval_samples": 0,
-                             "precision": args.precision, "compile": compile}, resume=False)
-    return Trainer(build(cfg))
+    return build_trainer({"model": args.model, "objective": objective, "batch_size": args.batch,
+                          "data": f"embedded:shapes(classes={args.classes})", "steps": 10**6, "warmup_steps": 10,
+                          "output_dir": out, "log_with": "none", "eval_samples": 0, "watch_every": 0,
+                          "precision": args.precision, "compile": compile})
 
 
 def compare_objectives(args: argparse.Namespace) -> None:
@@ -121,16 +115,94 @@ def compare_objectives(args: argparse.Namespace) -> None:
         print(f"{name:>12.60}: {t * 1e3:8.1f} ms/step  {args.batch / t:8.1f} img/s  {name}/supervised {t / base:.3f}")
 
 
+def _compiled(model: torch.nn.Module, mode: str) -> torch.nn.Module:
+    return torch.compile(model, mode=mode or None)
+
+
+def vitx_side(args: argparse.Namespace, changes: dict[str, str], batch: dict, out: str) -> Callable[[], None]:
+    if changes.get("compile"):
+        sys.exit("error: vitx's --compile has no modes here (the runner compiles with inductor's default)")
+    trainer = _vitx_trainer(args, "supervised(head='linear')", out, "compile" in changes)
+
+    def step() -> None:
+        trainer.step([batch])
+        trainer.pop_metrics()  # the runner does this at log steps; here at every step (worst case)
+
+    return step
+
+
+def plain_side(args: argparse.Namespace, changes: dict[str, str], batch: dict, spec, device: torch.device
+               ) -> tuple[Callable[[], None], torch.nn.Module]:
+    """The hand-written loop with `changes`; returns the step and its (uncompiled) model."""
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model(spec.timm_arch, num_classes=args.classes, **{
+        k: v for k, v in spec.timm_kwargs().items() if k != "num_classes"}).to(device)
+    mean = torch.full((1, 3, 1, 1), 0.5, device=device)
+    bf16w = "bf16w" in changes
+    cuda = device.type == "cuda"
+    if bf16w:  # bf16 weights the model runs; fp32 master weights the optimiser steps (mixed precision by hand)
+        model = model.to(torch.bfloat16)
+        master = [p.detach().float().clone().requires_grad_(True) for p in model.parameters()]
+        for m in master:  # fp32 gradients, kept: the bf16 ones are copied in at each step
+            m.grad = torch.zeros_like(m)
+        params = master
+    else:
+        params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1,
+                            **({"fused": True} if cuda and "unfused" not in changes else {}))
+    forward = _compiled(model, changes["compile"]) if "compile" in changes else model
+    graphs = changes.get("compile") in ("reduce-overhead", "max-autotune")
+    amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16" and not bf16w)
+    kernel = changes.get("sdpa")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+    attention = (lambda: sdpa_kernel(backends[kernel])) if kernel else contextlib.nullcontext
+    sync = "nosync" not in changes
+    total = torch.zeros((), device=device)
+
+    def step() -> None:
+        nonlocal total
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        x = batch["image"].to(device, non_blocking=True).float().div_(255).sub_(mean).div_(mean)
+        y = batch["label"].to(device, non_blocking=True)
+        with amp, attention():
+            loss = F.cross_entropy(forward(x.to(torch.bfloat16) if bf16w else x).float(), y)
+        loss.backward()
+        if bf16w:
+            torch._foreach_copy_([m.grad for m in master], [p.grad for p in model.parameters()])  # bf16 → fp32
+            model.zero_grad(set_to_none=True)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        if bf16w:
+            with torch.no_grad():
+                torch._foreach_copy_(list(model.parameters()), master)  # fp32 → bf16
+        else:
+            opt.zero_grad(set_to_none=True)
+        if sync:
+            loss.item()  # a user's per-step logging: the host waits for the device
+        else:
+            total = total + loss.detach()
+
+    return step, model
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="vit-ti/16")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--precision", default="no", choices=["no", "bf16"], help="bf16: autocast on every side")
-    ap.add_argument("--sides", default="vitx,plain", help="of vitx, vitx-compile, plain, plain-compile")
+    ap.add_argument("--sides", default="vitx,plain", help="comma-separated sides (see above)")
     ap.add_argument("--steps", type=int, default=6, help="timed steps per side per round")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (vitx, plain, vitx, ...)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per side first (compilation happens here)")
     ap.add_argument("--classes", type=int, default=10)
+    ap.add_argument("--peak-tflops", type=float, default=None,
+                    help="the device's peak, where no datasheet applies (instead of measuring a matmul's rate)")
     ap.add_argument("--objectives", default="",
                     help="comma-separated objectives to time against supervised instead (e.g. supervised,mpp)")
     args = ap.parse_args()
@@ -142,79 +214,71 @@ def main() -> None:
     spec = BACKBONES.get(args.model).obj
     size = spec.img_size
     batch = _random_batch(args, size)
-    sides = [s.strip() for s in args.sides.split(",")]
-    amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
-    mean = torch.full((1, 3, 1, 1), 0.5, device=device)
+    sides = list(dict.fromkeys(s.strip() for s in args.sides.split(",")))  # each once
+    parsed = {side: parse_side(side) for side in sides}
 
     with tempfile.TemporaryDirectory() as out:
         steps: dict[str, Callable[[], None]] = {}
-        for side in sides:
-            if side.startswith("vitx"):  # the runner's own step: accumulate context, clipping, schedule, metrics
-                trainer = _vitx_trainer(args, "supervised(head='linear')", f"{out}/{side}", side.endswith("compile"))
+        probe = None
+        for i, side in enumerate(sides):
+            base, changes = parsed[side]
+            if base == "vitx":
+                steps[side] = vitx_side(args, changes, batch, f"{out}/{i}")
+            else:
+                steps[side], model = plain_side(args, changes, batch, spec, device)
+                probe = probe or (model if "bf16w" not in changes else None)
+        if probe is None:  # the FLOPs of the architecture's forward and backward, with the benchmark's head
+            import timm
 
-                def vitx_step(trainer: Trainer = trainer) -> None:
-                    trainer.step([batch])
-                    trainer.pop_metrics()  # the runner does this at log steps; here at every step (worst case)
+            probe = timm.create_model(spec.timm_arch, num_classes=args.classes, **{
+                k: v for k, v in spec.timm_kwargs().items() if k != "num_classes"}).to(device)
+        amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+        x, y = torch.randn(args.batch, 3, size, size, device=device), batch["label"].to(device)
 
-                steps[side] = vitx_step
-            else:  # a hand-written timm + PyTorch loop on the same architecture
-                torch.manual_seed(0)
-                plain = timm.create_model(spec.timm_arch, num_classes=args.classes, **{
-                    k: v for k, v in spec.timm_kwargs().items() if k != "num_classes"}).to(device)
-                opt = torch.optim.AdamW(plain.parameters(), lr=1e-3, weight_decay=0.1,
-                                        **({"fused": True} if device.type == "cuda" else {}))
-                model = torch.compile(plain) if side.endswith("compile") else plain
+        def forward_backward() -> None:
+            with amp:
+                loss = F.cross_entropy(probe(x), y)
+            loss.backward()
 
-                def plain_step(model: torch.nn.Module = model, plain: torch.nn.Module = plain, opt=opt) -> None:
-                    x = batch["image"].to(device, non_blocking=True).float().div_(255).sub_(mean).div_(mean)
-                    y = batch["label"].to(device, non_blocking=True)
-                    with amp:
-                        loss = F.cross_entropy(model(x), y)
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(plain.parameters(), 1.0)
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-                    loss.item()
+        flops = count_flops(forward_backward, device) / args.batch
+        probe.zero_grad(set_to_none=True)
 
-                steps[side] = plain_step
-                if "flops" not in locals():
-                    x = torch.randn(args.batch, 3, size, size, device=device)
-                    with FlopCounterMode(display=False) as counter, amp, sdpa_kernel(SDPBackend.MATH):
-                        F.cross_entropy(plain(x), batch["label"].to(device)).backward()
-                    opt.zero_grad(set_to_none=True)
-                    flops = counter.get_total_flops() / args.batch
-        if "flops" not in locals():
-            probe = timm.create_model(spec.timm_arch, **spec.timm_kwargs()).to(device)
-            with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
-                probe(torch.randn(args.batch, 3, size, size, device=device)).sum().backward()
-            flops = counter.get_total_flops() / args.batch
-            del probe
-
-        times: dict[str, list[float]] = {side: [] for side in sides}
-        for side in sides:  # warm-up (and compilation)
+        for side in list(sides):  # warm-up (and compilation); a side this machine cannot run is said and left out
             t = time.perf_counter()
-            for _ in range(args.warmup):
-                steps[side]()
-            _sync(device)
+            try:
+                for _ in range(args.warmup):
+                    steps[side]()
+                synchronize(device)
+            except (RuntimeError, NotImplementedError) as exc:
+                print(f"{side}: failed, left out: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}", flush=True)
+                sides.remove(side)
+                continue
             print(f"{side}: {args.warmup} warm-up steps in {time.perf_counter() - t:.1f} s", flush=True)
+        times: dict[str, list[float]] = {side: [] for side in sides}
         for _ in range(args.rounds):
             for side in sides:
                 for _ in range(args.steps):
-                    _sync(device)
+                    synchronize(device)
                     t = time.perf_counter()
                     steps[side]()
-                    _sync(device)
+                    synchronize(device)
                     times[side].append(time.perf_counter() - t)
 
     peak, source = device_peak(device, args.precision)
+    if args.peak_tflops:
+        peak, source = args.peak_tflops * 1e12, "given with --peak-tflops"
+    elif peak is None:
+        dtype = torch.bfloat16 if args.precision == "bf16" and device.type == "cuda" else torch.float32
+        peak, source = matmul_peak(device, dtype), f"measured {dtype} matmul, {device}"
     ips = {k: args.batch / statistics.median(v) for k, v in times.items()}
     what = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"model {args.model} at {size}px, batch {args.batch}, precision {args.precision}, {what}, torch "
           f"{torch.__version__}; {args.rounds}×{args.steps} timed steps per side (median)")
     print(f"peak: {peak / 1e12:.3f} TFLOP/s ({source}); FLOPs per image (fwd+bwd): {flops / 1e9:.2f} GFLOP")
+    width = max(14, *(len(s) for s in sides))
     for side in sides:
         achieved = ips[side] * flops
-        print(f"{side:>14}: {ips[side]:9.2f} img/s  {achieved / 1e12:8.3f} TFLOP/s  MFU {achieved / peak:6.1%}")
+        print(f"{side:>{width}}: {ips[side]:9.2f} img/s  {achieved / 1e12:8.3f} TFLOP/s  MFU {achieved / peak:6.1%}")
     if "plain" in ips:
         for side in sides:
             if side != "plain":

@@ -15,6 +15,7 @@ from ..errors import DISK_STATE_ERRNOS, VitxError
 from ..invocation import recording
 from ..plugins import load_env_plugins, load_plugin
 from ..runner.preemption import Stop, command_stops, exiting
+from .bench import bench
 from .catalog import adapters, models, objectives, plugins, tasks
 from .configured import add_evaluators, eval_app, pretrain, transfer
 from .export import export
@@ -45,7 +46,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 for command in (pretrain, models, objectives, transfer, adapters, tasks, plugins, inspect, reproduce, export, predict,
-                plot, report):  # in the order --help lists them
+                plot, report, bench):  # in the order --help lists them
     app.command(command.__name__)(command)
 app.add_typer(eval_app, name="eval")
 add_evaluators()  # the built-in ones now (`app` is whole when imported); main() again after plugins load

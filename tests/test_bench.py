@@ -1,0 +1,53 @@
+"""`vitx bench` (vitx/speed/): the runner's own step timed on the CPU, its figures printed and written, FLOPs as
+torch counts them, and one-line refusals."""
+import json
+
+import pytest
+import torch
+
+from .helpers import vitx_cli
+
+
+def test_bench_times_the_runners_step_and_says_img_s_tflops_mfu_and_input_wait(tmp_path):
+    out = tmp_path / "bench.json"
+    result = vitx_cli("bench", "--device", "cpu", "--model", "vit-nano/4", "--batch-size", "16", "--steps", "2",
+                      "--warmup", "1", "--peak-tflops", "0.5", "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    said = dict(line.split(": ", 1) for line in result.stdout.splitlines())
+    assert set(said) == {"bench", "data", "steps", "img/s", "TFLOP/s", "MFU", "input wait", "memory"}
+    assert said["bench"].startswith("vit-nano/4 at 16 px, supervised, batch 16, precision no; CPU")
+    saved = json.loads(out.read_text())
+    assert saved["images_per_s"] > 0 and float(said["img/s"]) == round(saved["images_per_s"], 1)
+    assert saved["steps"] == 2 and saved["loss"] == pytest.approx(2.3, abs=0.2)  # ln 10 at the start
+    # vit-nano/4 at 16 px: 17 tokens of width 64, 4 blocks, MLP 256, 10 classes; forward FLOPs by hand, and the
+    # backward twice them but for the patch embedding's input (the images need no gradient)
+    n, d, blocks = 17, 64, 4
+    per_block = 2 * n * 12 * d * d + 4 * n * n * d  # qkv, proj and the MLP; QKᵀ and attention · V
+    patches, head = 2 * 16 * (3 * 4 * 4) * d, 2 * d * 10
+    assert saved["gflop_per_image"] * 1e9 == pytest.approx(3 * (blocks * per_block + head) + 2 * patches, rel=0.02)
+    assert saved["tflops"] == pytest.approx(saved["images_per_s"] * saved["gflop_per_image"] / 1e3)
+    assert saved["mfu"] == pytest.approx(saved["tflops"] / 0.5) and saved["peak_source"] == "given with --peak-tflops"
+    assert 0 <= saved["input_wait"] <= 1 and saved["memory_gib"] is None
+
+
+def test_a_cpu_has_no_known_peak():
+    from vitx.speed.flops import device_peak
+
+    assert device_peak(torch.device("cpu"), "bf16") == (None, "unknown for cpu")
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--steps", "0"), "--steps must be positive, got 0"),
+    (("--device", "tpu"), "--device must be one of auto, cuda, cpu, got 'tpu'"),
+    (("--peak-tflops", "-1"), "--peak-tflops must be positive"),
+    (("--model", "vit-nope"), "vit-nope"),
+])
+def test_bad_input_is_one_line(args, said):
+    result = vitx_cli("bench", "--device", "cpu", *args)
+    assert result.returncode == 2 and said in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here")
+def test_device_cuda_without_a_gpu_is_one_line():
+    result = vitx_cli("bench", "--device", "cuda")
+    assert result.returncode == 2 and "--device cuda: torch sees no GPU here" in result.stderr

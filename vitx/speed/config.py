@@ -1,0 +1,65 @@
+"""`vitx bench`'s settings: the run's own (model, objective, batch, precision, ...: pre-training's declarations,
+`vitx pretrain`'s defaults, any other through --recipe and --set) and the measurement's (timed steps, data,
+device, peak). Torch-free: `vitx --help` reads it."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..runner.config import PretrainConfig
+from ..settings import DATA, OUTPUT, SCHEDULE, SYSTEM, check, defaults, setting, with_default
+
+DEVICES = ("auto", "cuda", "cpu")
+SYNTHETIC = "synthetic"
+SYNTHETIC_IMAGES = 1_281_167  # ImageNet-1k's training images: what a synthetic run's objective is fitted to
+SYNTHETIC_CLASSES = 10  # its classes (a supervised head's width: embedded:shapes, which sizes the run, has 10)
+
+
+def _run(name: str) -> Any:
+    """Pre-training's setting `name`, declared there (help, panel, bounds) with its default: `vitx bench` with
+    no options measures the run `vitx pretrain` with none makes."""
+    return with_default(PretrainConfig, name, defaults(PretrainConfig)[name])
+
+
+@dataclass
+class BenchConfig:
+    """A measurement of the runner's training step (`speed/bench.py`)."""
+
+    model: str = _run("model")
+    objective: str = _run("objective")
+    image_size: int | None = _run("image_size")
+    batch_size: int = _run("batch_size")
+    grad_accum: int = _run("grad_accum")
+    precision: str = _run("precision")
+    compile: bool = _run("compile")
+    workers: int = _run("workers")
+    data: str = setting(SYNTHETIC, "synthetic: random images held in memory, drawn by the runner's loader without "
+                        "decoding (the input wait is then the loader's and the objective's crops' alone; options an "
+                        "objective fits to the data are fitted as for ImageNet-1k's 1,281,167 images; 10 "
+                        "classes); or anything `vitx pretrain --data` takes: your own images, whose input wait says "
+                        "whether the loader keeps up with the step.", DATA)
+    steps: int = setting(20, "Timed optimiser steps.", SCHEDULE, above=0, limit=100_000)
+    warmup: int = setting(3, "Untimed steps first: compilation, the loader's start, the kernels' first choices.",
+                          SCHEDULE, min=0, limit=100_000)
+    device: str = setting("auto", "Where to run: auto (a GPU where there is one), cuda or cpu.", SYSTEM,
+                          choices=DEVICES)
+    peak_tflops: float | None = setting(None, "The device's dense peak in TFLOP/s at the run's precision, for the "
+                                        "MFU where vitx does not know it.", SYSTEM, above=0,
+                                        shown="the datasheet's for the GPUs vitx knows (H100, H200: 989 bf16, "
+                                              "495 tf32); unknown on a CPU")
+    output: str = setting("", "Also write the figures to this JSON file.", OUTPUT)
+    profile: str = setting("", "Also profile 3 more steps with torch.profiler and write its table of the "
+                           "operators that took the most time to this text file.", OUTPUT)
+
+    def validate(self) -> "BenchConfig":
+        check(self)  # every bound and choice, as declared, in one line naming the option
+        return self
+
+    def run_settings(self, given: dict[str, Any]) -> dict[str, Any]:
+        """Of the options `given`, the run's (pre-training's settings; the data is the measurement's)."""
+        run = {f.name for f in dataclasses.fields(PretrainConfig)}
+        return {k: v for k, v in given.items() if k in run and k not in ("steps", "data")}
+
+
+__all__ = ["BenchConfig", "DEVICES", "SYNTHETIC", "SYNTHETIC_CLASSES", "SYNTHETIC_IMAGES"]
