@@ -11,6 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from vitx.errors import VitxError
+
 from .helpers import metrics, vitx_cli
 
 timm = pytest.importorskip("timm")
@@ -136,10 +138,39 @@ def test_a_runs_moving_average_continues_where_this_run_keeps_one(tmp_path):
     average = load_file(str(source / "ema.safetensors"))
     ema = setup.ema.module.state_dict()
     assert all(torch.equal(ema[f"backbone.{k}"], v) for k, v in average.items())
+    heads, state = load_file(str(source / "heads.safetensors")), setup.objective.state_dict()
+    assert set(heads) == {k for k in state if k.startswith("head.")}  # the supervised head continues, every tensor
+    assert all(torch.equal(state[k], v) for k, v in heads.items())
+    assert all(torch.equal(ema[k], v) for k, v in load_file(str(source / "ema_heads.safetensors")).items())
+    where = f"{source} step 2"
+    assert setup.record["init"]["parts"] == {"backbone": where, "pre-logits": where, "classifier": where, "ema": where}
+    setup = built(tmp_path / "b", init=str(source), data="embedded:shapes(classes=3)")
     parts = setup.record["init"]["parts"]
-    assert parts["ema"] == f"{source} step 2" and parts["head"] == "new (supervised declares no part --init restores)"
-    setup = built(tmp_path / "b", init=str(source), data="embedded:shapes")
-    assert setup.record["init"]["parts"]["ema"] == f"not continued ({source} kept one: add --ema-decay to continue it)"
+    assert parts["ema"] == f"not continued ({source} kept one: add --ema-decay to continue it)"
+    # other data's classes: the classifier starts new, said; the pre-logits layer under it continues
+    assert parts["pre-logits"] == where and torch.equal(setup.objective.head.pre_logits.fc.weight,
+                                                        heads["head.pre_logits.fc.weight"])
+    assert parts["classifier"] == "new (sized by other data: head.fc.bias is 10 there, 3 here)"
+    assert not setup.objective.head.fc.weight.any()  # the paper's zero-initialised classifier
+
+
+def test_an_mpp_run_continues_with_its_head_and_mask_token(tmp_path):
+    """MPP's colour-prediction head and [mask] embedding, every tensor the source's; a run of the same objective
+    with another target is refused in one line (its head's size is an option)."""
+    from vitx.runner import pretrain
+
+    source = tmp_path / "mpp"
+    pretrain({**QUIET, "objective": "mpp", "model": "vit-nano/4", "data": "embedded:shapes", "batch_size": 8,
+              "steps": 2, "warmup_steps": 0, "save_every": 2, "output_dir": str(source)})
+    setup = built(tmp_path, objective="mpp", init=str(source), data="embedded:shapes", batch_size=8)
+    heads, state = load_file(str(source / "heads.safetensors")), setup.objective.state_dict()
+    assert set(heads) == {"head.weight", "head.bias", "mask_token"}
+    assert all(torch.equal(state[k], v) for k, v in heads.items())
+    where = f"{source} step 2"
+    assert setup.record["init"]["parts"] == {"backbone": where, "head": where, "mask token": where}
+    with pytest.raises(VitxError, match=r"its head does not fit this run's mpp \(head.weight is 512×64 there, "
+                                        r"4096×64 here\); give --objective \"mpp\" as it was trained$"):
+        built(tmp_path / "b", objective="mpp(bits=4)", init=str(source), data="embedded:shapes", batch_size=8)
 
 
 @pytest.fixture(scope="module")

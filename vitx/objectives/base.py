@@ -64,6 +64,9 @@ class Objective(nn.Module):
     # global or per-parameter) and what weight decay spares (`decay_tokens`); docs/recipes.md sets each beside
     # its reference (file:line), and says why where a vitx default differs
     recipe: ClassVar[dict[str, Any]] = {}
+    # the parts of `init_parts` whose shape the training data sets (the supervised classifier's classes): a source's
+    # that does not fit this run's data starts new, said in the header, where any other misfit is refused
+    sized_by_data: ClassVar[tuple[str, ...]] = ()
     # the optimiser steps of one pass over the training data (None: a stream of unknown length), set by the
     # runner before `on_fit_start`: for schedules the field states in epochs (DINO freezes its last layer for one)
     epoch_steps: int | None = None

@@ -61,8 +61,18 @@ class Supervised(Objective):
             self.mix = Mixup(mixup_alpha=mixup, cutmix_alpha=cutmix, prob=mix_prob, switch_prob=switch_prob,
                              label_smoothing=label_smoothing, num_classes=num_classes)
 
+    sized_by_data = ("classifier",)  # its classes are the data's: another data set's starts new, said
+
     def representation_layer(self) -> nn.Module | None:
         return getattr(self.head, "pre_logits", None)  # the tanh MLP head's; a linear head has none
+
+    def init_parts(self) -> dict[str, tuple[str, ...]]:
+        """`--init` of a supervised run continues its head with the backbone: the pre-logits layer (the MLP head's
+        Linear → tanh, the representation few-shot evaluation reads) and the classifier, which starts new where this
+        run's data has another number of classes."""
+        if self.representation_layer() is None:  # a linear head: the classifier alone
+            return {"classifier": ("head.",)}
+        return {"pre-logits": ("head.pre_logits.",), "classifier": ("head.fc.",)}
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         images, labels = batch["image"], batch["label"]  # (B, 3, H, W), (B,) or (B, K)

@@ -5,9 +5,10 @@ The source is opened once (`open_init`): a vitx run or checkpoint folder, a timm
 The backbone comes from any of them; the objective's other parts (those its `init_parts` declares: MAE's decoder,
 DINO's head, teacher and centre) from a vitx run of the same objective or from a released checkpoint the objective
 reads (`released_state`); the moving average of the weights from a run that kept one, when this run keeps one too.
-A part the source lacks starts new, a classifier nothing here uses is dropped: each is said in the run's header
-and recorded in config.json (`record`). Position embeddings of another grid are resampled as the
-backbone's are; any other shape that does not fit is one line naming the part. Nothing is unpickled."""
+A part the source lacks starts new, as does one sized by other data (`sized_by_data`: the supervised classifier
+of other classes), a classifier nothing here uses is dropped: each is said in the run's header and recorded in
+config.json (`record`). Position embeddings of another grid are resampled as the backbone's are; any other shape
+that does not fit is one line naming the part. Nothing is unpickled."""
 from __future__ import annotations
 
 import math
@@ -94,6 +95,11 @@ class Continuation:
                 shown = ", ".join((missing + extra)[:2])
                 raise VitxError(self._misfit(part, name, f"{len(missing)} weights missing, {len(extra)} not this "
                                                          f"run's: {shown}"))
+            other = next((k for k in sorted(given) if given[k].shape != own[k].shape), None)
+            if other is not None and part in objective.sized_by_data:  # (a classifier of other classes)
+                self.parts[part] = (f"{NEW} (sized by other data: {other} is {_shape(given[other])} there, "
+                                    f"{_shape(own[other])} here)")
+                continue
             fitted = {k: self._fitted(part, name, k, given[k], v, objective) for k, v in own.items() if k in given}
             objective.load_state_dict(fitted, strict=False)
             resampled = [k for k in fitted if fitted[k].shape != given[k].shape and k.endswith("pos_embed")]

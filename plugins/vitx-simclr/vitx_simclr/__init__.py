@@ -65,6 +65,11 @@ class SimCLR(Objective):
         self.register_buffer("pixel_std", torch.full((1, 3, 1, 1), 0.5), persistent=False)
         self.register_buffer("luma", torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1), persistent=False)
 
+    def init_parts(self) -> dict[str, tuple[str, ...]]:
+        """`--init` of a SimCLR run continues its projection head with the backbone (the header says
+        `head: runs/simclr step N`); from anything else it starts new, said."""
+        return {"head": ("head.",)}
+
     def configure_preprocess(self, preprocess: Any) -> Any:
         self.pixel_mean.copy_(torch.tensor(preprocess.mean).view(1, 3, 1, 1))  # to jitter colours in pixel space
         self.pixel_std.copy_(torch.tensor(preprocess.std).view(1, 3, 1, 1))
