@@ -45,6 +45,12 @@ class Adapter:
     # to other than its default, so that a result never records a setting that did nothing
     ignores: ClassVar[tuple[str, ...]] = ()
     ignores_because: ClassVar[str] = ""
+    # The settings the setup behind this method's published rows trains with, beyond what the parameter-efficient
+    # papers share (LoRA: NOAH's script's lr and drop-path), and where they are written (file:line and values):
+    # `--protocol peft` takes them wherever the command line leaves them unset, and the header and result.json say
+    # each came from `reference_source` (vitx/transfer/config.py, protocol_preset). {}: the shared preset alone
+    reference: ClassVar[dict[str, Any]] = {}
+    reference_source: ClassVar[str] = ""
     name: str = "adapter"  # set by `create_adapter` to the name it was registered under
 
     def __init__(self, **options: Any) -> None:

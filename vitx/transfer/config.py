@@ -39,10 +39,10 @@ def protocol_preset(chosen: dict[str, Any]) -> tuple[dict[str, Any], dict[str, s
         from ..adapters import resolve_adapters  # torch: only under a preset that reads the method
 
         method = resolve_adapters(chosen.get("adapters") or [])[-1]
-        reference = dict(getattr(method, "reference", {}))
+        reference = dict(method.reference)
         preset.update(reference)
-        origin.update(dict.fromkeys(reference, f"{method.name}'s reference, "
-                                               f"{getattr(method, 'reference_source', '') or 'its adapter'}"))
+        source = method.reference_source or "its adapter"
+        origin.update(dict.fromkeys(reference, f"{method.name}'s reference, {source}"))
     return preset, origin
 
 
