@@ -36,9 +36,11 @@ def field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
-def _type_name(kind: Any) -> str:
+def type_name(kind: Any) -> str:
+    """A field type as a refusal names it: 'an integer', 'a number or none', 'a list of numbers' (recipes, --set and
+    objective options say a wrong type with it)."""
     if optional_of(kind) is not None:
-        return f"{_type_name(optional_of(kind))} or none"
+        return f"{type_name(optional_of(kind))} or none"
     if typing.get_origin(kind) is list:
         item = typing.get_args(kind)[0]
         return "a list of " + {int: "integers", float: "numbers", str: "strings"}.get(item, str(item))
@@ -122,7 +124,7 @@ def typed(cls: type, key: str, value: Any, where: str, from_text: bool = False) 
     except RecursionError:  # (tomllib recurses once per level: a list 50,000 deep is no setting)
         raise VitxError(f"{where}: {name} is nested too deeply to read, got {_shown(value)}") from None
     except ValueError:
-        raise VitxError(f"{where}: {name} must be {_type_name(types_[name])}, got {_shown(value)}") from None
+        raise VitxError(f"{where}: {name} must be {type_name(types_[name])}, got {_shown(value)}") from None
 
 
 def load_recipe(path: str | Path, command: str, cls: type) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..errors import VitxError
+from ..recipe import check_value, field_types, type_name
 from ..settings import MODEL, check_field, setting
 
 
@@ -45,8 +46,6 @@ def check_options(name: str, declaration: type, given: dict[str, Any]) -> Any:
     """`given` (keyword options, as `--objective 'name(k=v)'` parses them) as an instance of `declaration`: an
     unknown option, a value of the wrong type or one out of its bounds is one line naming the objective and the
     option. Tuples become lists for list options (`blur_sigma=(0.1, 2.0)`)."""
-    from ..recipe import check_value, field_types
-
     kinds = field_types(declaration)
     unknown = [k for k in given if k not in kinds]
     if unknown:
@@ -66,13 +65,6 @@ def check_options(name: str, declaration: type, given: dict[str, Any]) -> Any:
     for f in declared_options(declaration):
         check_field(f, getattr(made, f.name), named=lambda f: f"{name} {f.name}")
     return made
-
-
-def type_name(kind: Any) -> str:
-    """'an integer', 'a number or none', 'a list of numbers'."""
-    from ..recipe import _type_name
-
-    return _type_name(kind)
 
 
 def bounds(f: dataclasses.Field) -> str:
