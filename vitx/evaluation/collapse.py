@@ -28,9 +28,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from ..objectives.base import HeadFinding
+if TYPE_CHECKING:  # (torch: `import vitx.cli` reads this module through the rankme evaluator, and stays light)
+    from ..objectives.base import HeadFinding
 
 EPS = 1e-7  # RankMe's ε in p_k = σ_k / Σσ + ε
 RANK_FLOOR = 1.1  # rankme at or below: (almost) every image maps to one direction
