@@ -41,11 +41,13 @@ from vitx import Objective, View, VitxError, option, register_objective
 from vitx.objectives import Fitted
 from vitx.objectives.base import HeadFinding
 from vitx.backbones.droppath import set_drop_path
+from vitx.backbones.packing import forward_packed
+from vitx.backbones.stages import forward_tokens, staged
 
 DINO_JITTER = (0.4, 0.4, 0.2, 0.1)  # DINO's ColorJitter(brightness, contrast, saturation, hue), p = 0.8
 LOCAL_FRACTION = 96 / 224  # local crops: 96px beside 224px global crops
-from vitx.backbones.stages import forward_tokens
 BLUR_SIGMA = (0.1, 2.0)  # DINO's GaussianBlur radius_min, radius_max: PIL's radius is the sigma, in pixels
+PACKINGS = ("off", "local", "all")  # the student's crops: a forward per crop size, or packed per image (DINOv2 §5)
 CENTERINGS = ("mean", "sinkhorn")  # DINO's moving-mean centre; DINOv2's Sinkhorn-Knopp (3 iterations)
 UNIFORM = 0.98  # a teacher whose mean entropy is this fraction of log K or more has a uniform output
 SMALL_KL = 0.1  # ... while KL(teacher ‖ student) is at most this (nats): the student has caught up with its targets
@@ -144,6 +146,10 @@ class DINOOptions:
                           min=0)
     centering: str = option("mean", "The teacher's centring: DINO's moving mean, or DINOv2's Sinkhorn-Knopp over "
                             "the batch.", choices=CENTERINGS)
+    packed: str = option("off", "The student's crops: off (a forward per crop size, as DINO's code), local (each "
+                         "image's local crops as one sequence with a block-diagonal attention mask) or all (its "
+                         "global crops too, one forward for the student, as DINOv2 packs them). The same result to "
+                         "float rounding; off is faster on a CPU (BENCHMARKS.md).", choices=PACKINGS)
 
 
 @register_objective("dino", description="DINO (lightly): multi-crop self-distillation from an EMA teacher; "
@@ -173,6 +179,9 @@ class DINO(Objective):
             raise VitxError(f"dino needs local_scale < global_scale, got {o.local_scale} and {o.global_scale}")
         if not o.blur_sigma[0] <= o.blur_sigma[1]:
             raise VitxError(f"dino blur_sigma must be (low, high) pixels with low <= high, got {tuple(o.blur_sigma)}")
+        if o.packed != "off" and not staged(backbone):
+            raise VitxError(f"dino packed={o.packed} needs timm's VisionTransformer stages; "
+                            f"{type(backbone).__name__} has another forward: use packed=off")
         if ibot > 0 and round(mask_ratio * backbone.patch_embed.num_patches) < 1:
             raise VitxError(f"dino mask_ratio {mask_ratio} masks no patch of {backbone.patch_embed.num_patches}; raise it")
         # lightly (and torchvision through it) takes seconds to import: only when a DINO is built
@@ -360,11 +369,30 @@ class DINO(Objective):
         """(B, 3, S, S) at any multiple of the patch → (B, prefix + N, D) after the final norm (the backbone's
         staged forward); position embeddings resampled to the crop's grid as DINO does (`dino_pos_embed`);
         `mask` (B, N) bool: those patches become the [mask] token."""
-        def masked(x: torch.Tensor) -> torch.Tensor:  # (B, N, D)
-            return torch.where(mask[..., None], self.mask_token.to(x.dtype), x)
+        return forward_tokens(backbone, images, patches=self.masking(mask), resample=dino_pos_embed)
 
-        return forward_tokens(backbone, images, patches=masked if mask is not None else None,
-                              resample=dino_pos_embed)
+    def masking(self, mask: torch.Tensor | None) -> Any:
+        """iBOT's [mask] token in place of the patch embeddings (B, N, D) where `mask` (B, N) is set; None: none."""
+        if mask is None:
+            return None
+        return lambda x: torch.where(mask[..., None], self.mask_token.to(x.dtype), x)  # (B, N, D)
+
+    def student_tokens(self, glob: torch.Tensor, local: torch.Tensor | None,
+                       mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The student's tokens of the global crops (g·B, 3, S, S) → (g·B, prefix + N, D) and of the local crops
+        (l·B, 3, s, s) → (l·B, prefix + n, D) (None without any): a forward per crop size, or packed per image as
+        `packed` says (vitx/backbones/packing.py: the same tokens to float rounding)."""
+        packed, batch = self.options["packed"], glob.shape[0] // self.options["global_crops"]
+        if packed == "all" and local is not None:
+            s_glob, s_local = forward_packed(self.backbone, [glob, local], batch, patches=[self.masking(mask), None],
+                                             resample=dino_pos_embed)
+            return s_glob, s_local
+        s_glob = self.encode(self.backbone, glob, mask)
+        if local is None:
+            return s_glob, None
+        if packed == "off":
+            return s_glob, self.encode(self.backbone, local)
+        return s_glob, forward_packed(self.backbone, [local], batch, resample=dino_pos_embed)[0]
 
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         views = batch["views"]  # [(B, 3, S, S)] × global crops + [(B, 3, s, s)] × local crops
@@ -379,12 +407,12 @@ class DINO(Objective):
         with torch.no_grad():
             t_tokens = self.encode(self.teacher["backbone"], glob)  # (g·B, prefix + N, D)
             t_out = self.teacher["head"](self.teacher["backbone"].forward_head(t_tokens, pre_logits=True))
-        s_tokens = self.encode(self.backbone, glob, mask)  # (g·B, prefix + N, D)
+        local = torch.cat(views[g:]) if len(views) > g else None  # (l·B, 3, s, s)
+        s_tokens, l_tokens = self.student_tokens(glob, local, mask)  # (g·B, prefix + N, D), (l·B, prefix + n, D)
         s_cls = self.backbone.forward_head(s_tokens, pre_logits=True)  # (g·B, D)
         s_out = [self.head(s_cls)]
-        if len(views) > g:
-            local = torch.cat(views[g:])  # (l·B, 3, s, s)
-            s_out.append(self.head(self.backbone.forward_head(self.encode(self.backbone, local), pre_logits=True)))
+        if l_tokens is not None:
+            s_out.append(self.head(self.backbone.forward_head(l_tokens, pre_logits=True)))
         student = list(torch.cat(s_out).chunk(len(views)))  # [(B, out_dim)] per crop, globals first
         teacher = list(t_out.chunk(g))  # [(B, out_dim)] per global crop
         temp = self.teacher_temperature()
