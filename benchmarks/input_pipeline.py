@@ -36,23 +36,40 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def write_folder(root: Path, count: int) -> None:
-    rng = np.random.default_rng(0)
+    """`count` photo-like JPEGs under root/class{0,1}/ (those already there are kept), made in parallel on every
+    core: each image from its own generator (seed [0, i]), so the files are the same whatever the core count."""
+    from multiprocessing import Pool
+
+    missing = [i for i in range(count) if not _jpeg_path(root, i).exists()]
+    if len(missing) < 16:
+        for i in missing:
+            _write_jpeg(root, i)
+        return
+    with Pool(min(len(missing), os.cpu_count() or 1)) as pool:
+        pool.starmap(_write_jpeg, [(root, i) for i in missing], chunksize=8)
+
+
+def _jpeg_path(root: Path, i: int) -> Path:
+    return root / f"class{i % 2}" / f"{i:05d}.jpg"
+
+
+def _write_jpeg(root: Path, i: int) -> None:
+    """Image i: smooth colour fields, 30 occluding discs, sensor noise, a slight blur; 500×375, quality 90."""
+    rng = np.random.default_rng([0, i])
     yy, xx = np.mgrid[:375, :500]
-    for i in range(count):
-        folder = root / f"class{i % 2}"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{i:05d}.jpg"
-        if path.exists():
-            continue
-        base = Image.fromarray((rng.random((17, 22, 3)) * 255).astype(np.uint8)).resize((500, 375), Image.BICUBIC)
-        arr = np.asarray(base).astype(np.float32)
-        for _ in range(30):
-            cx, cy, r = rng.uniform(0, 500), rng.uniform(0, 375), rng.uniform(5, 80)
-            disc = (xx - cx) ** 2 + (yy - cy) ** 2 < r * r
-            arr[disc] = arr[disc] * 0.3 + rng.uniform(0, 255, 3) * 0.7
-        arr += rng.normal(0, 12, arr.shape)
-        img = Image.fromarray(arr.clip(0, 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(0.6))
-        img.save(path, quality=90)
+    path = _jpeg_path(root, i)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    base = Image.fromarray((rng.random((17, 22, 3)) * 255).astype(np.uint8)).resize((500, 375), Image.BICUBIC)
+    arr = np.asarray(base).astype(np.float32)
+    for _ in range(30):
+        cx, cy, r = rng.uniform(0, 500), rng.uniform(0, 375), rng.uniform(5, 80)
+        disc = (xx - cx) ** 2 + (yy - cy) ** 2 < r * r
+        arr[disc] = arr[disc] * 0.3 + rng.uniform(0, 255, 3) * 0.7
+    arr += rng.normal(0, 12, arr.shape)
+    img = Image.fromarray(arr.clip(0, 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(0.6))
+    tmp = path.with_suffix(".tmp.jpg")
+    img.save(tmp, quality=90)
+    tmp.replace(path)  # whole or absent: a run cut short leaves no half-written file behind
 
 
 def bare_pil(files: list[Path]) -> float:

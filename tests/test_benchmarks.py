@@ -1,5 +1,6 @@
 """The GPU acceptance script (benchmarks/gpu_acceptance.py), checked on the CPU by its dry run: the commands it
-would run on a GPU, the Accelerate config files it generates, and its options (validated by vitx itself)."""
+would run on a GPU, the Accelerate config files it generates, its options (validated by vitx itself), and with
+--cpu-smoke the measurements run CPU-sized."""
 import importlib.util
 import shlex
 import sys
@@ -18,13 +19,51 @@ def _acceptance(monkeypatch):
     return module
 
 
-def test_gpu_acceptance_dry_run_prints_every_command_and_checks_its_configs(tmp_path, monkeypatch, capsys):
+def _commands(printed: str) -> list[list[str]]:
+    return [shlex.split(line.strip()[2:]) for line in printed.splitlines() if line.strip().startswith("$ ")]
+
+
+def test_gpu_acceptance_measurements_dry_run_and_cpu_smoke(tmp_path, monkeypatch, capsys):
+    """The default group (one device command): each command printed, its options checked, and each run CPU-sized."""
     out = tmp_path / "acceptance"
-    monkeypatch.setattr(sys, "argv", ["gpu_acceptance.py", "--dry-run", "--output-dir", str(out)])
-    _acceptance(monkeypatch).main()
+    monkeypatch.setattr(sys, "argv", ["gpu_acceptance.py", "--dry-run", "--cpu-smoke", "--output-dir", str(out)])
+    module = _acceptance(monkeypatch)
+    module.main()
     printed = capsys.readouterr().out
-    commands = [shlex.split(line.strip()[2:]) for line in printed.splitlines() if line.strip().startswith("$ ")]
-    assert len(commands) == 11  # MFU, 3 per engine, DINO's input (the JPEGs, DINO, supervised), the reproduction
+    mfu, variants, folder, *dino, bench, bench_cpu = _commands(printed)
+    assert mfu[1].endswith("benchmarks/train_step.py") and mfu[mfu.index("--sides") + 1] == \
+        "vitx,vitx+compile,plain,plain+compile" and mfu[mfu.index("--model") + 1] == "vit-b/16"
+    assert variants[variants.index("--sides") + 1].split(",") == [
+        "plain", "plain+unfused", "plain+nosync", "plain+sdpa=flash", "plain+sdpa=cudnn", "plain+bf16w",
+        "plain+compile=reduce-overhead"]
+    assert "write_folder" in folder[-1] and "/tmp/vitx-bench-jpegs" in folder[-1]
+    for cmd, packed in zip(dino, ("off", "local", "all")):
+        assert cmd[1:4] == ["-m", "vitx", "bench"] and cmd[cmd.index("--objective") + 1] == \
+            f"dino(local_crops=8,packed='{packed}')"
+        assert cmd[cmd.index("--model") + 1] == "vit-s/16" and cmd[cmd.index("--workers") + 1] == "15"
+        assert cmd[cmd.index("--data") + 1] == "/tmp/vitx-bench-jpegs" and cmd[-1] == str(out / f"dino-{packed}.json")
+    assert bench[bench.index("--profile") + 1] == str(out / "profile.txt") and "--device" not in bench
+    assert bench_cpu[bench_cpu.index("--device") + 1] == "cpu"
+    assert "total limit: 470 s (7.8 min) within --deadline 560 s" in printed  # one command, under 10 minutes
+    assert "cpu-smoke: mfu, variants, dino, bench ran CPU-sized" in printed
+    for packed in ("off", "local", "all"):  # the DINO benches ran, each with its packing
+        assert f"packed='{packed}'), batch 16, precision no; CPU" in printed
+    assert "img/s: " in printed and "plain+bf16w: " in printed and (out / "cpu-smoke-profile.txt").exists()
+    assert not (out / "summary.json").exists()  # a dry run runs nothing
+    assert module.selected(module.plan(out), "bench,dino")[0].name == "dino"  # the plan's order
+
+
+def test_gpu_acceptance_reproduction_and_engines_each_fit_one_device_command(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "acceptance"
+    monkeypatch.setattr(sys, "argv", ["gpu_acceptance.py", "--dry-run", "--only", "reproduce,engines",
+                                      "--output-dir", str(out)])
+    module = _acceptance(monkeypatch)
+    module.main()
+    printed = capsys.readouterr().out
+    commands = _commands(printed)
+    assert len(commands) == 7  # the reproduction, 3 per engine
+    assert {s.name: s.budget_s for s in module.plan(out)}["reproduce"] <= module.DEADLINE_S
+    assert sum(s.budget_s for s in module.selected(module.plan(out), "engines")) <= module.DEADLINE_S
 
     fsdp, deepspeed = (yaml.safe_load((out / f"{e}.yaml").read_text()) for e in ("fsdp", "deepspeed"))
     assert fsdp["distributed_type"] == "FSDP" and fsdp["num_processes"] == 1
@@ -32,8 +71,12 @@ def test_gpu_acceptance_dry_run_prints_every_command_and_checks_its_configs(tmp_
     assert deepspeed["distributed_type"] == "DEEPSPEED" and deepspeed["deepspeed_config"]["zero_stage"] == 2
     assert f"config {out / 'fsdp.yaml'}: parses" in printed and f"config {out / 'deepspeed.yaml'}: parses" in printed
 
-    mfu = commands[0]
-    assert mfu[1].endswith("benchmarks/train_step.py") and "vitx,vitx-compile,plain,plain-compile" in mfu
+    reproduce = commands[0]
+    assert reproduce[1:5] == ["-m", "vitx", "reproduce", "--plan"] and reproduce[5] == "gpu"
+    sets = [reproduce[i + 1] for i, a in enumerate(reproduce) if a == "--set"]
+    assert sets == ["pretrain_steps=1500", "pretrain_seeds=[0]", "seeds=[0,1,2,3]", "transfer_lrs=[0.1]",
+                    "hires_seeds=1", "compute_points=[0.3]", 'curve=["mpp","dino"]', "jobs=8"]
+    assert "pre-training seeds [0], seeds [0, 1, 2, 3]" in printed  # the plan's own check passed them
     for engine, (uninterrupted, killed, resumed) in (("fsdp", commands[1:4]), ("deepspeed", commands[4:7])):
         for cmd in (uninterrupted, killed, resumed):
             assert cmd[:4] == ["accelerate", "launch", "--config_file", str(out / f"{engine}.yaml")]
@@ -41,17 +84,4 @@ def test_gpu_acceptance_dry_run_prints_every_command_and_checks_its_configs(tmp_
         assert uninterrupted[-1] == str(out / engine / "uninterrupted")
         assert killed[-1] == str(out / engine / "killed") and resumed[-2:] == [str(out / engine / "killed"), "--resume"]
     assert "killed after step 20 and resumed" in printed
-
-    folder, dino, supervised = commands[7:10]
-    assert "write_folder" in folder[-1] and "/tmp/vitx-bench-jpegs" in folder[-1]
-    for cmd, objective in ((dino, "dino(local_crops=8)"), (supervised, "supervised")):
-        assert cmd[1:4] == ["-m", "vitx", "pretrain"] and cmd[cmd.index("--objective") + 1] == objective
-        assert cmd[cmd.index("--model") + 1] == "vit-s/16" and cmd[cmd.index("--workers") + 1] == "15"
-    reproduce = commands[10]
-    assert reproduce[1:5] == ["-m", "vitx", "reproduce", "--plan"] and reproduce[5] == "gpu"
-    sets = [reproduce[i + 1] for i, a in enumerate(reproduce) if a == "--set"]
-    assert sets == ["pretrain_steps=1500", "seeds=[0,1,2,3]", "transfer_lrs=[0.1]", "hires_seeds=1",
-                    "compute_points=[0.3]", 'curve=["mpp","dino"]', "jobs=8"]
-    assert "total limit: 1470 s (24.5 min)" in printed  # under the 25 minutes
-    assert "options: pretrain valid; reproduce plan gpu with" in printed and "seeds [0, 1, 2, 3]" in printed
     assert not (out / "fsdp").exists() and not (out / "summary.json").exists()  # a dry run runs nothing
