@@ -94,15 +94,17 @@ def metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in (Path(run) / "metrics.jsonl").read_text().splitlines()]
 
 
-def saved_model_accuracy(final: Path, task: str, limit: int, data_dir: str | None = None) -> float:
+def saved_model_accuracy(final: Path, task: str, limit: int, data_dir: str | None = None, seed: int = 0) -> float:
     """Test top-1 of a transfer's saved final model, recomputed here from its files alone (the safetensors
-    backbone and head, the preprocessing in config.json) on the task's first `limit` test images: what a user
-    reloading the model measures, independent of the runner's evaluation loop."""
+    backbone and head, the preprocessing in config.json) on the task's `limit` test images as `--test-samples
+    limit --seed seed` draws them (`vitx.data.draws.test_rows`): what a user reloading the model measures,
+    independent of the runner's evaluation loop."""
     import torch
 
     from vitx.checkpoint import read_config, read_weights
     from vitx.runs import load_backbone
     from vitx.data import decode
+    from vitx.data.draws import test_rows
     from vitx.data.transforms import Preprocess
     from vitx.tasks import get_task, open_full_splits
 
@@ -110,7 +112,8 @@ def saved_model_accuracy(final: Path, task: str, limit: int, data_dir: str | Non
     head = read_weights(Path(final) / "heads.safetensors")
     preprocess = Preprocess.from_dict(read_config(final)["preprocess"])
     _, test, _ = open_full_splits(get_task(task), data_dir)
-    images, labels = zip(*(test.load(i) for i in range(limit)))
+    rows = test_rows(test, limit, seed)
+    images, labels = zip(*(test.load(int(i)) for i in (range(len(test)) if rows is None else rows)))
     with torch.no_grad():
         x = preprocess.normalise(torch.stack([preprocess.eval(decode(img)) for img in images]))  # (N, 3, S, S)
         logits = backbone(x) @ head["head.weight"].T + head["head.bias"]  # (N, K)

@@ -449,3 +449,52 @@ def test_a_start_whose_config_was_tampered_with_is_refused_as_export_refuses_it(
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         lines.append(proc.stderr.strip().splitlines()[-1])
     assert lines[0] == lines[1] == lines[2] and lines[0].startswith(f"error: {run}/config.json ") and message in lines[0]
+
+
+def test_eval_and_transfer_evaluate_the_same_test_images_for_the_same_seed(pretrained_run, tmp_path, monkeypatch):
+    """One --test-samples rule (data/draws.py): `vitx eval knn` and `vitx transfer` on one registered task with
+    the same --test-samples 100 --seed 0 draw the same 100 test images, class-stratified (each class of the
+    digits' 360 test images, 27 to 47 of each, within one image of its share), never the first 100; another
+    seed draws others. A start stopped before its --steps is said in one line, and used."""
+    import shutil
+
+    import numpy as np
+
+    import vitx.data.draws as draws
+
+    drawn: list[tuple[int, np.ndarray]] = []
+    real = draws.test_draw
+
+    def spy(labels, size, count, seed):
+        rows = real(labels, size, count, seed)
+        if rows is not None:
+            drawn.append((size, rows))
+        return rows
+
+    monkeypatch.setattr(draws, "test_draw", spy)
+    # (and from a run stopped at step 42 of its 150: both say so in one line, and go on)
+    run = tmp_path / "stopped"
+    shutil.copytree(pretrained_run, run, ignore=shutil.ignore_patterns("checkpoints"))
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "step": 42}))
+    warning = (f"warning: --from {run} stopped at step 42 of its 150 (its last checkpoint): going on from it as it "
+               f"is; `vitx pretrain --output-dir {run} --resume` finishes it\n")
+    common = ["--from", str(run), "--task", "embedded/digits", "--test-samples", "100", "--seed", "0"]
+    proc = vitx_cli("eval", "knn", *common, "--k", "10", "--output", str(tmp_path / "knn.json"))
+    assert proc.returncode == 0 and proc.stdout.startswith(warning), proc.stderr[-2000:]
+    proc = vitx_cli("transfer", *common, "--adapter", "fewshot", "--shots", "30", "--output-dir", str(tmp_path / "t"))
+    assert proc.returncode == 0 and proc.stdout.startswith(warning), proc.stderr[-2000:]
+    assert "test 100 of 360 (a seeded, class-stratified draw: --test-samples)" in proc.stdout
+    (size_eval, rows_eval), (size_transfer, rows_transfer) = drawn
+    assert size_eval == size_transfer == 360 and len(rows_eval) == 100
+    assert np.array_equal(rows_eval, rows_transfer) and not np.array_equal(rows_eval, np.arange(100))
+    from vitx.tasks import get_task, open_full_splits
+
+    _, test, _ = open_full_splits(get_task("embedded/digits"))
+    shares = 100 * np.bincount(test.labels(), minlength=10) / 360
+    assert np.all(np.abs(np.bincount(test.labels()[rows_eval], minlength=10) - shares) < 1)
+    assert rows_eval[:8].tolist() == [11, 13, 15, 18, 20, 24, 26, 27]  # (the draw itself: test_draw, seed 0)
+    result = json.loads((tmp_path / "t" / "embedded-digits" / "result.json").read_text())
+    assert result["test_samples"] == 100 == json.loads((tmp_path / "knn.json").read_text())["test_samples"]
+    assert result["test_draw"] == {"rule": "seeded, class-stratified", "seed": 0, "images": 100, "of": 360}
+    assert not np.array_equal(real(test.labels(), 360, 100, 1), rows_eval)  # another seed, other images

@@ -44,7 +44,11 @@ def _evaluation(name: str) -> Any:
 
         from ..checkpoint import atomic_write_text
         from ..evaluators.frozen import evaluate
+        from ..runs.trained import stopped_early
 
+        stopped = stopped_early(evaluator.cfg.start)
+        if stopped:
+            Console().print(stopped, markup=False, soft_wrap=True)
         results = evaluate(evaluator, each=lambda result: evaluator.table(result, Console()))
         cfg = evaluator.cfg
         if cfg.output:

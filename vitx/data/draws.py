@@ -1,8 +1,13 @@
-"""Seeded draws from a labelled pool: class-balanced N-shot sets and stratified hold-outs.
+"""Seeded draws from a labelled pool: class-balanced N-shot sets, stratified hold-outs, and the test images of
+`--test-samples`.
 
 Data is often stored sorted by class (class folders, shards written class by class), so a split is never
 "the first N": each draw here is a seeded function of the labels alone, the same on every machine, with
 per-class counts as even as the data allows (`balanced_counts`).
+
+`--test-samples N` has one rule for every command (`test_draw`): a seeded, class-stratified draw of N images of
+the test split, each class in its share (0: the whole split, as task_adaptation evaluates). `vitx eval` and
+`vitx transfer` on the same task with the same --seed evaluate the same images.
 """
 from __future__ import annotations
 
@@ -63,6 +68,45 @@ def stratified_split(labels: np.ndarray, held: int, seed: Any) -> tuple[np.ndarr
     return np.setdiff1d(np.arange(len(labels)), held_out), held_out  # (kept, held out)
 
 
+TEST_DRAW = 78  # the test draw's own stream of the seed: [seed, TEST_DRAW]
+
+
+def test_draw(labels: np.ndarray | None, size: int, count: int, seed: int) -> np.ndarray | None:
+    """`--test-samples`: the positions of `count` of a test split's `size` images, a seeded, class-stratified draw
+    (each class in its share of `count`, as `stratified_split` holds images out), ascending; None for the whole
+    split (`count` 0, or not below `size`). Without single-class labels (`labels` None: unlabelled or
+    multi-label), a seeded draw of `count` positions. (count,) int64"""
+    if not count or count >= size:
+        return None
+    if labels is not None:
+        return stratified_split(labels, count, [seed, TEST_DRAW])[1]
+    return np.sort(np.random.default_rng([seed, TEST_DRAW]).choice(size, count, replace=False))
+
+
+def test_rows(test: Any, count: int, seed: int) -> np.ndarray | None:
+    """`test_draw` on a test source: stratified by its labels when it lists them without decoding an image."""
+    return test_draw(source_labels(test) if _cheap_labels(test) else None, len(test), count, seed)
+
+
+def drawn_test(test: Any, count: int, seed: int) -> Any:
+    """The test split of `--test-samples` (`test_rows`): `test` itself for 0, else a `Subset` of it that says
+    how it was drawn (`drawn_from`: the split's size)."""
+    rows = test_rows(test, count, seed)
+    if rows is None:
+        return test
+    drawn = Subset(test, rows)
+    drawn.drawn_from = len(test)
+    return drawn
+
+
+def describe_test(test: Any) -> str:
+    """The test images in words, for a header: "360", or "100 of 360 (a seeded, class-stratified draw:
+    --test-samples)"."""
+    whole = getattr(test, "drawn_from", None)
+    return f"{len(test):,}" if whole is None else \
+        f"{len(test):,} of {whole:,} (a seeded, class-stratified draw: --test-samples)"
+
+
 def classes_left_out(drawn: np.ndarray, pool: np.ndarray, num_classes: int) -> list[int]:
     """The classes that `pool` (labels) holds images of and a draw from it (`drawn`, labels) has none of: a draw
     too small to give every class a training image trains a classifier that can never predict those classes,
@@ -80,6 +124,8 @@ def class_counts(labels: np.ndarray, num_classes: int) -> list[int]:
 class Subset:
     """`indices` of `base` as a source of its own (a drawn, held-out or task split). A task may give its own
     `num_classes` and a `label_map` from the labels stored to its own (dSprites' raw factors on the hub)."""
+
+    drawn_from: int | None = None  # a --test-samples draw's: the size of the split it was drawn from
 
     def __init__(self, base: Any, indices: Sequence[int], num_classes: int | None = None,
                  label_map: Callable[[int], int] | None = None, class_names: list[str] | None = None) -> None:

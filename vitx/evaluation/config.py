@@ -23,7 +23,7 @@ class FrozenConfig(Weights, Columns, Input):
     data: str = setting("", "Labelled data, one or several comma-separated: embedded:digits|shapes, an image folder, a save_to_disk or parquet folder, hf:owner/name, WebDataset shards.", DATA, shown="embedded:digits")
     task: str = setting("", "Or registered tasks, comma-separated, e.g. vtab/dsprites_loc,vtab/dsprites_ori (their train and test splits).", DATA, shown="none")
     preprocess: str = setting("start", "Image geometry: start (the start's eval transform: timm's for a timm start, a centre crop otherwise; a task's images squashed whole, as VTAB does) or big_vision (its few-shot evaluator's: short side to S·256/224, centre crop S, for every dataset).", DATA, choices=GEOMETRIES)
-    test_samples: int = setting(0, "Evaluate on N test images, a seeded draw (--seed; never the first N); 0: all.", EVALUATION, min=0, limit=10_000_000)
+    test_samples: int = setting(0, "Evaluate on N test images, a seeded, class-stratified draw (--seed): the same images in `vitx eval` and `vitx transfer`; 0: the whole test split.", EVALUATION, min=0, limit=10_000_000)
     output: str = setting("", "Write the numbers as JSON here (a new file: an existing one is refused without --force).", OUTPUT, shown="none")
     force: bool = setting(False, "Replace an existing --output file (as `vitx export --force` replaces its own files).", OUTPUT, affects_result=False)
 

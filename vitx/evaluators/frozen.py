@@ -64,12 +64,12 @@ class Frozen:
                           "squash": preprocess.squash, "from": self.given["source"]}}
 
     def test_rows(self, test: Any) -> np.ndarray | None:
-        """--test-samples N: a seeded draw of N test images, in ascending order (test splits are often sorted by
-        class: never the first N); None: all of them."""
-        n = self.cfg.test_samples
-        if not n or n >= len(test):
-            return None
-        return np.sort(np.random.default_rng([self.cfg.seed, 78]).permutation(len(test))[:n])
+        """--test-samples N: the positions of N test images, the one rule every command draws them by (a seeded,
+        class-stratified draw: `data.draws.test_draw`; test splits are often sorted by class, so never the first
+        N), ascending; None: all of them."""
+        from ..data.draws import test_rows
+
+        return test_rows(test, self.cfg.test_samples, self.cfg.seed)
 
     def features(self, model: Any, train: Any, test: Any, preprocess: Any,
                  train_samples: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

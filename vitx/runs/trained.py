@@ -114,6 +114,22 @@ def check_recorded(where: str, config: dict[str, Any]) -> None:
             raise VitxError(f"{where}: run.{key} must be a number, got {json.dumps(value)[:40]}")
 
 
+def stopped_early(start: str, flag: str = "--from") -> str | None:
+    """A warning line when `start` is a vitx run folder whose training stopped before its --steps (a stop
+    signal, a crash): its top-level weights are its last checkpoint's, not the run it was set up to be. None for
+    a finished run, a checkpoint folder given on purpose (checkpoints/step_N) and any other start."""
+    from .rundir import step_number
+
+    path = Path(start).expanduser()
+    config = read_json_object(path / "config.json") if step_number(path) is None else None
+    run = config.get("run") if config else None
+    step, steps = (config or {}).get("step"), run.get("steps") if isinstance(run, dict) else None
+    if not (_is_whole(step) and _is_whole(steps) and step < steps):
+        return None
+    return (f"warning: {flag} {start} stopped at step {step} of its {steps} (its last checkpoint): going on from "
+            f"it as it is; `vitx pretrain --output-dir {start} --resume` finishes it")
+
+
 def check_config(path: Path, config: dict[str, Any]) -> None:
     """A run's config.json checked before anything is built or read from it, as its flags were checked when it
     was made: the file may have been edited or damaged, and predict and export trust nothing they read from

@@ -2,7 +2,8 @@
 
 The data is opened by the one opener (`data/opener.py`), so every layout `--data` takes is a task. Its splits:
 
-  test        its test split; else a seeded, stratified fifth of train, held out (the result says so)
+  test        its test split; else a seeded, stratified fifth of train, held out (the result says so);
+              `--test-samples N`: a seeded, class-stratified draw of N of it, as every command draws them
   train, val  `--shots N`: a seeded, class-balanced draw of N (per-class counts as even as the data allows),
               4N/5 for training and N/5 for validation, the validation part from the data's own validation
               split when it has one, else a stratified part of the draw
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..data.columns import require_classes
-from ..data.draws import Subset, balanced_draw, class_counts, classes_left_out, stratified_split
+from ..data.draws import Subset, balanced_draw, class_counts, classes_left_out, drawn_test, stratified_split
 from ..data.opener import DataOptions, Opened, open_data
 from ..data.sources import source_labels
 from ..errors import VitxError
@@ -62,8 +63,8 @@ def custom_splits(task: Task, shots: int, seed: int, test_samples: int = 0) -> t
     else:
         record["test_from"] = "its test split"
     if 0 < test_samples < len(test):
-        test = Subset(test, np.sort(np.random.default_rng([seed, 35]).choice(len(test), test_samples, replace=False)))
-        record["test_from"] += f" (a seeded sample of {test_samples}: --test-samples)"
+        test = drawn_test(test, test_samples, seed)  # the one --test-samples rule (data/draws.py)
+        record["test_from"] += f" (a seeded, class-stratified draw of {test_samples}: --test-samples)"
     n_train, n_val = shots * 4 // 5, shots - shots * 4 // 5
     most = max_shots(len(labels), None if val_pool is None else len(val_pool))
     if shots > most:
@@ -108,8 +109,10 @@ def _stream_splits(task: Task, shots: int, seed: int, pool: Any, val_pool: Any, 
     if test is None:
         raise VitxError(f"--task {task.name} --stream: the data has no test split, and a stream cannot hold one out "
                         "of train; open it without --stream, or give it a test split")
-    test = test.draw(limit, seed)[0] if limit else test.read_all()
-    record["test_from"] = f"its test split ({len(test)} images{', a seeded sample' if limit else ''})"
+    # --test-samples: drawn class-stratified from a seeded shuffle's first 4 N (a stream has no positions)
+    test = drawn_test(test.draw(4 * limit, seed)[0], limit, seed) if limit else test.read_all()
+    record["test_from"] = (f"its test split ({len(test)} images"
+                           f"{', a seeded, class-stratified draw from a seeded shuffle' if limit else ''})")
     record.update(train_per_class=class_counts(train.labels(), k), val_per_class=class_counts(val.labels(), k),
                   test_images=len(test))
     return train, val, test, record

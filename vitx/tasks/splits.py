@@ -19,7 +19,7 @@ import numpy as np
 
 from ..data.sources import HFImageSource
 from ..errors import VitxError
-from ..data.draws import Subset
+from ..data.draws import Subset, drawn_test
 from .base import Task
 from .custom import custom_splits
 from ..data.release import ListSource, is_release, open_release
@@ -192,6 +192,13 @@ def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool
     if task.data is not None and "train_val" not in pools:
         train, val, test, record = custom_splits(task, shots, seed, test_samples)
         return TaskSplits(task=task, train=train, val=val, test=test, origin=origin, record=record)
+    splits = _n_shot_splits(task, pools, origin, shots)
+    splits.test = drawn_test(splits.test, test_samples, seed)  # --test-samples: as every command draws them
+    return splits
+
+
+def _n_shot_splits(task: Task, pools: dict[str, Any], origin: str, shots: int) -> TaskSplits:
+    """A registered task's trainN / valN / test (the module docstring's rules)."""
     n_train, n_val = shots * 4 // 5, shots - shots * 4 // 5
     if "train_val" in pools:  # the folder release: its own lists, the first N of each for other shot counts
         train, val, test = pools["train"], pools["val"], pools["test"]

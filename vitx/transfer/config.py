@@ -119,7 +119,7 @@ class TransferConfig(Weights, Columns, Input, Augmentation, Optimisation, Output
     weight_decay: float = with_default(Optimisation, "weight_decay", 0.0)
     batch_size: int = with_default(Optimisation, "batch_size", 512)
     warmup: float = setting(0.1, "Warm-up, as a fraction of each run's steps.", SCHEDULE, min=0, below=1, says="is a fraction of the steps in [0, 1)")
-    test_samples: int = setting(0, "Evaluate on N test images (a registered task's first N; your data's, a seeded sample); 0: all.", EVALUATION, min=0, limit=LIMITS["test_samples"])
+    test_samples: int = setting(0, "Evaluate on N test images, a seeded, class-stratified draw (--seed): the same images in `vitx eval` and `vitx transfer`; 0: the whole test split.", EVALUATION, min=0, limit=LIMITS["test_samples"])
     compare: list[str] = setting([], "Print published VTAB-1k results beside the run's, e.g. vit-b16-i21k-full,vit-l16-i21k (vitx/tasks/published.py); a timm start with published rows for the same method gets them unasked.", EVALUATION, shown="none", affects_result=False)
     output_dir: str = setting("runs/transfer", "Results, per-task runs and the final models.", CHECKPOINTS, affects_result=False)
     save_every: int = setting(500, "Checkpoint each run every N steps (for --resume).", CHECKPOINTS, above=0, affects_result=False)

@@ -179,16 +179,15 @@ def train_run(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_di
 
 
 @torch.no_grad()
-def closed_form(prep: Prepared, limit: int, start: str, use_ema: bool = False) -> dict[str, Any]:
+def closed_form(prep: Prepared, start: str, use_ema: bool = False) -> dict[str, Any]:
     """Few-shot linear evaluation on the task: least squares on trainN ∪ valN pre-logits (`start`'s tanh
-    representation layer when it has one), accuracy on test."""
+    representation layer when it has one), accuracy on test (the --test-samples draw: `open_task`)."""
     device = process_device()
     features = representation(build_model(prep).backbone, start, use_ema=use_ema).to(device)
     data = prep.train_val
     feats = extract_features(features, data.images, device=device, normalise=prep.preprocess.normalise)
     head = fit_least_squares(feats, data.labels.numpy(), prep.task.num_classes, prep.method.reg)
-    feats, labels = source_features(features, prep.test, prep.preprocess, limit or len(prep.test),
-                                    default_workers(), device)
+    feats, labels = source_features(features, prep.test, prep.preprocess, len(prep.test), default_workers(), device)
     return {"test_top1": float((head.predict(feats) == labels).mean()) if len(labels) else 0.0,
             "test_samples": float(len(labels)), "features": features.kind}
 

@@ -39,6 +39,7 @@ from ..runner.launch import is_main_process
 from ..runner.reporting import make_console
 from ..runs.ownership import check_output_dir
 from ..runs.rundir import drop_if_unused
+from ..runs.trained import stopped_early
 from ..data.opener import DataOptions
 from ..tasks import Task, TaskSplits, open_task, select_tasks
 from .assemble import Assembler, compare_with
@@ -132,6 +133,9 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
     check_suite(cfg, names, joining, begun, write=False)  # the suite's settings first: the line names them
     for task in tasks:
         check_task(cfg, task, joining, folders[task.name])
+    stopped = stopped_early(cfg.start)
+    if stopped:
+        console.print(stopped, markup=False, soft_wrap=True)
     made = not Path(cfg.output_dir).expanduser().exists()
     wrote = check_suite(cfg, names, joining, begun)
     try:
@@ -142,8 +146,6 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
         trained = any(started(f) for f in folders.values())
         if wrote and not trained:
             drop_suite(cfg)  # a failure before anything trained leaves no record to match
-            if made:
-                drop_if_unused(Path(cfg.output_dir).expanduser())  # nor a folder that passes for a transfer's
             if made:
                 drop_if_unused(Path(cfg.output_dir).expanduser())  # nor a folder that passes for a transfer's
         elif trained:

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from .. import __version__
 from ..checkpoint import read_json_object
+from ..data.draws import describe_test
 from ..runs.rundir import WEIGHTS
 from ..tasks import Task, TaskSplits
 from ..tasks.custom import describe_record
@@ -24,7 +25,7 @@ def open_task_run(cfg: TransferConfig, task: Task, splits: TaskSplits | None,
                   console: Console) -> tuple[Prepared, dict[str, Any]]:
     """The task's prepared splits and start, its header lines, and the settings every file of its result carries."""
     prep = prepare(cfg, task, splits)
-    console.print(f"{task.name}: {len(prep.train)} train + {len(prep.val)} val images, test {len(prep.test)} "
+    console.print(f"{task.name}: {len(prep.train)} train + {len(prep.val)} val images, test {describe_test(prep.test)} "
                   f"({prep.splits.origin}) at {prep.preprocess.image_size}px | from {cfg.start} | "
                   f"adapters {', '.join(a.describe() for a in prep.adapters)}", soft_wrap=True)
     pre = prep.preprocess
@@ -35,6 +36,7 @@ def open_task_run(cfg: TransferConfig, task: Task, splits: TaskSplits | None,
                 "input": {"mean": list(prep.preprocess.mean), "std": list(prep.preprocess.std),
                           "interpolation": prep.preprocess.interpolation, "from": prep.input_from},
                 "parameters": parameter_counts(prep),  # what the method trains, of the whole model
+                **test_record(prep.test, cfg.seed),  # the same images as `vitx eval --test-samples` with that seed
                 "protocol_settings": protocol_origins(cfg)}  # the settings --protocol filled, and from where
     if settings["protocol_settings"]:
         console.print(f"{task.name}: --protocol {cfg.protocol}: {describe_origins(settings['protocol_settings'])}",
@@ -47,6 +49,14 @@ def open_task_run(cfg: TransferConfig, task: Task, splits: TaskSplits | None,
         console.print(f"{task.name}: labels {task.label}; {shown}", soft_wrap=True)
         settings["splits"] = record
     return prep, settings
+
+
+def test_record(test: Any, seed: int) -> dict[str, Any]:
+    """How the test images were chosen, for a result's file: the whole split, or `--test-samples`' draw (its
+    seed and the split's size): the same images as `vitx eval --test-samples` with that seed."""
+    whole = getattr(test, "drawn_from", None)
+    return {"test_draw": None if whole is None else {"rule": "seeded, class-stratified", "seed": seed,
+                                                     "images": len(test), "of": whole}}
 
 
 def _mine() -> None:
@@ -123,8 +133,8 @@ class Worker:
                            self.console, label, {**settings, "phase": "final", "seed": item.seed,
                                                  "selection": selection, "chosen": {"lr": lr, "steps": steps}},
                            curves=self.cfg.curves and item.index == 0)
-        limit = self.cfg.test_samples or len(prep.test)
-        self.console.print(f"{item.task}: evaluating on {limit} test images", soft_wrap=True)
+        limit = len(prep.test)  # --test-samples drew them already (data/draws.py: one rule, eval's too)
+        self.console.print(f"{item.task}: evaluating on {describe_test(prep.test)} test images", soft_wrap=True)
         tested = fitted.trainer.evaluate(prep.test, limit=limit, prefix="test_")
         if fitted.trainer.setup.ema is not None:  # --ema-decay: the average of the weights, tested beside them
             tested.update(fitted.trainer.evaluate(prep.test, limit=limit, prefix="ema_test_",
@@ -132,14 +142,14 @@ class Worker:
         if fitted.main:
             confirm()
             write_json(item.marker, {"seed": item.seed, "chosen": {"lr": lr, "steps": steps}, "selection": selection,
-                                     **tested, "test_samples": min(limit, len(prep.test)),
+                                     **tested, "test_samples": limit,
                                      "seconds": time.perf_counter() - tick, "settings": settings})
 
     def closed(self, item: Item, confirm: Callable[[], None] = _mine) -> None:
         """A closed-form method (few-shot least squares): nothing to sweep or train; the result at once."""
         prep, settings = self.prepared(item.task)
         began, task = time.perf_counter(), self.tasks[item.task]
-        metrics = closed_form(prep, self.cfg.test_samples, self.cfg.start, self.cfg.use_ema)
+        metrics = closed_form(prep, self.cfg.start, self.cfg.use_ema)
         result = {**settings, "group": task.group, "num_classes": task.num_classes, "sweep": [], "chosen": None,
                   "selection": "closed form", **metrics, "seconds": time.perf_counter() - began}
         confirm()
