@@ -226,7 +226,8 @@ def main() -> None:
                 steps[side] = vitx_side(args, changes, batch, f"{out}/{i}")
             else:
                 steps[side], model = plain_side(args, changes, batch, spec, device)
-                probe = probe or (model if "bf16w" not in changes else None)
+                if probe is None and "bf16w" not in changes:  # fp32 weights: the FLOPs as the others run them
+                    probe = model
         if probe is None:  # the FLOPs of the architecture's forward and backward, with the benchmark's head
             import timm
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -197,7 +198,7 @@ def _timed(trainer: Any, bench: BenchConfig) -> Measured:
     synchronize(device)
     timed_s = time.perf_counter() - start
     if bench.profile and acc.is_main_process:
-        profile(trainer, Path(bench.profile))
+        profile(trainer, Path(bench.profile))  # (after the timed steps: the figures are the run's without it)
 
     images_per_s = cfg.batch_size * bench.steps / timed_s
     achieved = images_per_s * flops
@@ -231,16 +232,23 @@ def profile(trainer: Any, path: Path) -> None:
     device = trainer.setup.accelerator.device
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with torch.profiler.profile(activities=activities) as prof:
-        for _ in range(PROFILED_STEPS):
-            trainer.step()
-        synchronize(device)
+    cfg = trainer.setup.cfg
+    try:
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(PROFILED_STEPS):
+                trainer.step()
+            synchronize(device)
+        averages = prof.key_averages()
+        try:
+            table = averages.table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total", row_limit=40)
+        except (AttributeError, KeyError):  # a torch from before the device_* names
+            table = averages.table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total", row_limit=40)
+    except RuntimeError as exc:  # the profiler's own failure (no CUPTI, say) costs the table, not the figures
+        table = f"the profiler failed: {exc}"
+        print(f"warning: --profile: {table}", file=sys.stderr)
     trainer.pop_metrics()
-    table = prof.key_averages().table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total",
-                                      row_limit=40)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"{PROFILED_STEPS} steps of {trainer.setup.cfg.model}, {trainer.setup.cfg.objective}, batch "
-                    f"{trainer.setup.cfg.batch_size}\n{table}\n")
+    path.write_text(f"{PROFILED_STEPS} steps of {cfg.model}, {cfg.objective}, batch {cfg.batch_size}\n{table}\n")
 
 
 def write(measured: Measured, path: str) -> None:
