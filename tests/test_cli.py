@@ -221,3 +221,20 @@ def test_objectives_listed():
     listing = vitx_cli("objectives")
     assert listing.returncode == 0
     assert "supervised" in listing.stdout and "mpp" in listing.stdout and "masked patch prediction" in listing.stdout
+    assert "vitx's own plugins" not in listing.stdout  # (installed: nothing to say)
+
+
+def test_objectives_before_the_plugins_are_installed_say_where_the_others_come_from(monkeypatch):
+    """A new user's first `vitx objectives`, before `pip install -e plugins/vitx-*`: the listing says which of
+    MAE, SimCLR and DINO are missing, and the one command that adds them."""
+    from vitx.registry import OBJECTIVES
+
+    real = OBJECTIVES.names
+    monkeypatch.setattr(OBJECTIVES, "names", lambda pattern="*": [n for n in real(pattern) if n in ("mpp", "supervised")])
+    listing = vitx_cli("objectives")
+    assert listing.returncode == 0 and listing.stdout.splitlines()[-1] == (
+        "mae, simclr and dino come with vitx's own plugins, not installed here: pip install -e plugins/vitx-mae -e "
+        "plugins/vitx-simclr -e plugins/vitx-dino (from a vitx checkout)")
+    assert vitx_cli("objectives", "dino").stdout.splitlines()[-1].startswith(
+        "dino comes with vitx's own plugins, not installed here: pip install -e plugins/vitx-dino (")
+    assert "vitx's own plugins" not in vitx_cli("objectives", "mpp").stdout

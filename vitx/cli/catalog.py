@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from typing import Sequence
 
 import typer
@@ -69,6 +70,19 @@ def objectives(pattern: str = typer.Argument("*", help="fnmatch filter; one name
     if len(names) == 1 or options:
         for name in names:
             _options_table(name, console)
+    missing = [name for name in fnmatch.filter(PLUGIN_OBJECTIVES, pattern) if name not in OBJECTIVES.names()]
+    if missing:  # a new user's first listing, before `pip install -e plugins/vitx-*`
+        console.print(f"{_listed(missing)} come{'s' if len(missing) == 1 else ''} with vitx's own plugins, not "
+                      f"installed here: pip install {' '.join(f'-e plugins/{PLUGIN_OBJECTIVES[n]}' for n in missing)} "
+                      "(from a vitx checkout)", markup=False, soft_wrap=True)
+
+
+PLUGIN_OBJECTIVES = {"mae": "vitx-mae", "simclr": "vitx-simclr", "dino": "vitx-dino"}  # plugins/: objective, package
+
+
+def _listed(names: Sequence[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
 
 
 def _options_table(name: str, console: Console) -> None:
