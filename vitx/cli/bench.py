@@ -25,6 +25,8 @@ def _bench(options: dict[str, Any], resume: bool, recipe: Optional[str], sets: l
     from ..speed.bench import measure, write  # torch, timm, accelerate: seconds, so only here
 
     measured = measure(run, bench)
+    if measured is None:  # another process of a launch: the main one says it
+        return
     for line in measured.lines():
         typer.echo(line)
     if bench.output:

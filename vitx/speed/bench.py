@@ -145,8 +145,9 @@ def build_trainer(options: dict[str, Any], synthetic: bool = False) -> Any:
     return trainer
 
 
-def measure(given: dict[str, Any], bench: BenchConfig) -> Measured:
-    """Build the run of pre-training settings `given` and time its steps as `bench` says."""
+def measure(given: dict[str, Any], bench: BenchConfig) -> Measured | None:
+    """Build the run of pre-training settings `given` and time its steps as `bench` says. Under a launcher every
+    process steps; the main process alone returns the figures (None elsewhere)."""
     with on_device(bench.device), tempfile.TemporaryDirectory(prefix="vitx-bench-") as out:
         trainer = build_trainer(run_options(given, bench, out), synthetic=bench.data == SYNTHETIC)
         try:
@@ -155,7 +156,7 @@ def measure(given: dict[str, Any], bench: BenchConfig) -> Measured:
             trainer.close()
 
 
-def _timed(trainer: Any, bench: BenchConfig) -> Measured:
+def _timed(trainer: Any, bench: BenchConfig) -> Measured | None:
     import torch
 
     from .flops import count_flops, device_peak, synchronize
@@ -197,9 +198,11 @@ def _timed(trainer: Any, bench: BenchConfig) -> Measured:
     metrics = trainer.pop_metrics()  # reads the device's sums: waits for the last step
     synchronize(device)
     timed_s = time.perf_counter() - start
-    if bench.profile and acc.is_main_process:
-        profile(trainer, Path(bench.profile))  # (after the timed steps: the figures are the run's without it)
+    if bench.profile:  # (after the timed steps: the figures are the run's without it; every process steps)
+        profile(trainer, Path(bench.profile))
 
+    if not acc.is_main_process:
+        return None
     images_per_s = cfg.batch_size * bench.steps / timed_s
     achieved = images_per_s * flops
     if bench.peak_tflops is not None:
@@ -247,6 +250,8 @@ def profile(trainer: Any, path: Path) -> None:
         table = f"the profiler failed: {exc}"
         print(f"warning: --profile: {table}", file=sys.stderr)
     trainer.pop_metrics()
+    if not trainer.setup.accelerator.is_main_process:
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"{PROFILED_STEPS} steps of {cfg.model}, {cfg.objective}, batch {cfg.batch_size}\n{table}\n")
 
