@@ -69,7 +69,7 @@ def _pretrain_settings(plan: Plan, name: str, seed: int, run: Path) -> dict[str,
             # every checkpoint kept: one that a stop signal adds must not push out a curve's
             "keep_checkpoints": steps, "log_every": max(1, steps // 30),
             "eval_samples": 1024 if name == "supervised" else 0, "output_dir": str(run), "log_with": "none",
-            "seed": seed, **monitor}
+            "seed": seed, **monitor, **spec.settings}
 
 
 def _pretrainings(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: Console) -> dict[str, dict[str, Any]]:
