@@ -64,6 +64,7 @@ def run(args: list[str], out: Path, after: float | None = None, sig: int = signa
             except subprocess.TimeoutExpired:
                 proc.send_signal(sig)
         err = proc.communicate()[1].decode(errors="replace")
+    out.with_suffix(".err").write_text(err)
     lines = [line for line in err.splitlines() if line.strip()]
     return proc.returncode, lines[-1] if lines else "", time.perf_counter() - began
 
@@ -125,12 +126,13 @@ def jobs(moments: int, rng: random.Random, work: Path) -> bool:
         later = [e for e in journal(out)[seen or 0:] if e[2] in ("taken", "taken-over")] if seen is not None else []
         done = sum(1 for e in journal(out) if e[2] == "done")
         complete = (out / "summary.json").is_file()
+        count = re.search(r"with (\d+) of (\d+) item\(s\) on disk", line)
         if complete:
             true = proc.returncode == 0
+        elif count is None:  # stopped at once, before its jobs ran (start-up) or after: nothing counted
+            true = proc.returncode == 75 and line.startswith("stopped: SIGTERM") and "stopped at once" in line
         else:
-            count = re.search(r"with (\d+) of (\d+) item\(s\) on disk", line)
-            true = proc.returncode == 75 and count is not None and int(count.group(1)) == done \
-                and "stopped: stopped" not in line
+            true = proc.returncode == 75 and int(count.group(1)) == done and "stopped: stopped" not in line
         again, _, _ = run([*SUITE, "--output-dir", str(out), "--resume"], out.with_name(out.name + "-resume"))
         ok = not later and true and again == 0 and (out / "summary.json").is_file()
         good += ok

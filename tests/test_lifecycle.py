@@ -305,3 +305,40 @@ def test_a_disk_that_fills_under_the_training_state_is_one_line_and_keeps_the_la
     monkeypatch.undo()
     resumed = vitx_cli("pretrain", *as_flags(tiny(tmp_path, steps=6, save_every=2, eval_samples=0)), "--resume")
     assert resumed.returncode == 0 and json.loads((out / "config.json").read_text())["step"] == 6
+
+
+def test_a_stop_that_lands_in_a_finalizer_or_before_the_command_line_still_stops():
+    """Python ignores an exception raised in a finalizer (a `__del__`, a generator the collector closes), so a
+    Ctrl-C landing there would be lost and the run carry on: it is raised again a moment later. And in the
+    console script's first imports, before the command line installs its handlers, a stop signal is one line
+    with its status rather than 143 and no word."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from vitx.runner.preemption import Stop, command_stops
+
+    class Collected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)  # its handler runs in here, and Python ignores what it raises
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(Stop) as stopped, command_stops():
+            Collected()
+            time.sleep(5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert str(stopped.value.error).startswith("Ctrl-C; ") and stopped.value.error.exit_code == 130
+
+    script = ("import os, signal, sys, time\n"
+              "sys.argv[0] = os.path.join(sys.prefix, 'bin', 'vitx')  # as the console script starts\n"
+              "from vitx.runner.preemption import starting\n"
+              "starting()\n"
+              "os.kill(os.getpid(), signal.SIGTERM)\n"
+              "time.sleep(5)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert (proc.returncode, proc.stderr) == (75, "stopped: SIGTERM as the command started, before it began: "
+                                                  "nothing was written; run the same command again\n")

@@ -21,15 +21,17 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from types import FrameType, TracebackType
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..errors import Interrupted, Preempted, VitxError
 
 REPEAT_S = 1.0  # a signal this soon after the first is the first delivered again, not a second request
+AGAIN_S = 0.05  # a stop Python ignored in a finalizer is raised again this much later
 SCHEDULER_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # stops acted on from a command's first moment
 
 
@@ -69,6 +71,14 @@ class Requests:
     waiting: bool = False  # a loop waits for a step's input, where it answers a request at once
     doing: str = ""  # what the command is doing, for the line of a stop acted on at once
     before: dict[int, object] = field(default_factory=dict)  # the signals' handlers before the command's
+    hook: Any = None  # sys.unraisablehook before the command's
+    swallowed: Stop | None = None  # a stop Python ignored in a finalizer, to be raised again
+    again: threading.Timer | None = None  # what sends its signal again
+
+    def raise_swallowed(self) -> None:
+        if self.swallowed is not None:
+            stop, self.swallowed = self.swallowed, None
+            raise stop
 
     def line(self, name: str) -> str:
         doing = f" {self.doing}" if self.doing else ""
@@ -77,6 +87,7 @@ class Requests:
 
 
 _current: Requests | None = None
+_started_in = os.getpid()  # the console script's process (its forked children inherit the early handlers)
 
 
 def _handle(signum: int, frame: FrameType | None) -> None:
@@ -85,6 +96,7 @@ def _handle(signum: int, frame: FrameType | None) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
+    state.raise_swallowed()
     name, now = signal.Signals(signum).name, time.monotonic()
     if state.received is not None and now - state.at < REPEAT_S:
         return  # the same request, delivered twice: it is on its way
@@ -104,14 +116,47 @@ def _handle(signum: int, frame: FrameType | None) -> None:
         raise Stop(Preempted(state.line(name)))
 
 
+CTRL_C = "Ctrl-C; checkpoints already written are intact (continue a run with --resume)"
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     if _current is not None and _current.pid != os.getpid():
         raise KeyboardInterrupt  # (a forked child: Python's own handler)
-    raise Stop(Interrupted("Ctrl-C; checkpoints already written are intact (continue a run with --resume)"))
+    if _current is not None:
+        _current.raise_swallowed()
+    raise Stop(Interrupted(CTRL_C))
 
 
 def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
+
+
+def starting(argv0: str | None = None) -> None:
+    """In the console script (`vitx ...`, `python -m vitx ...`), from its first imports until its command line
+    takes over (`command_stops`): a stop signal or Ctrl-C ends it at once, with the line a command would give
+    and its status, rather than Python's default (143 and no word, or a KeyboardInterrupt traceback). Nothing
+    has been written yet. Elsewhere (`import vitx.cli` in a notebook or a test) the signals are left alone."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    script = os.path.basename(argv0) == "vitx" or argv0.endswith(os.path.join("vitx", "__main__.py"))
+    if not script or not _main_thread():
+        return
+    for sig in SCHEDULER_SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, _before_the_command)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _before_the_command)
+
+
+def _before_the_command(signum: int, frame: FrameType | None) -> None:
+    if os.getpid() != _started_in:  # (a forked child: the default action)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    name = signal.Signals(signum).name
+    error: VitxError = Interrupted(CTRL_C) if signum == signal.SIGINT else \
+        Preempted(f"{name} as the command started, before it began: nothing was written; run the same command again")
+    os.write(2, f"{error.label}: {error}\n".encode())
+    os._exit(error.exit_code)
 
 
 @contextlib.contextmanager
@@ -126,15 +171,41 @@ def command_stops() -> Iterator[Requests]:
         for sig in SCHEDULER_SIGNALS:
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 state.before[sig] = signal.signal(sig, _handle)
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _before_the_command):
             state.before[signal.SIGINT] = signal.signal(signal.SIGINT, _interrupt)
-    _current = state
+    _current, state.hook, sys.unraisablehook = state, sys.unraisablehook, _unraisable
     try:
         yield state
+    except SystemExit as done:  # (how typer ends a command that succeeded)
+        if state.swallowed is not None and done.code in (0, None):
+            raise state.swallowed from None  # ignored in a finalizer at the very end, and not raised again yet
+        raise
     finally:
-        _current = previous
+        _current, sys.unraisablehook = previous, state.hook
+        if state.again is not None:
+            state.again.cancel()
         for sig, handler in state.before.items():
             signal.signal(sig, handler)
+    if state.swallowed is not None:
+        raise state.swallowed
+
+
+def _unraisable(unraisable: Any) -> None:
+    """Python ignores an exception raised in a finalizer (a `__del__`, a weakref callback, a generator the
+    collector closes) after passing it here: a stop that landed there would be lost and the command carry on.
+    It is raised again where it can stop the command: its signal is sent again a moment later (after this hook has
+    returned), and the handler raises it."""
+    state = _current
+    if state is None or not isinstance(unraisable.exc_value, Stop) or state.pid != os.getpid():
+        (state.hook if state is not None else sys.__unraisablehook__)(unraisable)
+        return
+    state.swallowed = unraisable.exc_value
+    for sig in (signal.SIGINT, *SCHEDULER_SIGNALS):
+        if signal.getsignal(sig) in (_interrupt, _handle):
+            state.again = threading.Timer(AGAIN_S, os.kill, (os.getpid(), sig))
+            state.again.daemon = True
+            state.again.start()
+            return
 
 
 @contextlib.contextmanager
@@ -242,5 +313,5 @@ class StopRequests:
             state.waiting = False
 
 
-__all__ = ["REPEAT_S", "Requests", "Stop", "StopRequests", "Waiting", "check", "command_stops", "doing",
-           "exiting", "parse_signals", "pending"]
+__all__ = ["CTRL_C", "REPEAT_S", "Requests", "Stop", "StopRequests", "Waiting", "check", "command_stops", "doing",
+           "exiting", "parse_signals", "pending", "starting"]
