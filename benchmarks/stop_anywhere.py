@@ -9,8 +9,8 @@ ctrl-c  `vitx pretrain` (vit-nano/4 at 16 px, --steps 60 --save-every 1 --eval-s
         its one line (a signal after the run's end, in the interpreter's exit, is ignored: exit 0 as the run
         ended), and `--resume` must then finish the run with curves.png.
 jobs    `vitx transfer --jobs 2` on a suite of 8 items (two synthetic tasks, two sweep points and two seeds each)
-        gets SIGTERM at a moment drawn over an uninterrupted suite's length. No item may be taken after the
-        signal (claims.log), and the parent's exit status and line must be true to what is on disk: complete
+        gets SIGTERM at a moment drawn over 30-90% of an uninterrupted suite's length (while its jobs run). No
+        item may be taken after the signal (claims.log), and the parent's exit status and line must be true to what is on disk: complete
         (summary.json) → 0; else 75 and the count of items on disk; `--resume` then completes the suite.
 
 Each moment's row: when the signal came, the exit status, the last line, what is on disk, and the check.
@@ -105,11 +105,13 @@ def jobs(moments: int, rng: random.Random, work: Path) -> bool:
     code, _, length = run([*SUITE, "--output-dir", str(full)], full)
     assert code == 0 and (full / "summary.json").is_file(), f"the uninterrupted suite failed ({code})"
     items = sum(1 for e in journal(full) if e[2] == "done")
-    print(f"uninterrupted suite: {length:.1f} s, {items} items; SIGTERM at {moments} moments in [0, {length:.1f}] s")
+    low, high = 0.3 * length, 0.9 * length  # while the jobs run (their start-up is the first quarter or so)
+    print(f"uninterrupted suite: {length:.1f} s, {items} items; SIGTERM at {moments} moments in [{low:.1f}, "
+          f"{high:.1f}] s")
     good = 0
     for n in range(moments):
         out = work / f"suite-{n}"
-        at = rng.uniform(0.0, length)
+        at = rng.uniform(low, high)
         began = time.perf_counter()
         with open(out.with_suffix(".log"), "wb") as log:
             proc = start([*SUITE, "--output-dir", str(out)], log)
