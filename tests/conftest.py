@@ -55,8 +55,11 @@ def pretrained_run(tmp_path_factory) -> Path:
 
     with shared(tmp_path_factory, "pretrained") as (out, made):
         if not made:
+            from vitx.pages import write_run_page  # (the page `vitx pretrain` has the run write)
+
             pretrain({**TINY, "data": "embedded:digits", "output_dir": str(out), "steps": 150, "batch_size": 64,
-                      "warmup_steps": 10, "save_every": 150, "log_every": 10, "eval_samples": 360, "curves": True})
+                      "warmup_steps": 10, "save_every": 150, "log_every": 10, "eval_samples": 360, "curves": True},
+                     page=write_run_page)
     return out
 
 
@@ -89,5 +92,7 @@ def transfer_run(tmp_path_factory, pretrained_run) -> tuple[Path, dict]:
         if not made:
             cfg = TransferConfig(start=str(pretrained_run), image_size=32, output_dir=str(out),
                                  **{**TRANSFER, "curves": True})
-            returned.write_text(json.dumps(transfer(cfg)))
+            from vitx.pages import write_transfer_page  # (the page `vitx transfer` has it write)
+
+            returned.write_text(json.dumps(transfer(cfg, page=write_transfer_page)))
     return out, json.loads(returned.read_text())

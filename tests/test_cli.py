@@ -31,7 +31,7 @@ def _one_line_error(result, needle):
     (["--monitor-features", "cls"], "--monitor-features must be one of auto, pre-logits, cls-token, patch-mean"),
     (["--precision", "fp16"], "fp16 mixed precision needs a GPU"),
     (["--batch-size", "10", "--grad-accum", "3"], "must divide evenly"),
-    (["--objective", "supervised(colour=1)"], "no option(s) colour"),
+    (["--objective", "supervised(colour=1)"], "supervised has no option 'colour'"),
     (["--lr", "nan"], "--lr must be a finite number, got nan"),
     (["--lr", "inf"], "--lr must be a finite number, got inf"),
     (["--weight-decay", "nan"], "--weight-decay must be a finite number, got nan"),

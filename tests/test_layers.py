@@ -17,8 +17,9 @@ FLOORS = [
     ("adapters",),
     ("runs",),  # a saved transfer's backbone is rebuilt with its adapters' own weights (VPT's prompts)
     ("runner",),
-    ("evaluators", "predict", "transfer"),  # evaluators: one file each, found by name (vitx eval, the monitor)
+    ("evaluators", "predict", "speed", "transfer"),  # evaluators: one file each, found by name (vitx eval, the monitor)
     ("export", "reproduce"),
+    ("pages",),  # a run's page reads every command's settings; the commands hand its writers to the runner
     ("cli",),
     ("__main__",),
 ]

@@ -204,11 +204,13 @@ def test_a_pretraining_runs_own_page_in_a_browser(browser, pretrained_run, tmp_p
 def two_task_suite(tmp_path_factory) -> Path:
     """VTAB's two embedded dSprites tasks from scratch: a 2-point sweep, 2 seeds, 2 steps each (~3 s); the
     page is written again by `vitx report` with its figures."""
+    from vitx.pages import write_transfer_page
     from vitx.transfer import TransferConfig, transfer
 
     out = tmp_path_factory.mktemp("pages") / "suite"
     transfer(TransferConfig(start="scratch", model="vit-nano/4", output_dir=str(out), allow_synthetic=True,
-                            seeds=[0, 1], quiet=True, **{**TRANSFER, "task": "vtab/dsprites_*", "sweep_steps": [2]}))
+                            seeds=[0, 1], quiet=True, **{**TRANSFER, "task": "vtab/dsprites_*", "sweep_steps": [2]}),
+             page=write_transfer_page)
     return out
 
 
@@ -343,6 +345,7 @@ def test_a_stopped_run_writes_its_page_and_stops(tmp_path, monkeypatch):
     job has seconds), and the stop goes on; Ctrl-C the same, never swallowed; a page that cannot be written is
     one warning line, the run intact."""
     from vitx.errors import Preempted
+    from vitx.pages import write_run_page
     from vitx.runner import loop, pretrain
 
     step = loop.Trainer.step
@@ -358,14 +361,15 @@ def test_a_stopped_run_writes_its_page_and_stops(tmp_path, monkeypatch):
 
     monkeypatch.setattr(loop.Trainer, "step", stop_at_3(signal.SIGUSR1))
     with pytest.raises(Preempted):
-        pretrain(tiny(tmp_path, steps=8, save_every=8, curves=True, quiet=True))
+        pretrain(tiny(tmp_path, steps=8, save_every=8, curves=True, quiet=True), page=write_run_page)
     page = (tmp_path / "run" / "report.html").read_text()
     assert 'data-state="stopped"' in page and "SIGUSR1 at step 3" in page and "<svg" not in page
     assert "--resume</code> continues from" in page
 
     monkeypatch.setattr(loop.Trainer, "step", stop_at_3(None))
     with pytest.raises(KeyboardInterrupt):
-        pretrain(tiny(tmp_path, output_dir=str(tmp_path / "ctrl-c"), steps=8, save_every=8, quiet=True))
+        pretrain(tiny(tmp_path, output_dir=str(tmp_path / "ctrl-c"), steps=8, save_every=8, quiet=True),
+                 page=write_run_page)
     assert "Ctrl-C" in (tmp_path / "ctrl-c" / "report.html").read_text()
 
     from vitx import pages

@@ -10,15 +10,17 @@ import pytest
 from .helpers import TRANSFER, metrics, vitx_cli
 
 
-def _save_test_pngs(folder: Path, limit: int) -> dict[str, int]:
-    """The transfer task's first `limit` test images as PNG files, spread over nested folders: {path: label}."""
+def _save_test_pngs(folder: Path, limit: int, seed: int = 0) -> dict[str, int]:
+    """The `limit` test images the transfer evaluated (`--test-samples`' seeded, class-stratified draw) as PNG
+    files, spread over nested folders: {path: label}."""
+    from vitx.data.draws import test_rows
     from vitx.tasks import get_task, open_full_splits
 
     _, test, _ = open_full_splits(get_task(TRANSFER["task"]))
     labels = {}
-    for i in range(limit):
-        image, label = test.load(i)
-        path = folder / f"part{i % 3}" / ("deeper" if i % 2 else "") / f"{i:03d}.png"
+    for i, row in enumerate(test_rows(test, limit, seed)):
+        image, label = test.load(int(row))
+        path = folder / f"part{i % 3}" / ("deeper" if i % 2 else "") / f"{i:03d}.png"  # the i-th image drawn
         path.parent.mkdir(parents=True, exist_ok=True)
         image.save(path)
         labels[str(path)] = label
@@ -50,7 +52,10 @@ def test_predict_on_the_test_images_as_png_gives_the_reported_accuracy(transfer_
 
     backbone, head = load_backbone(run.path).eval(), read_weights(run.path / "heads.safetensors")
     _, test, _ = open_full_splits(get_task(TRANSFER["task"]))
-    index = {path: int(Path(path).stem) for path in labels}
+    from vitx.data.draws import test_rows
+
+    rows = test_rows(test, TRANSFER["test_samples"], 0)  # what the transfer evaluated, as _save_test_pngs saved
+    index = {path: int(rows[int(Path(path).stem)]) for path in labels}
     pre = run.preprocess()
     x = torch.stack([pre.eval(decode(test.load(index[r["image"]])[0])) for r in records])  # (N, 3, 32, 32) uint8
     with torch.no_grad():

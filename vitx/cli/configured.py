@@ -17,16 +17,18 @@ from .options import command
 
 def _pretrain(options: dict[str, Any], resume: bool, recipe: Optional[str], sets: list[str]) -> None:
     chosen = resolve(PretrainConfig, "pretrain", recipe, sets, options)
+    from ..pages import write_run_page
     from ..runner import pretrain as run_pretrain  # torch, timm, accelerate: seconds, so only here
 
-    run_pretrain(chosen, resume=resume)
+    run_pretrain(chosen, resume=resume, page=write_run_page)  # the run's report.html at its end or stop
 
 
 def _transfer(options: dict[str, Any], resume: bool, recipe: Optional[str], sets: list[str]) -> None:
     chosen = with_protocol(resolve(TransferConfig, "transfer", recipe, sets, options))
+    from ..pages import write_transfer_page
     from ..transfer import transfer as run_transfer  # torch, timm, accelerate: seconds, so only here
 
-    run_transfer(TransferConfig(**chosen), resume=resume)
+    run_transfer(TransferConfig(**chosen), resume=resume, page=write_transfer_page)  # its report.html
 
 
 def _evaluation(name: str) -> Any:

@@ -15,7 +15,7 @@ Importing this package is cheap; matplotlib loads at the first figure.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import VitxError
 from .records import REPORT
@@ -109,4 +109,34 @@ def write_own_page(folder: str | Path, kind: str, figures: bool, warn: Callable[
         return None
 
 
-__all__ = ["KINDS", "REPORT", "kind_of", "page", "write", "write_own_page"]
+def write_run_page(cfg: Any, console: Any, stopped: BaseException | None = None) -> None:
+    """A pre-training's report.html, beside curves.png, at its end or stop (main process; `vitx pretrain` hands
+    this to the runner as its `page`): with its figures at the end (--curves), without them at a stop (a stopped
+    job has seconds; `vitx report` draws them). A failure is one warning line, never a lost run; the exception
+    that stopped the run is raised on by the runner."""
+    from ..errors import Collapsed, Interrupted, Preempted
+
+    if stopped is None:
+        given = ("finished", "")
+    else:
+        error = getattr(stopped, "error", stopped)  # a stop acted on at once carries the command's own line
+        said = error.user_message() if isinstance(error, VitxError) else \
+            "Ctrl-C" if isinstance(error, KeyboardInterrupt) else f"{type(error).__name__}: {error}"
+        kind = "stopped" if isinstance(error, (Preempted, Interrupted, Collapsed, KeyboardInterrupt)) else "failed"
+        given = (kind, said)
+    write_own_page(cfg.output_dir, "run", bool(cfg.curves) and stopped is None,
+                   lambda line: console.print(line, markup=False, soft_wrap=True), given)
+
+
+def write_transfer_page(cfg: Any, console: Any, stopped: bool = False) -> None:
+    """A transfer's report.html in its --output-dir, by the main process (`vitx transfer` hands this to the
+    protocol as its `page`): with each task's sweep figure at the end (--curves), without figures at a stop
+    (`vitx report` draws them). A failure is a warning."""
+    from ..runner.launch import is_main_process
+
+    if is_main_process():
+        write_own_page(cfg.output_dir, "suite", cfg.curves and not stopped,
+                       lambda line: console.print(line, markup=False, soft_wrap=True))
+
+
+__all__ = ["KINDS", "REPORT", "kind_of", "page", "write", "write_own_page", "write_run_page", "write_transfer_page"]

@@ -1,18 +1,21 @@
 """`vitx pretrain`'s entry: a run's config resolved (new, or resumed from its folder), built, announced and trained."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 
 from .loop import Trainer
 from .preemption import doing
-from .reporting import announce, finished, make_console, write_run_page
+from .reporting import announce, finished, make_console
 from .setup import build, resolve_config
 
 
-def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | None = None) -> dict[str, Any]:
-    """Run (or resume) a pre-training from explicitly given options; returns the last logged metrics."""
+def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | None = None,
+             page: Callable[..., None] | None = None) -> dict[str, Any]:
+    """Run (or resume) a pre-training from explicitly given options; returns the last logged metrics. `page`:
+    called as page(cfg, console[, the exception]) at the end or a stop, on the main process (`vitx pretrain`
+    passes vitx.pages.write_run_page: the run's report.html, which the pages built above the runner write)."""
     with doing("during start-up, before the first step"):  # a stop signal meanwhile: stopped at once, one line
         cfg, resume_from = resolve_config(explicit, resume)
         setup = build(cfg, resume_from)
@@ -30,12 +33,13 @@ def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | 
     try:
         last = trainer.fit()
     except BaseException as exc:  # a stop, a collapse, a failure: the page says where the run stands, then on
-        if main and trainer.step_count > setup.start_step:  # (this process trained here: the folder is its own)
-            write_run_page(cfg, console, exc)
+        if page and main and trainer.step_count > setup.start_step:  # (trained here: the folder is its own)
+            page(cfg, console, exc)
         raise
     if main:
         finished(last, cfg.output_dir, console)
-        write_run_page(cfg, console)
+        if page:
+            page(cfg, console)
     return last
 
 

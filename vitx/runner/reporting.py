@@ -175,22 +175,3 @@ def finished(last: dict[str, Any], output_dir: str, console: Console) -> None:
     """The run's last line: the final figures and where the weights are."""
     shown = ", ".join(f"{k} {last[k]:.4g}" for k in ("loss", "top1", "val_loss", "val_top1") if k in last)
     console.print(f"done: step {last.get('step')}: {shown} → {output_dir}/model.safetensors", soft_wrap=True)
-
-
-def write_run_page(cfg: Any, console: Console, stopped: BaseException | None = None) -> None:
-    """The run's report.html (vitx/pages), beside curves.png, at its end or stop (main process): with its figures
-    at the end (--curves), without them at a stop (a stopped job has seconds; `vitx report` draws them). A
-    failure is one warning line, never a lost run; the exception that stopped the run is raised on by the caller."""
-    from ..errors import Collapsed, Interrupted, Preempted, VitxError
-    from ..pages import write_own_page
-
-    if stopped is None:
-        given = ("finished", "")
-    else:
-        error = getattr(stopped, "error", stopped)  # a stop acted on at once carries the command's own line
-        said = error.user_message() if isinstance(error, VitxError) else \
-            "Ctrl-C" if isinstance(error, KeyboardInterrupt) else f"{type(error).__name__}: {error}"
-        kind = "stopped" if isinstance(error, (Preempted, Interrupted, Collapsed, KeyboardInterrupt)) else "failed"
-        given = (kind, said)
-    write_own_page(cfg.output_dir, "run", bool(cfg.curves) and stopped is None,
-                   lambda line: console.print(line, markup=False, soft_wrap=True), given)

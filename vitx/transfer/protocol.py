@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 
@@ -109,10 +109,13 @@ def _refuse_jobs_in_a_launch(cfg: TransferConfig) -> None:
                         "launch one transfer per --shard)")
 
 
-def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None = None) -> dict[str, Any]:
+def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None = None,
+             page: Callable[..., None] | None = None) -> dict[str, Any]:
     """Run the protocol on every task `cfg.task` selects (this process's share, with --shard or --jobs); prints a
     table and writes summary.json once every item of the suite is on disk. Returns the summary (with
-    `complete`: False and the `missing` items when other processes still have some to run)."""
+    `complete`: False and the `missing` items when other processes still have some to run). `page`: called as
+    page(cfg, console[, stopped=True]) at the end or a stop (`vitx transfer` passes
+    vitx.pages.write_transfer_page: the transfer's report.html)."""
     cfg.validate()
     check_output_dir(cfg.output_dir)  # a folder of the user's files is never written over
     console = console or make_console(cfg.quiet, cfg.log_format)
@@ -148,22 +151,13 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
             drop_suite(cfg)  # a failure before anything trained leaves no record to match
             if made:
                 drop_if_unused(Path(cfg.output_dir).expanduser())  # nor a folder that passes for a transfer's
-        elif trained:
-            _write_page(cfg, console, stopped=True)  # where the suite stands, then the stop goes on
+        elif trained and page:
+            page(cfg, console, stopped=True)  # where the suite stands, then the stop goes on
         raise
     summary = _finish(suite, assembler, console)
-    _write_page(cfg, console)
+    if page:
+        page(cfg, console)
     return summary
-
-
-def _write_page(cfg: TransferConfig, console: Console, stopped: bool = False) -> None:
-    """The transfer's report.html (vitx/pages) in its --output-dir, by the main process: with each task's sweep
-    figure at the end (--curves), without figures at a stop (`vitx report` draws them). A failure is a warning."""
-    if is_main_process():
-        from ..pages import write_own_page
-
-        write_own_page(cfg.output_dir, "suite", cfg.curves and not stopped,
-                       lambda line: console.print(line, markup=False, soft_wrap=True))
 
 
 def _run_share(suite: Suite, assembler: Assembler, console: Console) -> None:
