@@ -318,7 +318,7 @@ def test_a_stop_that_lands_in_a_finalizer_or_before_the_command_line_still_stops
     import sys
     import time
 
-    from vitx.runner.preemption import Stop, command_stops
+    from vitx.runner.preemption import Stop, StopRequests, Waiting, command_stops
 
     class Collected:
         def __del__(self):
@@ -332,6 +332,16 @@ def test_a_stop_that_lands_in_a_finalizer_or_before_the_command_line_still_stops
     finally:
         signal.signal(signal.SIGINT, previous)
     assert str(stopped.value.error).startswith("Ctrl-C; ") and stopped.value.error.exit_code == 130
+
+    class CollectedInTheWait:  # a stop signal while the loop waits for its input, landing in a finalizer
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with command_stops(), StopRequests([signal.SIGTERM]) as requests:
+        with pytest.raises(Waiting), requests.at_once():
+            CollectedInTheWait()
+            time.sleep(5)
+        assert requests.received == "SIGTERM"
 
     script = ("import os, signal, sys, time\n"
               "sys.argv[0] = os.path.join(sys.prefix, 'bin', 'vitx')  # as the console script starts\n"

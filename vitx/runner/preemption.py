@@ -72,12 +72,16 @@ class Requests:
     doing: str = ""  # what the command is doing, for the line of a stop acted on at once
     before: dict[int, object] = field(default_factory=dict)  # the signals' handlers before the command's
     hook: Any = None  # sys.unraisablehook before the command's
-    swallowed: Stop | None = None  # a stop Python ignored in a finalizer, to be raised again
-    again: threading.Timer | None = None  # what sends its signal again
+    swallowed: Stop | Waiting | None = None  # a stop Python ignored in a finalizer, to be raised again
+    again: threading.Timer | None = None  # what sends its signal again (its handler raises `swallowed`)
 
     def raise_swallowed(self) -> None:
-        if self.swallowed is not None:
-            stop, self.swallowed = self.swallowed, None
+        """Raise the stop Python ignored, where the signal sent again came; a `Waiting` only while the loop still
+        waits (else its request, recorded, is answered at the step's end)."""
+        if self.again is not None:
+            self.again.cancel()  # (when another signal came first)
+        stop, self.swallowed, self.again = self.swallowed, None, None
+        if isinstance(stop, Stop) or (isinstance(stop, Waiting) and self.waiting):
             raise stop
 
     def line(self, name: str) -> str:
@@ -96,7 +100,9 @@ def _handle(signum: int, frame: FrameType | None) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
-    state.raise_swallowed()
+    if state.again is not None:  # (the signal sent again for a stop Python ignored: not a new one)
+        state.raise_swallowed()
+        return
     name, now = signal.Signals(signum).name, time.monotonic()
     if state.received is not None and now - state.at < REPEAT_S:
         return  # the same request, delivered twice: it is on its way
@@ -109,7 +115,6 @@ def _handle(signum: int, frame: FrameType | None) -> None:
         return
     state.received, state.at = name, now
     if state.waiting:
-        state.waiting = False  # (raised once)
         raise Waiting()
     if state.loops == 0:
         state.answered = True
@@ -122,8 +127,9 @@ CTRL_C = "Ctrl-C; checkpoints already written are intact (continue a run with --
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     if _current is not None and _current.pid != os.getpid():
         raise KeyboardInterrupt  # (a forked child: Python's own handler)
-    if _current is not None:
+    if _current is not None and _current.again is not None:  # (sent again for a stop Python ignored)
         _current.raise_swallowed()
+        return
     raise Stop(Interrupted(CTRL_C))
 
 
@@ -177,7 +183,7 @@ def command_stops() -> Iterator[Requests]:
     try:
         yield state
     except SystemExit as done:  # (how typer ends a command that succeeded)
-        if state.swallowed is not None and done.code in (0, None):
+        if isinstance(state.swallowed, Stop) and done.code in (0, None):
             raise state.swallowed from None  # ignored in a finalizer at the very end, and not raised again yet
         raise
     finally:
@@ -186,7 +192,7 @@ def command_stops() -> Iterator[Requests]:
             state.again.cancel()
         for sig, handler in state.before.items():
             signal.signal(sig, handler)
-    if state.swallowed is not None:
+    if isinstance(state.swallowed, Stop):
         raise state.swallowed
 
 
@@ -196,7 +202,7 @@ def _unraisable(unraisable: Any) -> None:
     It is raised again where it can stop the command: its signal is sent again a moment later (after this hook has
     returned), and the handler raises it."""
     state = _current
-    if state is None or not isinstance(unraisable.exc_value, Stop) or state.pid != os.getpid():
+    if state is None or not isinstance(unraisable.exc_value, (Stop, Waiting)) or state.pid != os.getpid():
         (state.hook if state is not None else sys.__unraisablehook__)(unraisable)
         return
     state.swallowed = unraisable.exc_value
