@@ -105,6 +105,24 @@ def test_a_tired_head_is_a_note_while_the_features_learn_and_a_collapse_once_the
                                 "teacher_temp; --stop-on-collapse stops the run here with a checkpoint")
 
 
+def test_the_monitor_above_its_start_says_the_features_learn_whatever_rankme_says():
+    # SimCLR (docs/collapse.md), every 25 steps: RankMe below its start while the kNN rises from 58.1% to 88.3%;
+    # given a tired head, RankMe alone would call it stalled from step 75
+    simclr = [(0, 4.635, 0.5806), (25, 3.322, None), (50, 2.605, 0.75), (75, 3.561, None), (100, 3.799, 0.8389),
+              (125, 4.015, None), (150, 3.814, 0.8833), (175, 4.759, None), (200, 4.4, 0.875)]
+    head = {"teacher_entropy": 6.92, "teacher_student_kl": 0.01}
+    cases = [(0.5806, 0, [("head", 50, "teacher_entropy")]),  # as measured: the monitor says they learn
+             (0.95, 0, [("head", 50, "teacher_entropy"), ("collapse", 75, "rankme")]),  # it agrees with RankMe
+             (0.95, 3, [("head", 50, "teacher_entropy"), ("collapse", 150, "monitor_best")])]  # it overrules it
+    for knn0, lift, said in cases:
+        watch = Watch(uniform, {"monitor_": DIGITS})
+        found = [f for step, rank, knn in simclr for f in watch.observe(step, {
+            "rankme": rank + (lift if step else 0), **({"monitor_knn": knn0 if step == 0 else knn} if knn else {}),
+            **(head if step else {})})]
+        assert [(f.kind, f.step, f.record()["figure"]) for f in found] == said
+    assert "(the monitor's best accuracy 88.3%, no higher than at step 0 (95.0%) at its last 3 readings)" in found[-1].line()
+
+
 def test_a_resumed_watch_keeps_its_baselines_and_says_nothing_twice():
     rows = [{"step": 0, "rankme": 4.64}, {"step": 10, "teacher_entropy": 6.92, "rankme": 4.0},
             {"step": 20, "teacher_entropy": 6.92, "rankme": 5.0, "watch": [{"kind": "head"}]}]

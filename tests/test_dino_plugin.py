@@ -244,6 +244,45 @@ def test_dinos_head_findings_read_its_teacher_entropies():
     assert same.state == "constant" and same.value == pytest.approx(0.006) and "0.006 nats" in same.said
 
 
+# Measured (docs/collapse.md): vit-nano/4, digits at 32px, 64 a step, every 10 steps: (step, teacher entropy,
+# batch-mean entropy, KL, RankMe, monitor kNN, 10-shot); RankMe every 20 steps, the monitor every 40
+APPENDIX_D = [(0, None, None, None, 4.6352, 0.5806, 0.3815), (10, 5.7885, 6.0612, 0.6182, None, None, None),
+              (20, 5.8072, 6.0478, 0.2933, 1.9498, None, None), (30, 5.8086, 5.9585, 0.1666, None, None, None),
+              (40, 5.7927, 5.8815, 0.0915, 1.7797, 0.5694, 0.3713), (50, 5.7719, 5.8196, 0.0497, None, None, None),
+              (60, 5.7538, 5.7877, 0.0348, 1.7656, None, None), (70, 5.7422, 5.7625, 0.0205, None, None, None),
+              (80, 5.7357, 5.7502, 0.0146, 1.7621, 0.5583, 0.363), (90, 5.7375, 5.7492, 0.0119, None, None, None),
+              (100, 5.738, 5.7469, 0.009, 1.7549, None, None), (110, 5.7508, 5.7579, 0.0072, None, None, None),
+              (120, 5.7588, 5.765, 0.0063, 1.7468, 0.5639, 0.3676)]
+THIS_ROUND = [(0, None, None, None, 4.6352, 0.5806, 0.3815), (40, 2.5111, 3.4141, 1.0903, 2.198, 0.5361, 0.3583),
+              (80, 5.699, 6.1297, 0.4417, 2.2209, 0.5278, 0.3426), (120, 6.5268, 6.7535, 0.2321, 2.2466, 0.5389, 0.337),
+              (160, 6.7212, 6.8748, 0.1596, 2.2392, 0.5444, 0.3306), (180, 6.7526, 6.894, 0.1455, 2.2307, None, None),
+              (200, 6.7586, 6.8987, 0.1443, 2.2285, 0.5389, 0.3269), (220, 6.7642, 6.9019, 0.1422, 2.2278, None, None),
+              (240, 6.7674, 6.9033, 0.1416, 2.2276, 0.5389, 0.3269)]
+
+
+@pytest.mark.parametrize("run, monitored, said", [(APPENDIX_D, True, [("collapse", 90, "rankme")]),
+                                                  (APPENDIX_D, False, [("collapse", 90, "rankme")]),
+                                                  (THIS_ROUND, True, []), (THIS_ROUND, False, [])])
+def test_the_collapse_watch_on_dinos_measured_runs(run, monitored, said):
+    """Teacher temperature 0.08 with centre momentum 0.999 (DINO's Appendix D): the same teacher output for every
+    image, and features that stop improving (RankMe: the monitor has two readings since step 0, fewer than it needs
+    to judge), a collapse, with the monitor's figures beside it; main_dino.py's recipe at 240 steps of 64: its head
+    near uniform with KL 0.14, nothing said."""
+    from vitx.evaluation.collapse import Watch, chance_bound
+
+    keys = ("teacher_entropy", "teacher_batch_entropy", "teacher_student_kl", "rankme", "monitor_knn",
+            "monitor_fewshot_10shot")
+    obj = dino(out_dim=1024, hidden_dim=16, bottleneck_dim=8, teacher_temp=0.08, center_momentum=0.999)
+    watch = Watch(obj.head_findings, {"monitor_": chance_bound([i % 10 for i in range(360)])} if monitored else {})
+    found = [f for step, *values in run for f in watch.observe(step, {
+        k: v for k, v in zip(keys, values) if v is not None and (monitored or not k.startswith("monitor_"))})]
+    assert [(f.kind, f.step, f.record()["figure"]) for f in found] == said
+    if said:
+        assert found[-1].record()["head"]["state"] == "constant"
+        assert "RankMe 1.76: no higher than at step 0 (4.64) nor 3 watches before (1.95)" in found[-1].line()
+        assert ("the monitor's best accuracy 55.8%, 58.1% at step 0, chance 10.0%" in found[-1].line()) == monitored
+
+
 def test_local_crops_position_embeddings_are_resampled_as_dino_does():
     """facebookresearch/dino vision_transformer.py `interpolate_pos_encoding`, its patch part."""
     from vitx_dino import dino_pos_embed
