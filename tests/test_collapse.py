@@ -162,6 +162,12 @@ def test_stop_on_collapse_checkpoints_and_exits_3_and_needs_a_watch(one_point, t
     said = next(r for r in metrics(tmp_path / "run") if "watch" in r)
     state = json.loads((tmp_path / "run" / "checkpoints" / f"step_{said['step']:08d}" / "trainer_state.json").read_text())
     assert state["step"] == said["step"] == 10  # stopped where it was seen, with a checkpoint there
+    # resumed (the run keeps its --stop-on-collapse): the watch replays metrics.jsonl, its step-0 baselines with it
+    # (the relative rule needs them), and, the features still contracted, says the collapse again and stops
+    res = vitx_cli("pretrain", "--plugin", str(one_point), *flags, "--resume")
+    assert res.returncode == 3 and "collapse at step 15: the features contracted" in res.stderr, res.stderr
+    lines = [(r["step"], e["line"]) for r in metrics(tmp_path / "run") for e in r.get("watch", [])]
+    assert [step for step, _ in lines] == [10, 15] and "of their values at step 0 (27.93" in lines[1][1]
     for off in (["--watch-every", "0"], ["--watch-every", "50"]):  # nothing watched: one line, before any step
         res = vitx_cli("pretrain", "--plugin", str(one_point), *flags, "--stop-on-collapse", *off, "--output-dir",
                        str(tmp_path / "off"))
