@@ -151,6 +151,8 @@ def test_an_objective_that_maps_every_image_to_one_point_is_said_a_collapse_with
     assert len(said) == 1 and said[0][0] == 10 and said[0][1]["kind"] == "collapse"
     start, at = rows[0], next(r for r in rows if r["step"] == 10)
     assert start["rankme"] > 20 and at["rankme"] <= 0.25 * start["rankme"]  # spread out at step 0, contracted at 10
+    page = (tmp_path / "run" / "report.html").read_text()  # the run's page says the watch's line as it was logged
+    assert "<strong>Collapse at step 10</strong>" in page and "No collapse seen" not in page
 
 
 def test_stop_on_collapse_checkpoints_and_exits_3_and_needs_a_watch(one_point, tmp_path):

@@ -29,10 +29,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
-if TYPE_CHECKING:  # (torch: `import vitx.cli` reads this module through the rankme evaluator, and stays light)
-    from ..objectives.base import HeadFinding
 
 EPS = 1e-7  # RankMe's ε in p_k = σ_k / Σσ + ε
 RANK_FLOOR = 1.1  # rankme at or below: (almost) every image maps to one direction
@@ -96,7 +94,7 @@ class Finding:
     kind: str  # "head" | "collapse"
     step: int
     reading: Reading | None  # the representation figure (None: a head finding alone)
-    head: HeadFinding | None = None
+    head: Any = None  # an objective's HeadFinding (objectives/base.py, a floor above this one)
     beside: str = ""
 
     def line(self) -> str:
@@ -125,7 +123,7 @@ class Finding:
         return out
 
 
-Heads = Callable[[dict[str, float]], "list[HeadFinding]"]
+Heads = Callable[[dict[str, float]], list]  # an objective's head_findings: its HeadFinding list
 
 
 @dataclass

@@ -183,14 +183,18 @@ def _monitor_value(value: Any) -> str:
 
 def _watch(run: Run) -> Html:
     rows = [r for r in run.records if any(k in r for k in ("rankme", "feature_std"))]
-    found = [(int(r["step"]), r["collapse"]) for r in run.records if isinstance(r.get("collapse"), str)]
+    # the watch's lines as the run logged them (metrics.jsonl `watch` entries: a collapse, or a calmer head note;
+    # `collapse`: the single line of runs logged before the two were told apart)
+    found = [(int(r["step"]), w.get("kind", "collapse"), w.get("line", "")) for r in run.records
+             for w in (r.get("watch") or []) if isinstance(w, dict)]
+    found += [(int(r["step"]), "collapse", r["collapse"]) for r in run.records if isinstance(r.get("collapse"), str)]
     if not rows and not found:
         return ""
     parts: list[Any] = []
-    if found:
-        parts += [para(Html(f"<strong>Collapse at step {step:,}</strong>: {esc(said)}"), class_="finding")
-                  for step, said in found]
-    else:
+    for step, kind, line in found:
+        title = "Collapse" if kind == "collapse" else "Head note"
+        parts.append(para(Html(f"<strong>{title} at step {step:,}</strong>: {esc(line)}"), class_="finding"))
+    if not any(kind == "collapse" for _, kind, _ in found):
         parts.append(para(f"No collapse seen in {len(rows)} check(s) (every {run.settings.get('watch_every', '?')} "
                           "steps): the label-free figures stayed above the watch's thresholds (rank 1.1, spread 0.5% "
                           "of 1/√D), two checks in a row being needed to say one."))
