@@ -9,8 +9,8 @@ ctrl-c  `vitx pretrain` (vit-nano/4 at 16 px, --steps 60 --save-every 1 --eval-s
         its one line (a signal after the run's end, in the interpreter's exit, is ignored: exit 0 as the run
         ended), and `--resume` must then finish the run with curves.png.
 jobs    `vitx transfer --jobs 2` on a suite of 8 items (two synthetic tasks, two sweep points and two seeds each)
-        gets SIGTERM at a moment drawn over 30-90% of an uninterrupted suite's length (while its jobs run). No
-        item may be taken after the signal (claims.log), and the parent's exit status and line must be true to what is on disk: complete
+        gets SIGTERM once k of its items are done (k drawn) and a moment more: while its jobs run. No item may
+        be taken after the signal (claims.log), no `[k/N done]` may count an item before its own line, and the parent's exit status and line must be true to what is on disk: complete
         (summary.json) → 0; else 75 and the count of items on disk; `--resume` then completes the suite.
 
 Each moment's row: when the signal came, the exit status, the last line, what is on disk, and the check.
@@ -105,27 +105,26 @@ def jobs(moments: int, rng: random.Random, work: Path) -> bool:
     code, _, length = run([*SUITE, "--output-dir", str(full)], full)
     assert code == 0 and (full / "summary.json").is_file(), f"the uninterrupted suite failed ({code})"
     items = sum(1 for e in journal(full) if e[2] == "done")
-    low, high = 0.3 * length, 0.9 * length  # while the jobs run (their start-up is the first quarter or so)
-    print(f"uninterrupted suite: {length:.1f} s, {items} items; SIGTERM at {moments} moments in [{low:.1f}, "
-          f"{high:.1f}] s")
+    print(f"uninterrupted suite: {length:.1f} s, {items} items; SIGTERM once k items are done (k drawn in "
+          f"[1, {items - 2}]) and a moment more (drawn in [0, 3] s): while the jobs run")
     good = 0
     for n in range(moments):
         out = work / f"suite-{n}"
-        at = rng.uniform(low, high)
-        began = time.perf_counter()
+        k, extra = rng.randint(1, items - 2), rng.uniform(0.0, 3.0)
         with open(out.with_suffix(".log"), "wb") as log:
             proc = start([*SUITE, "--output-dir", str(out)], log)
-            try:
-                proc.wait(timeout=at)
-                seen = None
-            except subprocess.TimeoutExpired:
-                seen = len(journal(out))  # the journal when the signal went (a take after it is a defect)
-                proc.send_signal(signal.SIGTERM)
+            while proc.poll() is None and sum(1 for e in journal(out) if e[2] == "done") < k:
+                time.sleep(0.2)
+            time.sleep(extra)
+            seen = len(journal(out))  # the journal when the signal went (a take after it is a defect)
+            proc.send_signal(signal.SIGTERM)
+            sent = time.perf_counter()
             err = proc.communicate()[1].decode(errors="replace")
-        took = time.perf_counter() - began - at
+        took = time.perf_counter() - sent
+        out.with_suffix(".err").write_text(err)
         lines = [line for line in err.splitlines() if line.strip()]
         line = lines[-1] if lines else ""
-        later = [e for e in journal(out)[seen or 0:] if e[2] in ("taken", "taken-over")] if seen is not None else []
+        later = [e for e in journal(out)[seen:] if e[2] in ("taken", "taken-over")]
         done = sum(1 for e in journal(out) if e[2] == "done")
         complete = (out / "summary.json").is_file()
         count = re.search(r"with (\d+) of (\d+) item\(s\) on disk", line)
@@ -135,12 +134,19 @@ def jobs(moments: int, rng: random.Random, work: Path) -> bool:
             true = proc.returncode == 75 and line.startswith("stopped: SIGTERM") and "stopped at once" in line
         else:
             true = proc.returncode == 75 and int(count.group(1)) == done and "stopped: stopped" not in line
+        counters = re.findall(r"\[(\d+)/\d+ done\] job \d+: (\w+)", out.with_suffix(".log").read_text())
+        finished, early = 0, []
+        for shown, event in counters:  # each line's count: the items finished by then, never more
+            finished += event == "done"
+            if int(shown) > finished:
+                early.append(shown)
         again, _, _ = run([*SUITE, "--output-dir", str(out), "--resume"], out.with_name(out.name + "-resume"))
-        ok = not later and true and again == 0 and (out / "summary.json").is_file()
+        ok = not later and true and again == 0 and (out / "summary.json").is_file() and not early
         good += ok
-        print(f"{at:6.1f} s: exit {proc.returncode} after {took:.1f} s, {done}/{items} items on disk, "
-              f"{'complete' if complete else 'not complete'}, {len(later)} taken after the signal | "
-              f"'{line[:110]}' | --resume: exit {again} | {'ok' if ok else 'FAILED'}", flush=True)
+        print(f"after {k} done + {extra:.1f} s: exit {proc.returncode} {took:.1f} s after the signal, {done}/{items} "
+              f"items on disk, {'complete' if complete else 'not complete'}, {len(later)} taken after the signal, "
+              f"{len(early)} counts ahead | '{line[:120]}' | --resume: exit {again} | {'ok' if ok else 'FAILED'}",
+              flush=True)
     print(f"{good}/{moments} moments: no item taken after the signal, the status and line true to the disk")
     return good == moments
 
