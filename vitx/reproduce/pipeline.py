@@ -76,11 +76,9 @@ def _pretrainings(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: C
     """Run pre-trainings (key → (name, seed, run folder)): in this process one after the other (`plan.jobs` 1),
     else `plan.jobs` at a time as `vitx pretrain` processes with the cores shared out (one thread each on 2
     cores: a run on one thread repeats bit for bit, STUDY.md). A finished run is kept; a stopped one resumes."""
-    began: dict[str, float] = {}
-
     def run(key: str) -> dict[str, Any]:
         name, seed, folder = jobs[key]
-        began[key] = time.perf_counter()
+        tick = time.perf_counter()
         settings = _pretrain_settings(plan, name, seed, folder)
         resume = RunDir(folder).latest() is not None
         if plan.jobs <= 1:
@@ -94,7 +92,7 @@ def _pretrainings(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: C
                 raise VitxError(f"pre-training {key} failed (exit {code}); see {log}")
         console.print(f"pre-training {key}: done")
         return {**_last_metrics(folder), "steps": settings["steps"], "seed": seed,
-                "seconds": time.perf_counter() - began[key]}
+                "seconds": time.perf_counter() - tick}
 
     if plan.jobs <= 1:
         return {key: run(key) for key in jobs}
