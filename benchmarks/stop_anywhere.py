@@ -10,7 +10,7 @@ ctrl-c  `vitx pretrain` (vit-nano/4 at 16 px, --steps 60 --save-every 1 --eval-s
         ended), and `--resume` must then finish the run with curves.png.
 jobs    `vitx transfer --jobs 2` on a suite of 8 items (two synthetic tasks, two sweep points and two seeds each)
         gets SIGTERM once k of its items are done (k drawn) and a moment more: while its jobs run. No item may
-        be taken after the signal (claims.log), no `[k/N done]` may count an item before its own line, and the parent's exit status and line must be true to what is on disk: complete
+        be taken after the signal (leases.log), no `[k/N done]` may count an item before its own line, and the parent's exit status and line must be true to what is on disk: complete
         (summary.json) → 0; else 75 and the count of items on disk; `--resume` then completes the suite.
 
 Each moment's row: when the signal came, the exit status, the last line, what is on disk, and the check.
@@ -96,7 +96,7 @@ def ctrl_c(moments: int, rng: random.Random, work: Path) -> bool:
 
 
 def journal(out: Path) -> list[list[str]]:
-    path = out / "claims.log"
+    path = out / "leases.log"
     return [line.split(" ", 4) for line in path.read_text().splitlines()] if path.is_file() else []
 
 

@@ -61,7 +61,7 @@ def vitx_cli(*args: str, cwd: Path | str | None = None) -> CliResult:
     """`vitx ARGS` in this process, through the console script's own entry function (`vitx.cli.main`), with
     its output captured: the same code path as the command, without five seconds of imports per call.
     Components and plugins a command registers (`--plugin FILE`) are undone afterwards."""
-    from vitx import plugins, registry
+    from vitx import discovery as plugins, registry
     from vitx.cli import main
 
     out, err = io.StringIO(), io.StringIO()
@@ -101,7 +101,7 @@ def saved_model_accuracy(final: Path, task: str, limit: int, data_dir: str | Non
     independent of the runner's evaluation loop."""
     import torch
 
-    from vitx.checkpoint import read_config, read_weights
+    from vitx.safe_io import read_config, read_weights
     from vitx.runs import load_backbone
     from vitx.data import decode
     from vitx.data.draws import test_rows

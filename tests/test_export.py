@@ -20,7 +20,7 @@ def test_an_exported_pretraining_loads_in_timm_with_the_runs_features(pretrained
     import torch
 
     import vitx
-    from vitx.checkpoint import read_config
+    from vitx.safe_io import read_config
 
     out = tmp_path / "export"
     proc = vitx_cli("export", str(pretrained_run), "--to", str(out))
@@ -78,7 +78,7 @@ def test_an_exported_transfer_keeps_its_classifier_and_labels(transfer_run, tmp_
 
 
 def test_a_run_started_by_the_command_records_it_in_its_card(mpp_run, tmp_path):
-    from vitx.checkpoint import read_config
+    from vitx.safe_io import read_config
 
     recorded = read_config(mpp_run)["command"]
     assert recorded.startswith("vitx pretrain --recipe recipes/cpu/pretrain-mpp.toml --set")
@@ -192,13 +192,13 @@ def test_push_uploads_the_exports_files_alone(pretrained_run, tmp_path, monkeypa
 def test_a_full_disk_is_one_line_and_leaves_no_staging_folder(pretrained_run, tmp_path, monkeypatch):
     """The disk fills up while the weights are written (safetensors raises its own error, not an OSError): one
     line saying so, `--to` not made, and the staging folder beside it removed."""
-    import vitx.checkpoint as checkpoint
+    import vitx.safe_io as safe_io
     from safetensors import SafetensorError
 
     def full(tensors, path, metadata=None):
         raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
-    monkeypatch.setattr(checkpoint, "save_file", full)
+    monkeypatch.setattr(safe_io, "save_file", full)
     out = tmp_path / "exports"
     out.mkdir()
     proc = vitx_cli("export", str(pretrained_run), "--to", str(out / "exp"))

@@ -10,7 +10,7 @@ from sklearn.linear_model import Ridge
 
 from vitx.data import Preprocess, open_source
 from vitx.transfer import fit_least_squares, load_start, sample_shots
-from vitx.evaluation.fewshot import evaluate_sources
+from vitx.evaluation.least_squares import evaluate_sources
 
 
 @pytest.mark.parametrize("n,d,k,reg", [(50, 20, 5, 1024.0), (10, 64, 10, 3.0), (200, 8, 3, 1e-3)])

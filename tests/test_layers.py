@@ -10,8 +10,8 @@ from .helpers import ROOT
 # lowest first; a room may import only rooms on floors below its own
 FLOORS = [
     ("errors", "invocation", "lazy"),
-    ("checkpoint", "heads", "plots", "registry", "settings", "spec"),  # checkpoint: atomic file I/O only
-    ("backbones", "plugins", "recipe"),
+    ("heads", "plots", "registry", "safe_io", "settings", "spec"),  # safe_io: atomic files, safetensors, no unpickling
+    ("backbones", "discovery", "recipe"),
     ("data",),
     ("analysis", "evaluation", "objectives", "tasks"),
     ("adapters",),

@@ -9,7 +9,7 @@ import torch
 import vitx
 from .helpers import vitx_cli
 from vitx.adapters import AdaptContext, create_adapter, trainable_parameters
-from vitx.checkpoint import export_state, read_weights
+from vitx.safe_io import export_state, read_weights
 from vitx.objectives.supervised import Supervised
 from vitx.registry import ADAPTERS
 

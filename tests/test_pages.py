@@ -387,7 +387,7 @@ def test_a_stopped_run_writes_its_page_and_stops(tmp_path, monkeypatch):
 
 def test_a_page_of_a_run_in_progress_says_so(pretrained_run, two_task_suite, tmp_path):
     """A run whose folder another process holds (its .lock, as a training run holds it) is in progress, and its
-    page says so; so is a transfer with an item claimed now. Let go, the run reads as finished again."""
+    page says so; so is a transfer with an item leased now. Let go, the run reads as finished again."""
     import sys
 
     from vitx.pages import page
@@ -409,8 +409,8 @@ def test_a_page_of_a_run_in_progress_says_so(pretrained_run, two_task_suite, tmp
     suite = tmp_path / "suite"
     shutil.copytree(two_task_suite, suite)
     (suite / "summary.json").unlink()
-    (suite / "claims").mkdir(exist_ok=True)
-    (suite / "claims" / "vtab-dsprites_ori-final-seed1.claim").write_text(json.dumps({"host": "node7", "pid": 42}))
+    (suite / "leases").mkdir(exist_ok=True)
+    (suite / "leases" / "vtab-dsprites_ori-final-seed1.lease").write_text(json.dumps({"host": "node7", "pid": 42}))
     _, html = page([suite], figures=False)
     assert 'data-state="running"' in html and "vtab-dsprites_ori-final-seed1 (node7, pid 42)" in html
 

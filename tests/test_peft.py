@@ -58,7 +58,7 @@ def test_vpt_prompts_are_prefix_tokens_that_change_the_features():
 def test_ssf_folds_into_a_plain_backbone():
     """The saved weights (scale and shift folded into each layer) are a plain vit-nano/4 computing the same
     function as the adapted model."""
-    from vitx.checkpoint import export_state
+    from vitx.safe_io import export_state
 
     model = _adapted("ssf").eval()
     with torch.no_grad():
@@ -132,7 +132,7 @@ def test_a_prompted_backbone_is_recorded_resized_and_read_back(tmp_path):
     """The prompts are in the backbone's record: a resize keeps them (the position embeddings interpolated over
     the patches alone), and a saved prompted backbone is rebuilt from its record alone."""
     from vitx.adapters import resize_backbone
-    from vitx.checkpoint import save_weights
+    from vitx.safe_io import save_weights
     from vitx.runs.folder import load_backbone
 
     model = _adapted("vpt(tokens=3, deep=True)")

@@ -1,5 +1,5 @@
 """Entry-point discovery: a broken plugin is one warning line, the others still load."""
-import vitx.plugins as plugins
+import vitx.discovery as plugins
 from vitx.registry import OBJECTIVES
 from vitx.registry import temporary as vitx_temporary
 

@@ -30,7 +30,7 @@ def _save_test_pngs(folder: Path, limit: int, seed: int = 0) -> dict[str, int]:
 def test_predict_on_the_test_images_as_png_gives_the_reported_accuracy(transfer_run, tmp_path):
     import torch
 
-    from vitx.checkpoint import read_weights
+    from vitx.safe_io import read_weights
     from vitx.data import decode
     from vitx.tasks import get_task, open_full_splits
     from vitx.runs.trained import resolve_run
@@ -69,7 +69,7 @@ def test_predict_on_the_test_images_as_png_gives_the_reported_accuracy(transfer_
 
 
 def test_predict_with_a_supervised_pretraining_gives_its_validation_accuracy(pretrained_run, tmp_path):
-    from vitx.checkpoint import read_config
+    from vitx.safe_io import read_config
     from vitx.data import open_source
 
     config = read_config(pretrained_run)

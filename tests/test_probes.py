@@ -40,7 +40,7 @@ def test_readouts_are_the_features_each_choice_reads():
 def test_heads_trained_side_by_side_are_each_their_own():
     """The grid's heads share batches and nothing else: the lr-0.1 head of a two-lr fit is the lone lr-0.1 fit,
     to the bit; a fit is the same twice; torch's global generator is not touched (the monitor probes mid-run)."""
-    from vitx.evaluation.linear import fit_heads
+    from vitx.evaluation.sgd_probe import fit_heads
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(300, 8)).astype(np.float32), rng.integers(0, 3, 300)
@@ -57,7 +57,7 @@ def test_heads_trained_side_by_side_are_each_their_own():
 def test_linear_probe_picks_the_informative_features_on_validation():
     """Two feature choices, one pure noise and one that holds the class: the probe chooses the second on the
     held-out part of train and scores far above chance on test; the grid is every lr × choice."""
-    from vitx.evaluation.linear import linear_probe
+    from vitx.evaluation.sgd_probe import linear_probe
 
     rng = np.random.default_rng(1)
 
@@ -213,8 +213,8 @@ def test_probes_on_small_data_and_starts_without_a_class_token():
     token offers no last-n readout; kNN over more test rows than one chunk gives the unchunked answer."""
     from vitx.backbones import create_backbone
     from vitx.errors import VitxError
-    from vitx.evaluation.knn import knn_accuracy
-    from vitx.evaluation.linear import linear_probe
+    from vitx.evaluation.weighted_knn import knn_accuracy
+    from vitx.evaluation.sgd_probe import linear_probe
     from vitx.evaluation.representation import Readouts
 
     rng = np.random.default_rng(0)

@@ -214,16 +214,16 @@ def test_a_read_only_output_dir_is_one_line(read_only, tmp_path):
 
 
 def test_a_full_disk_while_saving_is_one_line_and_keeps_the_earlier_checkpoints(tmp_path, monkeypatch):
-    import vitx.checkpoint as checkpoint
+    import vitx.safe_io as safe_io
 
-    real = checkpoint.save_file
+    real = safe_io.save_file
 
     def full(tensors, path, metadata=None):
         if "step_00000004" in str(path):
             raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
         return real(tensors, path, metadata=metadata)
 
-    monkeypatch.setattr(checkpoint, "save_file", full)
+    monkeypatch.setattr(safe_io, "save_file", full)
     out = tmp_path / "run"
     proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, **SHORT)))
     assert proc.returncode == 2 and len(_errors(proc)) == 1, proc.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""A suite spread over processes (issue 39): the work list and its partition, claims on a shared folder, shards
+"""A suite spread over processes (issue 39): the work list and its partition, leases on a shared folder, shards
 run one after another or together, `--jobs`, a shard killed with SIGKILL and rerun, the settings check and
 `--dry-run`. Every way of running a suite must give the one process's numbers exactly."""
 from __future__ import annotations
@@ -43,7 +43,7 @@ def numbers(out: Path) -> dict:
 
 
 def journal(out: Path) -> list[list[str]]:
-    return [line.split(" ", 4) for line in (out / "claims.log").read_text().splitlines()]
+    return [line.split(" ", 4) for line in (out / "leases.log").read_text().splitlines()]
 
 
 def test_the_work_list_and_its_partition_are_the_same_everywhere_and_balanced(tmp_path):
@@ -94,11 +94,11 @@ def test_a_shard_count_beyond_any_suite_is_one_line_before_any_folder(dry, tmp_p
         assert not (tmp_path / "suite").exists()
 
 
-def test_claims_are_exclusive_and_a_dead_holder_s_are_taken_over(tmp_path):
-    from vitx.transfer.claims import STALE_AFTER, Claims
+def test_leases_are_exclusive_and_a_dead_holder_s_are_taken_over(tmp_path):
+    from vitx.transfer.leases import STALE_AFTER, Leases
 
     said = []
-    mine = Claims(tmp_path, said.append)
+    mine = Leases(tmp_path, said.append)
     assert mine.take("t/sweep/a") and mine.take("t/sweep/a")  # held by this process now (taken once)
     assert mine.holder("t/sweep/a") is None  # ours: nobody else's
     path = mine.path("t/sweep/a")
@@ -106,13 +106,13 @@ def test_claims_are_exclusive_and_a_dead_holder_s_are_taken_over(tmp_path):
     mine.release("t/sweep/a")
     assert not path.exists()
 
-    other = Claims(tmp_path, said.append)
+    other = Leases(tmp_path, said.append)
     elsewhere = {"host": "node-7", "pid": 4242, "proc_start": None, "began": "earlier"}
-    path.write_text(json.dumps(elsewhere))  # another machine's live claim (its heartbeat is fresh)
+    path.write_text(json.dumps(elsewhere))  # another machine's live lease (its heartbeat is fresh)
     assert str(other.holder("t/sweep/a")) == "node-7:4242" and not other.take("t/sweep/a")
     os.utime(path, (time.time() - STALE_AFTER - 5,) * 2)  # its heartbeat stopped: that machine's process died
     assert other.holder("t/sweep/a") is None and other.take("t/sweep/a")
-    assert "took over the claim of node-7:4242 (no heartbeat for" in said[-1]
+    assert "took over the lease of node-7:4242 (no heartbeat for" in said[-1]
     other.release("t/sweep/a")
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -123,7 +123,7 @@ def test_claims_are_exclusive_and_a_dead_holder_s_are_taken_over(tmp_path):
     other.release("t/sweep/a")
     path.write_text(json.dumps({**here, "pid": os.getppid()}))  # this machine, alive
     assert not other.take("t/sweep/a")
-    path.write_text("")  # a claim being written (O_EXCL, where there are no hard links): its holder's
+    path.write_text("")  # a lease being written (O_EXCL, where there are no hard links): its holder's
     assert not other.take("t/sweep/a")
     os.utime(path, (time.time() - 600,) * 2)  # ... or torn by a kill long ago: nobody's
     assert other.take("t/sweep/a")
@@ -154,36 +154,36 @@ def test_each_job_gets_its_share_of_the_machine_and_the_parent_s_settings(tmp_pa
     assert child == TransferConfig(**{**cfg.to_dict(), "jobs": 1, "workers": 3})  # --wait as the parent's
 
 
-def _elsewhere(claims, host: str = "node-8"):
-    """`claims` as a process on another machine sees it (same pid, other host: only its heartbeat tells)."""
+def _elsewhere(leases, host: str = "node-8"):
+    """`leases` as a process on another machine sees it (same pid, other host: only its heartbeat tells)."""
     from dataclasses import replace
 
-    claims.me = replace(claims.me, host=host)
-    return claims
+    leases.me = replace(leases.me, host=host)
+    return leases
 
 
-def test_a_paused_holder_loses_its_claim_and_leaves_the_new_holder_s_alone(tmp_path, monkeypatch):
-    """A holder paused past STALE_AFTER has its claim taken over by another machine's process: its heartbeat
-    reads the claim again, finds another holder and says so once; its release leaves the new claim in place."""
-    from vitx.transfer import claims as module
-    from vitx.transfer.claims import STALE_AFTER, Claims
+def test_a_paused_holder_loses_its_lease_and_leaves_the_new_holder_s_alone(tmp_path, monkeypatch):
+    """A holder paused past STALE_AFTER has its lease taken over by another machine's process: its heartbeat
+    reads the lease again, finds another holder and says so once; its release leaves the new lease in place."""
+    from vitx.transfer import leases as module
+    from vitx.transfer.leases import STALE_AFTER, Leases
 
     monkeypatch.setattr(module, "HEARTBEAT", 0.02)
     said, theirs = [], []
-    mine = Claims(tmp_path, said.append)
+    mine = Leases(tmp_path, said.append)
     assert mine.take("t/sweep/a") and mine.still_mine("t/sweep/a")
     path = mine.path("t/sweep/a")
-    thief = _elsewhere(Claims(tmp_path, theirs.append))
+    thief = _elsewhere(Leases(tmp_path, theirs.append))
     with mine._lock:  # the holder paused (SIGSTOP, a frozen VM): its heartbeat stops, a beat in flight ends
         time.sleep(0.1)
         os.utime(path, (time.time() - STALE_AFTER - 5,) * 2)  # ... for over 5 minutes
-        assert thief.take("t/sweep/a") and "took over the claim" in theirs[-1]
+        assert thief.take("t/sweep/a") and "took over the lease" in theirs[-1]
     deadline = time.time() + 5
     while not said and time.time() < deadline:  # the heartbeat notices
         time.sleep(0.01)
-    assert len(said) == 1 and said[0].startswith(f"t/sweep/a: this process's claim was taken over by {thief.me}")
+    assert len(said) == 1 and said[0].startswith(f"t/sweep/a: this process's lease was taken over by {thief.me}")
     assert not mine.still_mine("t/sweep/a") and len(said) == 1  # said once
-    mine.release("t/sweep/a")  # the item ends here: the claim is the new holder's, and stays
+    mine.release("t/sweep/a")  # the item ends here: the lease is the new holder's, and stays
     assert json.loads(path.read_text())["host"] == "node-8" and thief.still_mine("t/sweep/a")
     thief.release("t/sweep/a")
     assert not path.exists()
@@ -191,39 +191,39 @@ def test_a_paused_holder_loses_its_claim_and_leaves_the_new_holder_s_alone(tmp_p
 
 
 def test_process_ids_are_looked_up_only_on_the_same_machine(tmp_path):
-    """Containers can share a host name (host networking) but not a boot and pid namespace: a claim of another
+    """Containers can share a host name (host networking) but not a boot and pid namespace: a lease of another
     namespace, or of a vitx that did not record them, is stale only by its heartbeat, never by its process id."""
-    from vitx.transfer.claims import STALE_AFTER, Claims
+    from vitx.transfer.leases import STALE_AFTER, Leases
 
-    claims = Claims(tmp_path)
+    leases = Leases(tmp_path)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    me = claims.me.record()
-    path = claims.path("t/final")
+    me = leases.me.record()
+    path = leases.path("t/final")
     path.parent.mkdir(parents=True)
     for other in ({"pid_ns": 4026531836 if me["pid_ns"] != 4026531836 else 1}, {"boot": "another-boot"},
                   {"boot": None, "pid_ns": None}):
         path.write_text(json.dumps({**me, "pid": gone.pid, **other}))  # its pid is nobody here: not evidence
-        assert claims.stale(claims._read(path)) is None and not claims.take("t/final"), other
+        assert leases.stale(leases._read(path)) is None and not leases.take("t/final"), other
         os.utime(path, (time.time() - STALE_AFTER - 5,) * 2)
-        assert claims.stale(claims._read(path)).startswith("no heartbeat for"), other
+        assert leases.stale(leases._read(path)).startswith("no heartbeat for"), other
     if me["boot"] is not None and me["pid_ns"] is not None:  # Linux: the same machine
         path.write_text(json.dumps({**me, "pid": gone.pid}))
-        assert claims.stale(claims._read(path)) == f"process {gone.pid} is gone"
+        assert leases.stale(leases._read(path)) == f"process {gone.pid} is gone"
 
 
-def test_a_claim_that_cannot_be_read_for_a_moment_is_not_stale(tmp_path, monkeypatch):
-    """An I/O error reading a claim (NFS, a busy disk) says nothing of its age: it is not taken over."""
+def test_a_lease_that_cannot_be_read_for_a_moment_is_not_stale(tmp_path, monkeypatch):
+    """An I/O error reading a lease (NFS, a busy disk) says nothing of its age: it is not taken over."""
     import errno
 
-    from vitx.transfer.claims import Claims
+    from vitx.transfer.leases import Leases
 
-    holder, other = _elsewhere(Claims(tmp_path)), Claims(tmp_path)
+    holder, other = _elsewhere(Leases(tmp_path)), Leases(tmp_path)
     assert holder.take("t/sweep/a")
     real = Path.read_text
 
     def failing(self, *args, **kwargs):
-        if self.suffix == ".claim":
+        if self.suffix == ".lease":
             raise OSError(errno.EIO, "Input/output error")
         return real(self, *args, **kwargs)
 
@@ -250,7 +250,7 @@ class _Stub:
         self.ran.append(item.key)
 
 
-def _scheduler(tmp_path, mine_keys, worker, wait=False, claims=None):
+def _scheduler(tmp_path, mine_keys, worker, wait=False, leases=None):
     """A two-sweep-point, one-final task (select task) whose items `mine_keys` are this process's share."""
     import io
 
@@ -258,7 +258,7 @@ def _scheduler(tmp_path, mine_keys, worker, wait=False, claims=None):
 
     from vitx.transfer import TransferConfig
     from vitx.transfer.assemble import Assembler
-    from vitx.transfer.claims import Claims
+    from vitx.transfer.leases import Leases
     from vitx.transfer.items import FINAL, SWEEP, Item
     from vitx.transfer.schedule import Scheduler
     from vitx.transfer.suite import Suite
@@ -269,19 +269,19 @@ def _scheduler(tmp_path, mine_keys, worker, wait=False, claims=None):
     items.append(Item("t", FINAL, root / "final", tmp_path, 2, None, 0, 0))
     suite = Suite(cfg, [], [], {}, {"t": root}, "task", items)
     console = Console(file=io.StringIO(), width=400)
-    claims = claims or Claims(tmp_path, lambda line: console.print(line, markup=False))
+    leases = leases or Leases(tmp_path, lambda line: console.print(line, markup=False))
     share = [i for i in items if i.key in mine_keys]
-    return Scheduler(suite, worker, Assembler(suite, console), claims, share, wait, console), items
+    return Scheduler(suite, worker, Assembler(suite, console), leases, share, wait, console), items
 
 
-def test_an_item_whose_claim_was_lost_is_not_marked_done_and_another_machine_s_claim_is_pending(tmp_path):
-    """The item's claim is taken over while it runs (this process was paused): its marker is not written and
-    its claim stays the new holder's. An item of this share claimed from another machine, which may have died,
+def test_an_item_whose_lease_was_lost_is_not_marked_done_and_another_machine_s_lease_is_pending(tmp_path):
+    """The item's lease is taken over while it runs (this process was paused): its marker is not written and
+    its lease stays the new holder's. An item of this share leased from another machine, which may have died,
     is not left behind with exit 0: exit 4 naming its heartbeat, or with --wait taken over once stale."""
     from vitx.errors import SelectionPending
-    from vitx.transfer.claims import STALE_AFTER, Claims
+    from vitx.transfer.leases import STALE_AFTER, Leases
 
-    thief = _elsewhere(Claims(tmp_path, lambda line: None))
+    thief = _elsewhere(Leases(tmp_path, lambda line: None))
 
     def paused(item):
         if item.index == 1:
@@ -290,16 +290,16 @@ def test_an_item_whose_claim_was_lost_is_not_marked_done_and_another_machine_s_c
 
     worker = _Stub(paused)
     scheduler, (a, b, _) = _scheduler(tmp_path, {"t/sweep/lr0.01", "t/sweep/lr0.1"}, worker)
-    with pytest.raises(SelectionPending, match=rf"1 item\(s\) of this process's share are claimed by processes on "
+    with pytest.raises(SelectionPending, match=rf"1 item\(s\) of this process's share are leased by processes on "
                                                rf"other machines: t/sweep/lr0.01 \(node-8:{os.getpid()}, last "
                                                r"heartbeat 0 s ago; taken over after 300 s\); run this again"):
         scheduler.run()
     assert worker.ran == [b.key] and not a.marker.exists() and b.marker.exists()
-    assert json.loads(thief.path(a.key).read_text())["host"] == "node-8" and not scheduler.claims.held
+    assert json.loads(thief.path(a.key).read_text())["host"] == "node-8" and not scheduler.leases.held
     assert [e[2] for e in journal(tmp_path) if e[3] == a.key] == ["taken", "taken-over", "lost", "skipped"]
 
     waiting, _ = _scheduler(tmp_path, {a.key}, _Stub(), wait=True)
-    assert waiting.next_step().kind == "wait"  # --wait: until it is done, or its claim stale
+    assert waiting.next_step().kind == "wait"  # --wait: until it is done, or its lease stale
     os.utime(thief.path(a.key), (time.time() - STALE_AFTER - 5,) * 2)
     assert waiting.run() == [a] and a.marker.exists()
     thief.release_all()
@@ -308,7 +308,7 @@ def test_an_item_whose_claim_was_lost_is_not_marked_done_and_another_machine_s_c
 def test_no_item_is_taken_after_a_stop_signal(tmp_path):
     """A stop signal that came at an item's last step (which just finishes, so the request stays pending): the
     item is on disk and the process takes no other. One that came between a loop's steps (here inside an item,
-    outside any training loop): the process stops at once, the item's claim given back as stopped."""
+    outside any training loop): the process stops at once, the item's lease given back as stopped."""
     from vitx.errors import Preempted
     from vitx.runner.preemption import Stop, StopRequests, command_stops
 
@@ -335,7 +335,7 @@ def test_no_item_is_taken_after_a_stop_signal(tmp_path):
         scheduler.run()
     assert isinstance(stopped.value.error, Preempted) and stopped.value.error.exit_code == 75
     assert str(stopped.value.error).startswith("SIGTERM: stopped at once; checkpoints and results already written")
-    assert worker.ran == [] and not scheduler.claims.held
+    assert worker.ran == [] and not scheduler.leases.held
     assert [(e[2], e[3]) for e in journal(tmp_path / "at-once")] == [("taken", a.key), ("stopped", a.key)]
 
 
@@ -349,11 +349,11 @@ def test_the_jobs_counter_counts_what_was_finished_at_each_line(tmp_path):
     from vitx.transfer.jobs import Journal, Tally, _show
 
     _, mine = _scheduler(tmp_path, set(), _Stub())
-    (tmp_path / "claims.log").write_text("")
-    journal, tally = Journal(tmp_path / "claims.log"), Tally(mine, lambda item: False)
+    (tmp_path / "leases.log").write_text("")
+    journal, tally = Journal(tmp_path / "leases.log"), Tally(mine, lambda item: False)
     lines = [("h:1", "taken", mine[0].key), ("h:2", "taken", mine[1].key), ("h:1", "done", mine[0].key),
              ("h:1", "taken", mine[2].key), ("h:2", "done", mine[1].key), ("h:1", "done", mine[2].key)]
-    (tmp_path / "claims.log").write_text("".join(f"2026-01-01T00:00:00+00:00 {h} {e} {k}\n" for h, e, k in lines))
+    (tmp_path / "leases.log").write_text("".join(f"2026-01-01T00:00:00+00:00 {h} {e} {k}\n" for h, e, k in lines))
     out = io.StringIO()
     _show(journal, {"h:1": 0, "h:2": 1}, tally, Console(file=out, width=400))
     assert out.getvalue().splitlines() == [
@@ -366,11 +366,11 @@ def test_final_runs_wait_for_their_share_s_sweep_points_and_not_for_a_failed_one
     """A final run waits for sweep points of its own share that a live process runs (a sibling job), without
     --wait too; for a point of another shard it stops pending; for one that failed in its process it stops
     pending even with --wait (nobody will run it until its shard is run again)."""
-    from vitx.transfer.claims import Claims
+    from vitx.transfer.leases import Leases
 
-    sibling = Claims(tmp_path).path("t/sweep/lr0.01")  # held by a process alive on this machine
+    sibling = Leases(tmp_path).path("t/sweep/lr0.01")  # held by a process alive on this machine
     sibling.parent.mkdir()
-    sibling.write_text(json.dumps({**Claims(tmp_path).me.record(), "pid": os.getppid(), "proc_start": None}))
+    sibling.write_text(json.dumps({**Leases(tmp_path).me.record(), "pid": os.getppid(), "proc_start": None}))
     share, items = _scheduler(tmp_path, {"t/sweep/lr0.01", "t/sweep/lr0.1", "t/final"}, _Stub())
     items[1].marker.parent.mkdir(parents=True)
     items[1].marker.write_text(json.dumps({"lr": 0.1, "steps": 2, "val_top1": 0.5}))
@@ -379,7 +379,7 @@ def test_final_runs_wait_for_their_share_s_sweep_points_and_not_for_a_failed_one
     alone, _ = _scheduler(tmp_path, {"t/final"}, _Stub())
     sibling.unlink()
     assert alone.next_step().kind == "pending"  # another shard's point, not running: exit 4, as before
-    failing = Claims(tmp_path)
+    failing = Leases(tmp_path)
     assert failing.take("t/sweep/lr0.01")
     failing.release("t/sweep/lr0.01", "failed")
     waiting, _ = _scheduler(tmp_path, {"t/final"}, _Stub(), wait=True)
@@ -476,13 +476,13 @@ def test_a_job_pending_makes_the_parent_pending_with_its_line(tmp_path):
 
 def test_temporary_names_are_unique_beyond_the_process_id(tmp_path, monkeypatch):
     """Pods on different hosts often share pid 1 on one shared filesystem: a temporary name is not the pid alone."""
-    from vitx import checkpoint
+    from vitx import safe_io
 
     names, real = [], Path.write_text
     monkeypatch.setattr(Path, "write_text", lambda self, *a, **k: (names.append(self.name), real(self, *a, **k))[1])
-    checkpoint.atomic_write_text(tmp_path / "x.json", "1")
-    checkpoint.atomic_write_text(tmp_path / "x.json", "2")
-    assert checkpoint.create_whole(tmp_path / "y.json", "3") and not checkpoint.create_whole(tmp_path / "y.json", "4")
+    safe_io.atomic_write_text(tmp_path / "x.json", "1")
+    safe_io.atomic_write_text(tmp_path / "x.json", "2")
+    assert safe_io.create_whole(tmp_path / "y.json", "3") and not safe_io.create_whole(tmp_path / "y.json", "4")
     assert len(set(names)) == 4 and all(f"-{os.getpid()}-" in n for n in names), names
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "y.json"]  # no temporary file left
     assert (tmp_path / "y.json").read_text() == "3"
@@ -667,7 +667,7 @@ def test_four_shards_together_and_two_jobs_give_the_one_process_numbers(release,
 @pytest.mark.slow
 def test_a_shard_killed_mid_item_and_rerun_gives_the_same_summary(release, tmp_path):
     """Acceptance: shard 1/2 killed with SIGKILL in the middle of its first sweep point (after a checkpoint),
-    shard 0/2 running beside it; shard 1/2 rerun takes over its stale claim, continues the point from its
+    shard 0/2 running beside it; shard 1/2 rerun takes over its stale lease, continues the point from its
     checkpoint and finishes the suite: the one process's numbers, no item finished twice."""
     common = ["transfer", "--task", "vtab/dtd,vtab/pets", "--data-dir", str(release), "--lrs", "0.01,0.1",
               "--sweep-steps", "3", "--save-every", "1", *SMALL]
@@ -683,18 +683,18 @@ def test_a_shard_killed_mid_item_and_rerun_gives_the_same_summary(release, tmp_p
         assert held.poll() is None, (tmp_path / "held.log").read_text()[-2000:]
         assert time.time() < deadline
         time.sleep(0.05)
-    claimed = [e[3] for e in journal(out) if e[2] == "taken"]
+    leased = [e[3] for e in journal(out) if e[2] == "taken"]
     os.kill(held.pid, signal.SIGKILL)
     assert held.wait() == -signal.SIGKILL
-    assert len(claimed) == 1 and (out / "claims" / (claimed[0].replace("/", "__") + ".claim")).exists()
+    assert len(leased) == 1 and (out / "leases" / (leased[0].replace("/", "__") + ".lease")).exists()
 
     beside = _start([*common, "--output-dir", str(out), "--shard", "0/2", "--wait"], tmp_path / "beside.log")
     again = vitx_cli(*common, "--output-dir", str(out), "--shard", "1/2", "--wait")
     assert again.returncode == 0, again.stderr[-2000:]
-    assert f"{claimed[0]}: took over the claim of" in again.stdout and "is gone)" in again.stdout
+    assert f"{leased[0]}: took over the lease of" in again.stdout and "is gone)" in again.stdout
     assert beside.wait(timeout=600) == 0, (tmp_path / "beside.log").read_text()[-2000:]
     assert numbers(out) == numbers(tmp_path / "one")
     events = journal(out)
     done = [e[3] for e in events if e[2] == "done"]
     assert len(done) == len(set(done)) == 8
-    assert [e[3] for e in events if e[2] == "taken-over"] == claimed
+    assert [e[3] for e in events if e[2] == "taken-over"] == leased

@@ -11,7 +11,7 @@ import torch
 
 from .helpers import TRANSFER as QUICK
 from .helpers import saved_model_accuracy, vitx_cli
-from vitx.checkpoint import read_weights
+from vitx.safe_io import read_weights
 from vitx.runs import load_backbone
 from vitx.errors import VitxError
 from vitx.transfer import TransferConfig, transfer
@@ -376,15 +376,15 @@ TINY_TRANSFER = ["--from", "scratch", "--model", "vit-nano/4", "--image-size", "
 
 
 def test_a_transfer_that_failed_before_training_does_not_block_the_retry(tmp_path):
-    """A transfer whose start is not there fails after claiming its task folder: it takes the claim back, and a
-    claim left by a kill before training blocks nothing either; the corrected command runs without --resume."""
+    """A transfer whose start is not there fails after recording its task folder: it takes the record back, and a
+    record left by a kill before training blocks nothing either; the corrected command runs without --resume."""
     out = tmp_path / "out"
     proc = vitx_cli("transfer", "--task", "embedded/digits", "--shots", "10", *TINY_TRANSFER[4:], "--from",
                     str(tmp_path / "no-such-run"), "--output-dir", str(out))
     assert proc.returncode == 2 and "no such checkpoint directory" in proc.stderr, proc.stderr
     assert list(out.rglob("transfer.json")) == []
 
-    claimed = out / "embedded-digits" / "transfer.json"  # what a kill between the claim and training leaves
+    claimed = out / "embedded-digits" / "transfer.json"  # what a kill between the record and training leaves
     claimed.parent.mkdir(parents=True)
     claimed.write_text(json.dumps({"task": "embedded/digits", "shots": 20, "seed": 7}))
     proc = vitx_cli("transfer", "--task", "embedded/digits", "--shots", "10", *TINY_TRANSFER, "--output-dir", str(out))

@@ -14,7 +14,7 @@ from .errors import VitxError  # noqa: E402
 from .lazy import lazy_exports  # noqa: E402
 from .registry import (ADAPTERS, BACKBONES, EVALUATORS, OBJECTIVES, TASKS, Registry, register_adapter,  # noqa: E402
                        register_backbone, register_evaluator, register_objective, register_task, temporary)
-from . import plugins as _plugins  # noqa: E402,F401  (installs plugin discovery in the registry)
+from . import discovery as _discovery  # noqa: E402,F401  (installs plugin discovery in the registry)
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from .backbones import create_backbone

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 from .errors import UnknownNameError
 
 _source = "built-in"  # where registrations come from now: set by `registering_from` while a plugin loads
-# Plugin discovery, called with a kind before its first lookup: installed by `vitx.plugins` when the package is
+# Plugin discovery, called with a kind before its first lookup: installed by `vitx.discovery` when the package is
 # imported (the registry knows nothing of entry points, and nothing below it imports the plugin loader).
 discover: Callable[[str], None] = lambda kind: None
 

@@ -1,5 +1,5 @@
 """What is trained at transfer: everything (the paper's fine-tuning), only the head (linear probe), or nothing
-(few-shot: the head is solved for in closed form; see `vitx.evaluation.fewshot`)."""
+(few-shot: the head is solved for in closed form; see `vitx.evaluation.least_squares`)."""
 from __future__ import annotations
 
 import torch.nn as nn

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 from rich.progress import Progress
 
-from ..checkpoint import atomic_write_text
+from ..safe_io import atomic_write_text
 from ..data import DataOptions, EncodedImage, Preprocess, decode, open_data
 from ..errors import VitxError
 from .attention import mean_attention_distance, recording, rollout, uniform_distance

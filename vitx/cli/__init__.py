@@ -17,7 +17,7 @@ import typer
 from .. import __version__
 from ..errors import DISK_STATE_ERRNOS, VitxError
 from ..invocation import recording
-from ..plugins import load_env_plugins, load_plugin
+from ..discovery import load_env_plugins, load_plugin
 from .bench import bench
 from .catalog import adapters, models, objectives, plugins, tasks
 from .configured import add_evaluators, eval_app, pretrain, transfer
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         if exc.errno not in DISK_STATE_ERRNOS:  # the machine's state, whatever command
             raise
-        from ..checkpoint import cannot_write
+        from ..safe_io import cannot_write
 
         print(f"error: {cannot_write(exc.filename or 'a file', exc).user_message()}", file=sys.stderr)
         sys.exit(2)

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .. import plugins as plugin_state
+from .. import discovery as plugin_state
 from ..backbones import BackboneSpec
 from ..registry import ADAPTERS, BACKBONES, KINDS, OBJECTIVES, TASKS
 

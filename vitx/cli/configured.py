@@ -44,7 +44,7 @@ def _evaluation(name: str) -> Any:
             return
         from rich.console import Console
 
-        from ..checkpoint import atomic_write_text
+        from ..safe_io import atomic_write_text
         from ..evaluators.frozen import evaluate
         from ..runs.trained import stopped_early
 

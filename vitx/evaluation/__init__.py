@@ -1,6 +1,6 @@
-"""Frozen-feature evaluation, below the runner and the transfer: what is read (`representation.py`), how it
-is extracted (`features.py`), the probes on it (few-shot least squares `fewshot.py`, kNN `knn.py`, a linear
-probe `linear.py`), and the monitor that runs them during training (`monitor.py`). The evaluators that put
+"""Frozen-feature evaluation's maths, below the runner and the transfer: what is read (`representation.py`),
+how it is extracted (`features.py`), the probes on it (big_vision's few-shot least squares `least_squares.py`,
+DINO's weighted kNN `weighted_knn.py`, a linear probe trained by SGD `sgd_probe.py`), and the monitor that runs them during training (`monitor.py`). The evaluators that put
 them to work, one file each (`vitx eval NAME`, `--monitor-probes NAME`), are in vitx/evaluators/; the
 closed-form transfer calls the same code."""
 from ..lazy import lazy_exports
@@ -14,8 +14,8 @@ READOUTS = ("pre-logits", "cls-token", "patch-mean", "cls-token+patch-mean", "la
 # commands and recipes, old runs' config.json and plugins' `Objective.features` still say it.
 FORMER_FEATURES = {"backbone": "cls-token", "backbone+patch-mean": "cls-token+patch-mean"}
 FEATURE_CHOICES = Choices((AUTO, *FEATURES), renamed=FORMER_FEATURES)  # a features setting's: auto or one of FEATURES
-KNN_K, KNN_TEMPERATURE = 20, 0.07  # DINO's weighted kNN (knn.py)
-LINEAR_LRS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)  # SGD on batch-normalised features (linear.py)
+KNN_K, KNN_TEMPERATURE = 20, 0.07  # DINO's weighted kNN (weighted_knn.py)
+LINEAR_LRS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)  # SGD on batch-normalised features (sgd_probe.py)
 LINEAR_EPOCHS, LINEAR_BATCH, VAL_FRACTION = 100, 256, 0.2
 
 

@@ -1,6 +1,6 @@
 """`vitx eval fewshot` and `--monitor-probes fewshot`: big_vision's few-shot linear evaluation (paper §4), a
 closed-form least-squares head on k frozen features per class, accuracy over seeded draws (the maths:
-`evaluation/fewshot.py`)."""
+`evaluation/least_squares.py`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,7 +32,7 @@ class Fewshot(Evaluator):
     summary = "Regularised least squares on frozen pre-logit features: accuracy at 1/5/10/25 shots over seeds."
 
     def evaluate(self, frozen: Any, model: Any, train: Any, test: Any, preprocess: Any) -> dict[str, Any]:
-        from ..evaluation.fewshot import evaluate_sources
+        from ..evaluation.least_squares import evaluate_sources
 
         cfg = self.cfg  # features only of the images some (shots, seed) draw uses
         return evaluate_sources(model, train, test, preprocess, cfg.shots, range(cfg.draws), cfg.reg,
@@ -43,7 +43,7 @@ class Fewshot(Evaluator):
         """`fewshot_<k>shot`: the mean over 3 draws, for the shot counts every class of the draw has."""
         import numpy as np
 
-        from ..evaluation.fewshot import fewshot_accuracy
+        from ..evaluation.least_squares import fewshot_accuracy
 
         counts = np.bincount(y_train, minlength=num_classes)
         shots = tuple(k for k in MONITOR_SHOTS if counts.min() >= k)

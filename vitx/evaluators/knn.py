@@ -1,5 +1,5 @@
 """`vitx eval knn` and `--monitor-probes knn`: DINO's weighted k-nearest-neighbour classification of frozen
-features (cosine similarity, votes weighted exp(sim / T); the maths: `evaluation/knn.py`)."""
+features (cosine similarity, votes weighted exp(sim / T); the maths: `evaluation/weighted_knn.py`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,7 +30,7 @@ class Knn(Evaluator):
     summary = "Weighted k-nearest-neighbour classification of frozen features (DINO's protocol): top-1 for each k."
 
     def evaluate(self, frozen: Any, model: Any, train: Any, test: Any, preprocess: Any) -> dict[str, Any]:
-        from ..evaluation.knn import knn_accuracy
+        from ..evaluation.weighted_knn import knn_accuracy
 
         cfg = self.cfg
         x_train, y_train, x_test, y_test = frozen.features(model, train, test, preprocess, cfg.train_samples)
@@ -47,7 +47,7 @@ class Knn(Evaluator):
     def monitor(self, x_train: Any, y_train: Any, x_test: Any, y_test: Any, num_classes: int,
                 device: Any) -> dict[str, float]:
         """`knn`: the 20 nearest vote (the kNN monitor of lightly's and InstDisc's self-supervised runs)."""
-        from ..evaluation.knn import knn_accuracy
+        from ..evaluation.weighted_knn import knn_accuracy
 
         return {"knn": knn_accuracy(x_train, y_train, x_test, y_test, num_classes, KNN_K)}
 

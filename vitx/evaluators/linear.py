@@ -1,6 +1,6 @@
 """`vitx eval linear` and `--monitor-probes linear`: a linear head on frozen, cached features, lr × features
 chosen on a held-out part of train, reported on test (DINO's SGD with MAE's BatchNorm; the maths:
-`evaluation/linear.py`). Every feature choice is extracted in one forward pass (`Readouts`)."""
+`evaluation/sgd_probe.py`). Every feature choice is extracted in one forward pass (`Readouts`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -67,7 +67,7 @@ class Linear(Evaluator):
         return readouts
 
     def evaluate(self, frozen: Any, model: Any, train: Any, test: Any, preprocess: Any) -> dict[str, Any]:
-        from ..evaluation.linear import linear_probe
+        from ..evaluation.sgd_probe import linear_probe
 
         cfg = self.cfg
         x_train, y_train, x_test, y_test = frozen.features(model, train, test, preprocess, cfg.train_samples)
@@ -81,7 +81,7 @@ class Linear(Evaluator):
         """`linear`: the lr grid, 30 epochs, the lr chosen on a held-out fifth of the draw, retrained, tested."""
         import torch
 
-        from ..evaluation.linear import linear_probe
+        from ..evaluation.sgd_probe import linear_probe
 
         with torch.enable_grad():
             probe = linear_probe(x_train, y_train, x_test, y_test, num_classes, {"f": slice(0, x_train.shape[1])},

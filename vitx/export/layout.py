@@ -26,7 +26,7 @@ import torch
 from safetensors import SafetensorError
 
 from .. import __version__
-from ..checkpoint import atomic_write_text, fsync_path, read_weights, save_weights, write_reason
+from ..safe_io import atomic_write_text, fsync_path, read_weights, save_weights, write_reason
 from ..errors import VitxError
 from ..runs.ownership import held, shown
 from ..runs.trained import TrainedRun, classifier_heads, resolve_run

@@ -27,7 +27,7 @@ def kind_of(path: Path) -> str:
     """What the folder holds: a pre-training run (config.json with a run record, or a run's metrics.jsonl before
     its first checkpoint), a transfer (suite.json, summary.json, transfer.json or task folders), or a
     reproduction (results.json with its claims). One line when it is none of them."""
-    from ..checkpoint import read_json_object
+    from ..safe_io import read_json_object
 
     if not path.exists():
         raise VitxError(f"{path}: no such folder; give a pre-training run, a transfer's --output-dir or a "
@@ -75,7 +75,7 @@ def page(paths: Sequence[Path], figures: bool = True) -> tuple[str, str]:
 
 def write(html: str, output: Path) -> Path:
     """The page to `output`, atomically (a reader never sees half of it)."""
-    from ..checkpoint import atomic_write_text, cannot_write
+    from ..safe_io import atomic_write_text, cannot_write
 
     try:
         output.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import read_json_object
+from ..safe_io import read_json_object
 from ..errors import VitxError
 from ..plots.series import read_metrics
 from ..runs.rundir import EMA, MARKER, TEACHER, RunDir

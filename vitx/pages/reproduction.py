@@ -8,7 +8,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import read_json_object
+from ..safe_io import read_json_object
 from ..errors import VitxError
 from .html import Html, banner, document, esc, para, section, tag
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import read_json_object
+from ..safe_io import read_json_object
 from ..errors import VitxError
 from .html import (Html, banner, code, command_block, data_json, details, document, esc, number, pairs, para, pct, pm,
                    section, table, tag)
@@ -31,7 +31,7 @@ class Transfer:
     results: dict[str, dict[str, Any]]
     summary: dict[str, Any] | None
     selection: dict[str, Any] | None
-    claims: list[dict[str, Any]] = field(default_factory=list)
+    leases: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -69,29 +69,29 @@ def open_transfer(path: Path) -> Transfer:
     if one_task and tasks[0] in results:
         summary = None  # one task's folder: its result alone
     selection = read_json_object((path if not one_task else path.parent) / "selection.json")
-    return Transfer(path, settings, tasks, folders, results, summary, selection, _claims(path))
+    return Transfer(path, settings, tasks, folders, results, summary, selection, _leases(path))
 
 
-def _claims(path: Path) -> list[dict[str, Any]]:
-    """The items other processes hold now (claims/*.claim, transfer/claims.py), with the age of their heartbeat."""
+def _leases(path: Path) -> list[dict[str, Any]]:
+    """The items other processes hold now (leases/*.lease, transfer/leases.py), with the age of their heartbeat."""
     held = []
-    for claim in sorted((path / "claims").glob("*.claim")) if (path / "claims").is_dir() else []:
-        record = read_json_object(claim) or {}
+    for lease in sorted((path / "leases").glob("*.lease")) if (path / "leases").is_dir() else []:
+        record = read_json_object(lease) or {}
         try:
-            age = time.time() - claim.stat().st_mtime
+            age = time.time() - lease.stat().st_mtime
         except OSError:
             continue
-        held.append({"item": claim.stem, "host": record.get("host", "?"), "pid": record.get("pid", "?"), "age": age})
+        held.append({"item": lease.stem, "host": record.get("host", "?"), "pid": record.get("pid", "?"), "age": age})
     return held
 
 
 def _status(t: Transfer) -> tuple[str, Html]:
-    from ..transfer.claims import STALE_AFTER
+    from ..transfer.leases import STALE_AFTER
 
     done = len(t.results)
     if t.complete:
         return "finished", esc(f"{done} of {len(t.tasks)} task(s) transferred; summary.json written.")
-    live = [c for c in t.claims if c["age"] < STALE_AFTER]
+    live = [c for c in t.leases if c["age"] < STALE_AFTER]
     if live:
         shown = ", ".join(f"{c['item']} ({c['host']}, pid {c['pid']})" for c in live[:4]) + \
             (", ..." if len(live) > 4 else "")

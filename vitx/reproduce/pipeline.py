@@ -16,7 +16,7 @@ from rich.console import Console
 from .. import __version__
 from ..analysis import inspect_backbone
 from ..backbones import create_backbone
-from ..checkpoint import atomic_write_text, cannot_write, read_json_object
+from ..safe_io import atomic_write_text, cannot_write, read_json_object
 from ..runs.folder import load_backbone
 from ..plots.series import read_metrics
 from ..runner import pretrain

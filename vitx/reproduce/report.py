@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ..checkpoint import atomic_write_text
+from ..safe_io import atomic_write_text
 from ..plots import COMPUTE, draw_compute, try_draw
 from .claims import mean_top1, start_stats, test_count
 

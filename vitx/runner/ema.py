@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from accelerate.utils import DistributedType
 
-from ..checkpoint import read_weights
+from ..safe_io import read_weights
 from ..errors import VitxError
 
 RAW = "ema.safetensors"  # inside the checkpoint's accelerate/ folder: the average as it is, for --resume

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from ..data.views import expand
 from ..errors import DISK_STATE_ERRNOS, Collapsed, Preempted, VitxError
-from ..checkpoint import cannot_write
+from ..safe_io import cannot_write
 from ..evaluation.monitor import Probe
 from .agreement import Agreement
 from .config import default_workers

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
-from ..checkpoint import atomic_write_text
+from ..safe_io import atomic_write_text
 from .config import describe_optimisation
 
 

@@ -14,7 +14,7 @@ import torch
 from accelerate import Accelerator
 from safetensors import SafetensorError
 
-from ..checkpoint import cannot_write, export_state, save_weights, torch_write_failure
+from ..safe_io import cannot_write, export_state, save_weights, torch_write_failure
 from ..errors import VitxError
 from ..runs.rundir import PREFIX, RunDir, write_weights
 from .ema import RAW as EMA_RAW

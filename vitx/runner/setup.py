@@ -17,7 +17,7 @@ from safetensors import SafetensorError
 from .. import __version__
 from ..backbones import backbone_record, create_backbone
 from ..backbones.droppath import set_drop_path
-from ..checkpoint import read_config
+from ..safe_io import read_config
 from ..data import DataOptions, Preprocess, open_data
 from ..data.columns import require_labels
 from ..errors import VitxError

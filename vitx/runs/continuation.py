@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 from ..adapters.posemb import grid_of, resample_pos_embed
-from ..checkpoint import read_config, read_weights
+from ..safe_io import read_config, read_weights
 from ..errors import VitxError, first_line
 from .released import DINO_MEAN, DINO_STD, PICKLED, Released, build_vit, read_released, refuse_pickle
 from .rundir import weights_file
@@ -251,7 +251,7 @@ def timm_classifier(folder: Path) -> str | None:
     `classifier`, timm's `head`) that a backbone start drops; None when they hold none."""
     from safetensors import SafetensorError, safe_open
 
-    from ..checkpoint import read_json_object
+    from ..safe_io import read_json_object
 
     config = read_json_object(folder / "config.json") or {}
     name = (config.get("pretrained_cfg") or {}).get("classifier", "head") if isinstance(

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch.nn as nn
 
 from ..adapters.vpt import restore_prompts
-from ..checkpoint import read_config, read_weights
+from ..safe_io import read_config, read_weights
 from ..errors import VitxError
 from ..evaluation.representation import LAYER_KEY, tanh_layer
 from .rundir import weights_file

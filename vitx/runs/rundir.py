@@ -35,7 +35,7 @@ from typing import Any, Iterator
 
 from safetensors import SafetensorError, safe_open
 
-from ..checkpoint import atomic_write_text, cannot_write, fsync_path, fsync_tree, read_json, save_weights
+from ..safe_io import atomic_write_text, cannot_write, fsync_path, fsync_tree, read_json, save_weights
 from ..errors import VitxError
 
 PREFIX = "step_"

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from ..backbones import create_backbone
-from ..checkpoint import read_config, read_json_object
+from ..safe_io import read_config, read_json_object
 from .folder import load_backbone, require_ema, saved_layer
 from ..errors import VitxError
 from ..evaluation.representation import Representation, read_as

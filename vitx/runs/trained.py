@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint import read_config, read_json_object
+from ..safe_io import read_config, read_json_object
 from ..errors import VitxError
 
 if TYPE_CHECKING:
@@ -231,7 +231,7 @@ def _resolve(run: str | Path) -> TrainedRun:
 
 def classifier_heads(run: TrainedRun) -> dict[str, "torch.Tensor"]:
     """The classifier weights of a run that has one (heads.safetensors, `head.*`), else one clear error."""
-    from ..checkpoint import read_weights
+    from ..safe_io import read_weights
 
     if run.objective != "supervised":
         raise VitxError(f"{run.path} was pre-trained with the {run.objective} objective, which has no classifier; "

@@ -258,7 +258,7 @@ def profile(trainer: Any, path: Path) -> None:
 
 def write(measured: Measured, path: str) -> None:
     """The figures as JSON (--output)."""
-    from ..checkpoint import atomic_write_text
+    from ..safe_io import atomic_write_text
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(path), json.dumps(measured.to_dict(), indent=2) + "\n")

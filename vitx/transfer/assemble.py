@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from ..adapters import resolve_adapters
-from ..checkpoint import read_json_object
+from ..safe_io import read_json_object
 from ..errors import VitxError
 from ..tasks import GROUPS
 from ..tasks.published import differences, matching, published

@@ -129,7 +129,7 @@ class TransferConfig(Weights, Columns, Input, Augmentation, Optimisation, Output
     # these changes a number (transfer/items.py, schedule.py, jobs.py)
     shard: str = setting("", "Run shard I of N of the suite's work items (I from 0), e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT: N processes, started anywhere with one shared --output-dir, run one suite; the last to finish writes the summary.", SYSTEM, shown="all items", example="0/4", affects_result=False)
     jobs: int = setting(1, "Run K work items at once on this machine, each in its own process (one per visible GPU in turn; on a CPU each gets its share of the cores as threads), logs in <output>/logs/<host>-<pid>-<id>/job<i>.log.", SYSTEM, above=0, limit=1024, affects_result=False)
-    wait: bool = setting(False, "When final runs need a selection whose sweep points other processes are still running, or items of this process's share are claimed from another machine, wait for them (polling the disk; a claim whose heartbeat stops is taken over) instead of exiting with status 4.", SYSTEM, affects_result=False)
+    wait: bool = setting(False, "When final runs need a selection whose sweep points other processes are still running, or items of this process's share are leased from another machine, wait for them (polling the disk; a lease whose heartbeat stops is taken over) instead of exiting with status 4.", SYSTEM, affects_result=False)
     dry_run: bool = setting(False, "Print the work list (items, steps, image size, shards) and an estimate of its cost from a few measured steps on this machine; train nothing.", SYSTEM, affects_result=False)
 
     def validate(self) -> "TransferConfig":

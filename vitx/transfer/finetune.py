@@ -31,7 +31,7 @@ from ..tasks.splits import task_class_names
 from .config import TransferConfig
 from ..evaluation import feature_name
 from ..evaluation.features import extract_features, source_features
-from ..evaluation.fewshot import fit_least_squares
+from ..evaluation.least_squares import fit_least_squares
 from ..runs.start import load_start, representation, start_features, start_input
 
 

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import atomic_write_text, cannot_write, create_whole, read_json_object
+from ..safe_io import atomic_write_text, cannot_write, create_whole, read_json_object
 from ..errors import VitxError
 from ..runs.rundir import mark_run
 from ..settings import current_values, flags
@@ -68,7 +68,7 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 def started(root: Path) -> bool:
     """Whether a task's transfer has trained or fitted anything there: a sweep point, a final run, a result. A
-    claim (transfer.json) without any is no transfer: a run that failed or was killed before training."""
+    record (transfer.json) without any is no transfer: a run that failed or was killed before training."""
     return (root / "result.json").exists() or (root / "sweep").exists() or any(root.glob("final*"))
 
 
@@ -84,8 +84,8 @@ def _other_task(recorded: Any, name: str) -> bool:
     return not a.exists() and not b.exists()
 
 
-def release_task(root: Path) -> None:
-    """Take back the claim of a task that trained nothing (its setup failed), so that the corrected command runs
+def forget_task(root: Path) -> None:
+    """Take back the record of a task that trained nothing (its setup failed), so that the corrected command runs
     as new, without --resume: transfer.json goes, and the folder when that leaves it empty."""
     if started(root):
         return
@@ -114,7 +114,7 @@ def check_task(cfg: TransferConfig, task: Task, resume: bool, root: Path) -> Non
     """Refuse to mix two different transfers in one task folder: another task's, or this task's with other
     settings; without `resume`, any that has trained something."""
     saved = read_json_object(root / "transfer.json")
-    if saved is None or not started(root):  # (a claim that trained nothing blocks nothing: it is replaced)
+    if saved is None or not started(root):  # (a record that trained nothing blocks nothing: it is replaced)
         return
     saved = current_values(TransferConfig, saved)  # (a setting's former value names)
     if _other_task(saved.get("task"), task.name):
@@ -128,7 +128,7 @@ def check_task(cfg: TransferConfig, task: Task, resume: bool, root: Path) -> Non
                         f"continue it with the settings of {root / 'transfer.json'}, or choose another --output-dir")
 
 
-def claim_task(cfg: TransferConfig, task: Task, resume: bool, root: Path) -> dict[str, Any] | None:
+def record_task(cfg: TransferConfig, task: Task, resume: bool, root: Path) -> dict[str, Any] | None:
     """Write the task's transfer.json (its settings), after `check_task`; its finished result (None until there
     is one)."""
     check_task(cfg, task, resume, root)
@@ -188,5 +188,5 @@ def _create(path: Path, record: dict[str, Any]) -> bool:
 
 
 def drop_suite(cfg: TransferConfig) -> None:
-    """Take back a suite.json this process wrote when it failed before any task trained (as `release_task`)."""
+    """Take back a suite.json this process wrote when it failed before any task trained (as `forget_task`)."""
     (Path(cfg.output_dir) / SUITE).unlink(missing_ok=True)

@@ -22,13 +22,13 @@ from typing import Any, Callable, Iterator
 
 from rich.console import Console
 
-from ..checkpoint import atomic_write_text
+from ..safe_io import atomic_write_text
 from ..errors import Preempted, SelectionPending, VitxError
-from .claims import JOURNAL
+from .leases import JOURNAL
 from .config import TransferConfig
 from .items import Item
 
-TICK = 2.0  # seconds between looks at the children and the claims journal
+TICK = 2.0  # seconds between looks at the children and the leases journal
 
 
 def cores() -> int:
@@ -69,7 +69,7 @@ def write_recipe(path: Path, settings: dict[str, Any], section: str = "transfer"
 
 def _plugin_args() -> list[str]:
     """--plugin for each plugin file or module this process loaded (installed ones load themselves)."""
-    from .. import plugins
+    from .. import discovery as plugins
 
     return [a for name, origin in plugins.loaded.items() if origin.startswith(("file ", "module "))
             for a in ("--plugin", name)]
@@ -105,7 +105,7 @@ def last_line(log: Path) -> str:
 
 
 class Journal:
-    """The claims journal read as it grows: each child's items taken and finished, for the progress view."""
+    """The leases journal read as it grows: each child's items taken and finished, for the progress view."""
 
     def __init__(self, path: Path) -> None:
         self.path, self.offset = path, path.stat().st_size if path.is_file() else 0
@@ -145,7 +145,7 @@ def jobs_folder(output: Path) -> Path:
 
 def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console) -> list[tuple[int, int, Path]]:
     """Run `cfg.jobs` children `vitx transfer … --jobs 1 --resume` on the suite's folder; they share its (or the
-    shard's) items through the claims. Prints one line per item a job takes or finishes; `done(item)` says which
+    shard's) items through the leases. Prints one line per item a job takes or finishes; `done(item)` says which
     are on disk. Returns the failed ones: (job, exit status, log). Stopped by a signal (forwarded to the jobs:
     none takes an item after it), it says what is on disk then: its share complete, it returns as if they had
     finished; else it raises Preempted (exit 75) with the count."""

@@ -14,13 +14,13 @@ not comparable with the paper's Table 2). A suite defaults to `suite`, one task 
     <output>/<suite>-<task>/result.json            sweep table, choice, test accuracy, timings
     <output>/selection.json                         --select suite: the mean val top-1 per point, the choice
     <output>/summary.json                           every task's result and the group means
-    <output>/claims/, claims.log                     who runs which item now, and the journal of who ran what
+    <output>/leases/, leases.log                     who runs which item now, and the journal of who ran what
     <output>/logs/<host>-<pid>-<id>/job<i>.log       --jobs: each job's output (and its settings, jobs.toml)
 
 The suite is a list of work items (items.py: each sweep point, each seed's final run), each a run in its own
 folder that resumes from its checkpoints and leaves a marker when done. Every process runs its share of the list
-(all of it, or `--shard I/N`'s; `--jobs K` starts K processes that share it) through claims on the items
-(claims.py), so that none is run twice; a task's result and the summary are assembled from the files by whichever
+(all of it, or `--shard I/N`'s; `--jobs K` starts K processes that share it) through leases on the items
+(leases.py), so that none is run twice; a task's result and the summary are assembled from the files by whichever
 process finds them complete (assemble.py). One process is the same code path: it runs every item in order, then
 assembles. `--resume` continues where a killed transfer stopped (inside a run, from its last checkpoint).
 """
@@ -43,7 +43,7 @@ from ..runs.trained import stopped_early
 from ..data.opener import DataOptions
 from ..tasks import Task, TaskSplits, open_task, select_tasks
 from .assemble import Assembler, compare_with
-from .claims import Claims
+from .leases import Leases
 from .config import TransferConfig, parse_shard
 from .folders import check_suite, check_task, drop_suite, started, task_dir, task_dirs
 from .items import selection_mode, shard_of, work_list
@@ -89,7 +89,7 @@ def check_closed_form(splits: TaskSplits, shots: int) -> None:
     """A closed-form head (`--adapter fewshot`) is fitted on trainN ∪ valN: refused, before anything runs, when a
     class has no image there (`--shots 5` on 10 classes), by `vitx eval fewshot`'s own check: such a head never
     predicts that class, and too few images give chance accuracy without a word."""
-    from ..evaluation.fewshot import require_shots
+    from ..evaluation.least_squares import require_shots
 
     task = splits.task
     require_shots(splits.train_val.labels(), task.num_classes, 1, f"--adapter fewshot on {task.name}: ",
@@ -126,7 +126,7 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
         cfg = replace(cfg, select="suite" if len(tasks) > 1 else "task")
     folders = task_dirs(cfg, tasks)  # unique, also where two data folders share a name
     if cfg.dry_run:
-        from .plan import dry_run
+        from .estimate import dry_run
 
         return dry_run(cfg, tasks, folders, console)
     _refuse_jobs_in_a_launch(cfg)
@@ -174,13 +174,13 @@ def _run_share(suite: Suite, assembler: Assembler, console: Console) -> None:
             raise describe_failures(failed)
         return
     worker = Worker(cfg, console, {t.name: t for t in suite.runnable}, suite.splits, suite.folders)
-    Scheduler(suite, worker, assembler, _claims(suite, assembler), mine, cfg.wait, console, (index, count)).run()
+    Scheduler(suite, worker, assembler, _leases(suite, assembler), mine, cfg.wait, console, (index, count)).run()
     together()  # a launch's processes read what its main one wrote
 
 
-def _claims(suite: Suite, assembler: Assembler) -> Claims | None:
-    """This process's claims (None in a launch's processes other than the main one, which claims for all)."""
-    return Claims(suite.output, assembler.say) if assembler.main else None
+def _leases(suite: Suite, assembler: Assembler) -> Leases | None:
+    """This process's leases (None in a launch's processes other than the main one, which leases for all)."""
+    return Leases(suite.output, assembler.say) if assembler.main else None
 
 
 def _finish(suite: Suite, assembler: Assembler, console: Console) -> dict[str, Any]:
@@ -214,7 +214,7 @@ def run_task(cfg: TransferConfig, task: Task, resume: bool = False, console: Con
                   given=chosen)
     assembler = Assembler(suite, console, is_main_process())
     worker = Worker(cfg, console, {task.name: task}, suite.splits, folders)
-    Scheduler(suite, worker, assembler, _claims(suite, assembler), suite.items, False, console).run()
+    Scheduler(suite, worker, assembler, _leases(suite, assembler), suite.items, False, console).run()
     together()
     result = assembler.task_result(task.name)
     if result is None:

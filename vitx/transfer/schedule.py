@@ -1,10 +1,10 @@
 """A process's share of the work list, run: the first item in order that is not done, not held by another
-live process and, for a final run, whose point can be chosen, is claimed and run; again until none is left.
+live process and, for a final run, whose point can be chosen, is leased and run; again until none is left.
 Final runs that wait for sweep points not on disk yet end the process with SelectionPending (exit 4), which
 names them, or with --wait are waited for. Items other processes hold are theirs: held by a process seen alive
-on this machine, the process ends without them (the last to finish writes the summary); claimed from another
+on this machine, the process ends without them (the last to finish writes the summary); leased from another
 machine, whose process may have died, they end it with exit 4 too, or with --wait are waited for (and taken
-over once their claim is stale). A sweep point that failed in its process is not waited for."""
+over once their lease is stale). A sweep point that failed in its process is not waited for."""
 from __future__ import annotations
 
 import time
@@ -18,7 +18,7 @@ from ..errors import SelectionPending, VitxError
 from ..runner.launch import process_state
 from ..runner.preemption import check
 from .assemble import Assembler
-from .claims import STALE_AFTER, ClaimLost, Claims, Holder
+from .leases import STALE_AFTER, LeaseLost, Leases, Holder
 from .items import CLOSED, FINAL, Item, partition
 from .suite import Suite
 from .work import Worker
@@ -66,12 +66,12 @@ def _listed(keys: list[str]) -> str:
 
 
 class Scheduler:
-    """Runs `mine` (this process's items, in work-list order). `claims` is None in the processes of a launch
-    other than the main one (which claims for all); `shards`: (I, N) of --shard, to say where missing items run."""
+    """Runs `mine` (this process's items, in work-list order). `leases` is None in the processes of a launch
+    other than the main one (which leases for all); `shards`: (I, N) of --shard, to say where missing items run."""
 
-    def __init__(self, suite: Suite, worker: Worker, assembler: Assembler, claims: Claims | None, mine: list[Item],
+    def __init__(self, suite: Suite, worker: Worker, assembler: Assembler, leases: Leases | None, mine: list[Item],
                  wait: bool, console: Console, shards: tuple[int, int] = (0, 1)) -> None:
-        self.suite, self.worker, self.assembler, self.claims = suite, worker, assembler, claims
+        self.suite, self.worker, self.assembler, self.leases = suite, worker, assembler, leases
         self.mine, self.wait, self.console, self.shards = mine, wait, console, shards
         self.noted: set[str] = set()
         self.ran: list[Item] = []
@@ -80,13 +80,13 @@ class Scheduler:
         self.console.print(line, soft_wrap=True, markup=False)
 
     def run(self) -> list[Item]:
-        """Run until this process's items are done or held by others; the items it ran. A claim taken and not
+        """Run until this process's items are done or held by others; the items it ran. A lease taken and not
         run (the process stopped in between) is given back, however the process stops."""
         try:
             return self._steps()
         finally:
-            if self.claims is not None:
-                self.claims.release_all()
+            if self.leases is not None:
+                self.leases.release_all()
 
     def _steps(self) -> list[Item]:
         shown, pause = "", POLL[0]
@@ -111,13 +111,13 @@ class Scheduler:
     def _run(self, step: Step) -> None:
         item, points = step.item, len(self.suite.cfg.points())
         assert item is not None
-        if self.claims is None:
+        if self.leases is None:
             self.worker.run(item, step.choice, points)
         else:
             try:
-                with self.claims.holding(item.key):
+                with self.leases.holding(item.key):
                     self.worker.run(item, step.choice, points, lambda: self._confirm(item))
-            except ClaimLost:  # (said when it was found) its new holder finishes it
+            except LeaseLost:  # (said when it was found) its new holder finishes it
                 return
         self.ran.append(item)
         if item.kind == CLOSED:  # its result is the item's own, said as it was written
@@ -126,16 +126,16 @@ class Scheduler:
             self.assembler.task_result(item.task)
 
     def _confirm(self, item: Item) -> None:
-        """Before an item's marker is written: its claim must still be this process's (a process paused past
+        """Before an item's marker is written: its lease must still be this process's (a process paused past
         STALE_AFTER may have lost it to one that runs the item again in the same folder)."""
-        assert self.claims is not None
-        if not self.claims.still_mine(item.key):
-            raise ClaimLost(f"{item.key}: this process's claim was taken over; the item is its new holder's")
+        assert self.leases is not None
+        if not self.leases.still_mine(item.key):
+            raise LeaseLost(f"{item.key}: this process's lease was taken over; the item is its new holder's")
 
     def next_step(self) -> Step:
-        """The next item to run, claimed; else why there is none (main process only)."""
-        suite, claims = self.suite, self.claims
-        assert claims is not None
+        """The next item to run, leased; else why there is none (main process only)."""
+        suite, leases = self.suite, self.leases
+        assert leases is not None
         blocked: list[Item] = []
         here: dict[str, str] = {}  # items held by processes seen alive on this machine: they finish there
         away: dict[str, Holder] = {}  # ... by processes known only by their heartbeat (another machine)
@@ -146,16 +146,16 @@ class Scheduler:
                 if choice is None:
                     blocked.append(item)
                     continue
-            holder = claims.holder(item.key)
+            holder = leases.holder(item.key)
             if holder is None:
                 self._stop_if_asked()
-            if holder is None and claims.take(item.key):
-                if suite.done(item):  # finished by another process between our look and our claim
-                    claims.release(item.key, "skipped")
+            if holder is None and leases.take(item.key):
+                if suite.done(item):  # finished by another process between our look and our lease
+                    leases.release(item.key, "skipped")
                     continue
                 return Step("run", item, choice)
-            holder = holder or claims.holder(item.key)  # (or won by another process just now)
-            if holder is None or claims.alive_here(holder):
+            holder = holder or leases.holder(item.key)  # (or won by another process just now)
+            if holder is None or leases.alive_here(holder):
                 here[item.key] = str(holder or "another process")
             else:
                 away[item.key] = holder
@@ -172,7 +172,7 @@ class Scheduler:
         return Step("stop")
 
     def _stop_if_asked(self) -> None:
-        """No item is claimed after a stop signal: one that came as the last item finished (at its last step,
+        """No item is leased after a stop signal: one that came as the last item finished (at its last step,
         which just finishes) stops the process before it takes another."""
         last = f"{self.ran[-1].key} finished (it is on disk)" if self.ran else "this process began"
         check(f"came as {last}: no further item started; run the same command with --resume to continue the suite")
@@ -180,20 +180,20 @@ class Scheduler:
     def _note(self, key: str, holder: str) -> None:
         """An item of this process's share held by another: in the journal and said, once."""
         if key not in self.noted:
-            assert self.claims is not None
+            assert self.leases is not None
             self.noted.add(key)
-            self.claims.log("skipped", key, f"(held by {holder})")
+            self.leases.log("skipped", key, f"(held by {holder})")
             self.say(f"{key}: running in {holder}; not here")
 
     def _away(self, away: dict[str, Holder]) -> str:
-        """One line: items of this share claimed by processes this one cannot see (on another machine, or behind
-        an unreadable claim), which may have died: taken over once their heartbeat is STALE_AFTER old."""
+        """One line: items of this share leased by processes this one cannot see (on another machine, or behind
+        an unreadable lease), which may have died: taken over once their heartbeat is STALE_AFTER old."""
         def shown(key: str, holder: Holder) -> str:
             age = holder.age()
             beat = f"last heartbeat {age:.0f} s ago; " if age is not None and not self.wait else ""
             return f"{key} ({holder}, {beat}taken over after {STALE_AFTER:.0f} s)"
 
-        head = (f"{len(away)} item(s) of this process's share are claimed by processes on other machines: "
+        head = (f"{len(away)} item(s) of this process's share are leased by processes on other machines: "
                 f"{_listed([shown(k, h) for k, h in away.items()])}")
         if self.wait:
             return f"{head}; waiting for them to finish, or to take them over"
@@ -203,23 +203,23 @@ class Scheduler:
         """Final runs whose choice waits for sweep points: wait for them (with --wait, or where all are this
         process's share, which its siblings of --jobs or other live processes are running), or stop, pending.
         A sweep point that failed in its process is not waited for: nobody runs it until its shard is rerun."""
-        suite, claims = self.suite, self.claims
-        assert claims is not None
+        suite, leases = self.suite, self.leases
+        assert leases is not None
         needed = list({i.key: i for b in blocked for i in suite.needs(b)}.values())
-        failed = claims.failed([i.key for i in needed if claims.holder(i.key) is None])
+        failed = leases.failed([i.key for i in needed if leases.holder(i.key) is None])
         ours = {i.key for i in self.mine}
         wait = not failed and (self.wait or all(i.key in ours for i in needed))
         return Step("wait" if wait else "pending", message=self._pending(blocked, needed, failed, wait))
 
     def _pending(self, blocked: list[Item], needed: list[Item], failed: dict[str, str], wait: bool) -> str:
         """One line: which final runs wait for which sweep points, and where those run."""
-        suite, claims = self.suite, self.claims
-        assert claims is not None
+        suite, leases = self.suite, self.leases
+        assert leases is not None
         index, count = self.shards
         shard = dict(zip((i.key for i in suite.items), partition(suite.items, count))) if count > 1 else {}
         where = []
         for item in needed:
-            holder = claims.holder(item.key)
+            holder = leases.holder(item.key)
             where.append(f"{item.key} (running: {holder})" if holder else
                          f"{item.key} (failed in {failed[item.key]})" if item.key in failed else
                          f"{item.key} (shard {shard[item.key]}/{count})" if shard else item.key)

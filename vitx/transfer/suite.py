@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..checkpoint import read_json_object
+from ..safe_io import read_json_object
 from ..errors import VitxError
 from ..tasks import Task, TaskSplits
 from .config import TransferConfig

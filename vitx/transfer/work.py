@@ -10,14 +10,14 @@ from typing import Any, Callable
 from rich.console import Console
 
 from .. import __version__
-from ..checkpoint import read_json_object
+from ..safe_io import read_json_object
 from ..data.draws import describe_test
 from ..runs.rundir import WEIGHTS
 from ..tasks import Task, TaskSplits
 from ..tasks.custom import describe_record
 from .config import TransferConfig, describe_origins, protocol_origins, result_settings
 from .finetune import Prepared, closed_form, parameter_counts, prepare, train_run
-from .folders import claim_task, point_dir, release_task, write_json
+from .folders import forget_task, point_dir, record_task, write_json
 from .items import CLOSED, FINAL, SWEEP, Item
 
 
@@ -60,13 +60,13 @@ def test_record(test: Any, seed: int) -> dict[str, Any]:
 
 
 def _mine() -> None:
-    """An item run without claims (a launch's processes other than the main one) is this process's to finish."""
+    """An item run without leases (a launch's processes other than the main one) is this process's to finish."""
 
 
 class Worker:
     """Runs items in this process. A task is prepared (its start loaded, its small splits decoded) when its
     first item here runs, and kept while the next items are the same task's (the work list keeps a task's items
-    together); its folder is claimed then (transfer.json), and given back when the preparation fails."""
+    together); its folder is recorded then (transfer.json), and given back when the preparation fails."""
 
     def __init__(self, cfg: TransferConfig, console: Console, tasks: dict[str, Task],
                  splits: dict[str, TaskSplits], folders: dict[str, Any]) -> None:
@@ -77,11 +77,11 @@ class Worker:
         if self._open is None or self._open[0] != name:
             self._open = None  # the previous task's images go before the next task's come
             root, task = self.folders[name], self.tasks[name]
-            claim_task(self.cfg, task, True, root)
+            record_task(self.cfg, task, True, root)
             try:
                 prep, settings = open_task_run(self.cfg, task, self.splits.get(name), self.console)
             except BaseException:  # a start that is not there, data that cannot be read: nothing trained
-                release_task(root)
+                forget_task(root)
                 raise
             self._open = (name, prep, settings)
         return self._open[1], self._open[2]
@@ -89,7 +89,7 @@ class Worker:
     def run(self, item: Item, choice: dict[str, Any] | None = None, points: int = 0,
             confirm: Callable[[], None] = _mine) -> None:
         """Run `item`; a final run with `choice` ({lr, steps, selection}); `points`: the size of the sweep grid
-        (for the progress label). `confirm` raises when the item is no longer this process's (its claim was
+        (for the progress label). `confirm` raises when the item is no longer this process's (its lease was
         taken over): called before its marker is written, which says the item is done."""
         if item.kind == SWEEP:
             self.sweep_point(item, points, confirm)

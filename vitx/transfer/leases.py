@@ -1,14 +1,14 @@
-"""Claims on work items in a shared --output-dir, so that two processes never run the same item.
+"""Leases on work items in a shared --output-dir, so that two processes never run the same item.
 
-A claim is `<output>/claims/<item>.claim`, created atomically and whole (of two processes one gets it)
+A lease is `<output>/leases/<item>.lease`, created atomically and whole (of two processes one gets it)
 and holding its holder: host, process id (and the process's start time, which a reused id does not share),
 the host's boot id and the process's pid namespace (two containers can share a host name and a process id),
-when it began. While the item runs a heartbeat thread checks that the claim still names its holder and touches
-it every HEARTBEAT seconds; it is deleted when the item ends, done or failed, and only by its holder. A claim
+when it began. While the item runs a heartbeat thread checks that the lease still names its holder and touches
+it every HEARTBEAT seconds; it is deleted when the item ends, done or failed, and only by its holder. A lease
 whose holder is gone is stale and taken over: on the same machine (host, boot and pid namespace alike), when
 its process no longer exists; otherwise when its heartbeat is older than STALE_AFTER seconds. A holder that was
-paused that long finds its claim taken over: it says so, and what it ran of the item is not kept. Every claim
-taken, taken over, lost, finished or given up is one line of `<output>/claims.log` (time, holder, event, item).
+paused that long finds its lease taken over: it says so, and what it ran of the item is not kept. Every lease
+taken, taken over, lost, finished or given up is one line of `<output>/leases.log` (time, holder, event, item).
 """
 from __future__ import annotations
 
@@ -23,17 +23,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..checkpoint import create_whole
+from ..safe_io import create_whole
 from ..errors import Interrupted, Preempted, VitxError
 from ..runner.preemption import Stop
 
-HEARTBEAT = 30.0  # seconds between touches of a held claim
-STALE_AFTER = 300.0  # a claim untouched for this long (from another machine, or unreadable) is its holder's, dead
-FOLDER, JOURNAL = "claims", "claims.log"
+HEARTBEAT = 30.0  # seconds between touches of a held lease
+STALE_AFTER = 300.0  # a lease untouched for this long (from another machine, or unreadable) is its holder's, dead
+FOLDER, JOURNAL = "leases", "leases.log"
 
 
-class ClaimLost(VitxError):
-    """This process's claim on an item was taken over (it was paused, or cut off from the disk, past STALE_AFTER):
+class LeaseLost(VitxError):
+    """This process's lease on an item was taken over (it was paused, or cut off from the disk, past STALE_AFTER):
     the item is another process's now, and what this one ran of it is not kept."""
 
 
@@ -75,7 +75,7 @@ def _alive(pid: int) -> bool:
 
 @dataclass(frozen=True)
 class Holder:
-    """Who holds a claim. `pid` -1: a claim that could not be read (its `beat` None when not even its time)."""
+    """Who holds a lease. `pid` -1: a lease that could not be read (its `beat` None when not even its time)."""
 
     host: str
     pid: int
@@ -83,10 +83,10 @@ class Holder:
     began: str = ""
     boot: str | None = None  # the host's boot id
     pid_ns: int | None = None  # the holder's pid namespace
-    beat: float | None = None  # the claim file's last touch (its mtime), when it was read
+    beat: float | None = None  # the lease file's last touch (its mtime), when it was read
 
     def __str__(self) -> str:
-        return f"{self.host}:{self.pid}" if self.pid >= 0 else "an unreadable claim"
+        return f"{self.host}:{self.pid}" if self.pid >= 0 else "an unreadable lease"
 
     @property
     def unknown(self) -> bool:
@@ -94,11 +94,11 @@ class Holder:
 
     @property
     def ident(self) -> tuple[Any, ...]:
-        """What tells one holding process from every other (a claim names its holder when these match)."""
+        """What tells one holding process from every other (a lease names its holder when these match)."""
         return self.host, self.pid, self.began, self.boot, self.pid_ns
 
     def age(self) -> float | None:
-        """Seconds since the last heartbeat; None when the claim's time could not be read."""
+        """Seconds since the last heartbeat; None when the lease's time could not be read."""
         return None if self.beat is None else time.time() - self.beat
 
     def beside(self, other: "Holder") -> bool:
@@ -122,23 +122,23 @@ def _stopped(exc: BaseException) -> bool:
     return isinstance(exc, (Preempted, Interrupted, KeyboardInterrupt, Stop))
 
 
-class Claims:
-    """This process's claims in one --output-dir. `say`: where a line for people goes (the console)."""
+class Leases:
+    """This process's leases in one --output-dir. `say`: where a line for people goes (the console)."""
 
     def __init__(self, output: Path, say: Any = print) -> None:
         self.folder, self.journal = Path(output) / FOLDER, Path(output) / JOURNAL
         self.say = say
         self.me = Holder.me()
-        self.held: dict[Path, str] = {}  # claim file → item
+        self.held: dict[Path, str] = {}  # lease file → item
         self.lost: set[Path] = set()  # held, then taken over by another process
         self._lock = threading.Lock()
         self._beating: threading.Event | None = None
 
     def path(self, key: str) -> Path:
-        return self.folder / (key.replace("/", "__") + ".claim")
+        return self.folder / (key.replace("/", "__") + ".lease")
 
     def _read(self, path: Path) -> Holder | None:
-        """The holder in a claim file; None when there is none (or it vanished as it was read)."""
+        """The holder in a lease file; None when there is none (or it vanished as it was read)."""
         try:
             beat = path.stat().st_mtime
         except FileNotFoundError:
@@ -155,17 +155,17 @@ class Claims:
             data = json.loads(text)
             return Holder(str(data["host"]), int(data["pid"]), data.get("proc_start"), str(data.get("began", "")),
                           data.get("boot"), data.get("pid_ns"), beat)
-        except (ValueError, KeyError, TypeError):  # (O_EXCL's claim being written, or torn by a kill)
+        except (ValueError, KeyError, TypeError):  # (O_EXCL's lease being written, or torn by a kill)
             return Holder("?", -1, beat=beat)
 
     def stale(self, holder: Holder) -> str | None:
-        """Why `holder`'s claim is stale, or None while it may still be working."""
+        """Why `holder`'s lease is stale, or None while it may still be working."""
         age = holder.age()
         if holder.unknown:  # being written for a moment, torn by a kill long ago, or not readable just now
-            return f"its claim file is torn, untouched for {age:.0f} s" if age is not None and age > STALE_AFTER \
+            return f"its lease file is torn, untouched for {age:.0f} s" if age is not None and age > STALE_AFTER \
                 else None
         if self.me.beside(holder):  # its process id can be looked up here
-            if holder.pid == self.me.pid:  # (a claim this process holds is never looked at)
+            if holder.pid == self.me.pid:  # (a lease this process holds is never looked at)
                 return "left by this process"
             if not _alive(holder.pid):
                 return f"process {holder.pid} is gone"
@@ -179,7 +179,7 @@ class Claims:
         return self.me.beside(holder) and self.stale(holder) is None
 
     def holder(self, key: str) -> Holder | None:
-        """The live process that holds the item (not this one), or None: unclaimed, stale, or ours."""
+        """The live process that holds the item (not this one), or None: unleased, stale, or ours."""
         path = self.path(key)
         found = self._read(path)
         if found is None or path in self.held or self.stale(found) is not None:
@@ -187,12 +187,12 @@ class Claims:
         return found
 
     def take(self, key: str) -> bool:
-        """Claim the item: True when this process now holds it; False when a live process does (or won the
-        race for it). A stale claim is taken over, and said so."""
+        """Lease the item: True when this process now holds it; False when a live process does (or won the
+        race for it). A stale lease is taken over, and said so."""
         path = self.path(key)
         if path in self.held:
             return True
-        for _ in range(2):  # twice: a claim released between our try and our look
+        for _ in range(2):  # twice: a lease released between our try and our look
             if self._create(path, key):
                 self.log("taken", key)
                 return True
@@ -203,12 +203,12 @@ class Claims:
             if reason is None or not self._move_out(path, found) or not self._create(path, key):
                 return False
             self.log("taken-over", key, f"from {found} ({reason})")
-            self.say(f"{key}: took over the claim of {found} ({reason})")
+            self.say(f"{key}: took over the lease of {found} ({reason})")
             return True
         return False
 
     def still_mine(self, key: str) -> bool:
-        """Whether the item's claim still names this process, read again: a process paused (or cut off from the
+        """Whether the item's lease still names this process, read again: a process paused (or cut off from the
         disk) past STALE_AFTER finds it taken over, says so once, and must not finish the item."""
         path = self.path(key)
         with self._lock:
@@ -221,7 +221,7 @@ class Claims:
         return False
 
     def release(self, key: str, event: str = "done") -> None:
-        """Give the claim up (`event`: done, failed, stopped or lost, for the journal). Only a claim that still names
+        """Give the lease up (`event`: done, failed, stopped or lost, for the journal). Only a lease that still names
         this process is removed: one taken over is its new holder's."""
         path = self.path(key)
         with self._lock:
@@ -238,7 +238,7 @@ class Claims:
         self.log(event, key)
 
     def release_all(self, event: str = "stopped") -> None:
-        """Give up every claim still held (a process that stops between taking an item and running it)."""
+        """Give up every lease still held (a process that stops between taking an item and running it)."""
         with self._lock:
             keys = list(self.held.values())
         for key in keys:
@@ -246,13 +246,13 @@ class Claims:
 
     @contextlib.contextmanager
     def holding(self, key: str) -> Iterator[None]:
-        """Run the body with the item claimed (the claim must have been taken); released however it ends."""
+        """Run the body with the item leased (the lease must have been taken); released however it ends."""
         event = "failed"
         try:
             yield
             event = "done"
         except BaseException as exc:
-            event = "lost" if isinstance(exc, ClaimLost) else "stopped" if _stopped(exc) else event
+            event = "lost" if isinstance(exc, LeaseLost) else "stopped" if _stopped(exc) else event
             raise
         finally:
             self.release(key, event)
@@ -280,13 +280,13 @@ class Claims:
         return {key: who for key, (event, who) in last.items() if event == "failed"}
 
     def _create(self, path: Path, key: str) -> bool:
-        """Create the claim whole (checkpoint.create_whole: of processes on any hosts, one gets it)."""
+        """Create the lease whole (checkpoint.create_whole: of processes on any hosts, one gets it)."""
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             if not create_whole(path, json.dumps(self.me.record())):
                 return False
         except OSError as exc:
-            raise VitxError(f"cannot claim work in {path.parent}: {exc.strerror or exc}; choose another "
+            raise VitxError(f"cannot lease work in {path.parent}: {exc.strerror or exc}; choose another "
                             "--output-dir") from None
         with self._lock:
             self.held[path] = key
@@ -294,18 +294,18 @@ class Claims:
             if self._beating is None:
                 self._beating = threading.Event()
                 threading.Thread(target=self._beat, args=(self._beating,), daemon=True,
-                                 name="vitx-claim-heartbeat").start()
+                                 name="vitx-lease-heartbeat").start()
         return True
 
     def _drop(self, path: Path) -> None:
-        """Forget a held claim (under the lock); the heartbeat stops with the last."""
+        """Forget a held lease (under the lock); the heartbeat stops with the last."""
         self.held.pop(path, None)
         if not self.held and self._beating is not None:
             self._beating.set()
             self._beating = None
 
     def _lose(self, path: Path, key: str, found: Holder | None, held: bool = True) -> None:
-        """The claim names another process now (or none): said once, in the journal and to people."""
+        """The lease names another process now (or none): said once, in the journal and to people."""
         with self._lock:
             if held and path not in self.held:
                 return
@@ -313,13 +313,13 @@ class Claims:
             if held:
                 self.lost.add(path)
         self.log("lost", key, f"to {found or 'nobody'}")
-        self.say(f"{key}: this process's claim was taken over by {found or 'another process'} (no heartbeat "
+        self.say(f"{key}: this process's lease was taken over by {found or 'another process'} (no heartbeat "
                  f"seen for {STALE_AFTER:.0f} s: paused or cut off from the disk?); it is theirs, and what ran of it "
                  "here is not kept")
 
     def _move_out(self, path: Path, seen: Holder) -> bool:
-        """Remove the claim at `path` if it names `seen` (moved aside first: of several processes that try, one
-        succeeds); a claim that changed between the look and the move (a fresh one) is put back."""
+        """Remove the lease at `path` if it names `seen` (moved aside first: of several processes that try, one
+        succeeds); a lease that changed between the look and the move (a fresh one) is put back."""
         tomb = path.with_name(f"{path.name}.gone-{self.me.host}-{self.me.pid}-{os.urandom(4).hex()}")
         try:
             os.rename(path, tomb)
@@ -335,7 +335,7 @@ class Claims:
         return True
 
     def _beat(self, stop: threading.Event) -> None:
-        """Every HEARTBEAT seconds: each held claim checked (still this process's?) and touched."""
+        """Every HEARTBEAT seconds: each held lease checked (still this process's?) and touched."""
         while not stop.wait(HEARTBEAT):
             with self._lock:
                 held = list(self.held.values())
@@ -345,4 +345,4 @@ class Claims:
                         os.utime(self.path(key))
 
 
-__all__ = ["ClaimLost", "Claims", "HEARTBEAT", "Holder", "STALE_AFTER"]
+__all__ = ["LeaseLost", "Leases", "HEARTBEAT", "Holder", "STALE_AFTER"]

@@ -1,4 +1,5 @@
-"""Checkpoint files: safetensors weights and config.json, written atomically, read without unpickling.
+"""Safe file I/O for every command: files written atomically (whole or not at all, fsynced), safetensors
+weights and config.json, read without unpickling (run folders, checkpoints, exports, suite records).
 
 A run directory holds `config.json` (everything needed to rebuild the model and its preprocessing),
 `model.safetensors` (the backbone, timm key names: `timm.create_model(config["backbone"]["timm_arch"],
