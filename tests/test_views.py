@@ -8,10 +8,18 @@ import torch
 
 from vitx import VitxError
 from vitx.data import Batches, Preprocess, Shapes, StreamSampler, decode
-from vitx.data.views import View, expand, make_view, view_rng
+from vitx.data.photometry import apply, draw
+from vitx.data.views import View, expand, make_crop, view_rng
 
 MULTI = (View(count=2, scale=(0.4, 1.0), jitter=(0.4, 0.4, 0.2, 0.1), gray=0.2, blur=0.5),
          View(count=3, size=8, scale=(0.05, 0.4), blur=0.5, solarize=0.2))
+
+
+def make_view(image: torch.Tensor, view: View, interpolation: str, rng: np.random.Generator) -> torch.Tensor:
+    """One whole crop of a (3, H, W) uint8 image, as the loader makes it: the geometry, then the photometry drawn
+    from the same generator → (3, S, S) uint8."""
+    crop = make_crop(image, view, interpolation, rng)
+    return apply(crop[None], draw(view, rng))[0]
 
 
 def test_expand_lists_one_entry_per_crop_with_its_size():

@@ -16,17 +16,37 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-if TYPE_CHECKING:
-    from .views import View
-
 BRIGHTNESS, CONTRAST, SATURATION, HUE = range(4)
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's (ITU-R 601-2 luma)
+
+
+class Photometric(Protocol):
+    """What the photometry reads of a view (views.py's View has it): each colour operation's strength or
+    probability. Declared here, so that this module, below views.py, needs nothing of it."""
+
+    @property
+    def jitter(self) -> tuple[float, float, float, float]: ...  # ColorJitter's brightness, contrast, saturation, hue
+
+    @property
+    def jitter_p(self) -> float: ...
+
+    @property
+    def gray(self) -> float: ...
+
+    @property
+    def blur(self) -> float: ...
+
+    @property
+    def sigma(self) -> tuple[float, float]: ...
+
+    @property
+    def solarize(self) -> float: ...
 
 
 @dataclass
@@ -62,12 +82,12 @@ class Params:
                       torch.tensor(sigma, dtype=torch.float64), torch.tensor(solarize, dtype=torch.bool))
 
 
-def draw(view: "View", rng: np.random.Generator) -> Params:
+def draw(view: Photometric, rng: np.random.Generator) -> Params:
     """One sample's parameters (`draw_row`) as a one-row Params."""
     return Params.of([draw_row(view, rng)])
 
 
-def draw_row(view: "View", rng: np.random.Generator) -> tuple:
+def draw_row(view: Photometric, rng: np.random.Generator) -> tuple:
     """One sample's parameters, drawn from its crop's generator after the geometry, in the order (and with the
     same calls) as the per-sample ColorJitter, RandomGrayscale, GaussianBlur and RandomSolarize draw them:
     (jitter, order, factors, gray, sigma, solarize) as plain values, batched by `Params.of`."""
@@ -251,4 +271,4 @@ def _blur(x: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     return y.round_().clamp_(0, 255).to(torch.uint8).view(b, c, size, size)
 
 
-__all__ = ["Params", "apply", "blur_kernel_size", "draw", "draw_row"]
+__all__ = ["Params", "Photometric", "apply", "blur_kernel_size", "draw", "draw_row"]

@@ -85,12 +85,4 @@ def make_crop(image: torch.Tensor, view: View, interpolation: str, rng: np.rando
     return out.contiguous()
 
 
-def make_view(image: torch.Tensor, view: View, interpolation: str, rng: np.random.Generator) -> torch.Tensor:
-    """One whole crop, geometry and photometry, of a (3, H, W) uint8 image → (3, S, S) uint8."""
-    from .photometry import apply, draw
-
-    crop = make_crop(image, view, interpolation, rng)
-    return apply(crop[None], draw(view, rng))[0]
-
-
-__all__ = ["View", "expand", "make_crop", "make_view", "view_rng"]
+__all__ = ["View", "expand", "make_crop", "view_rng"]
