@@ -1,13 +1,14 @@
 """One name for each thing (issue 47): four house counts, each held at 0. A setting declared again by another
 command with the same meaning, modules that import each other in a circle, a function over 100 lines, a file
 name that vitx/evaluation/ and vitx/evaluators/ both use. Read from the source (ast) and the config dataclasses'
-fields, nothing trained: `python -m tests.test_house [--list] [ROOT]` prints the four counts of a checkout (ROOT: another
-tree's, whose vitx it imports; default this one)."""
+fields, nothing trained: `python -m tests.test_house [--list] [ROOT]` prints the four counts of a checkout, one line
+each (--list: and what each counts; ROOT: another tree, whose vitx it imports; default this one)."""
 from __future__ import annotations
 
 import ast
 import dataclasses
 import difflib
+import functools
 import importlib
 import itertools
 import sys
@@ -18,6 +19,12 @@ from .helpers import ROOT
 SAME_MEANING = 0.75  # difflib ratio of two help texts at or above which they say the same thing
 LONGEST = 100  # lines a function may span, its def line included
 MAKERS = {"setting", "with_default"}  # what makes a command's setting (vitx/settings/__init__.py)
+
+
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """A file's syntax tree, read once however many counts walk it."""
+    return ast.parse(path.read_text())
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -35,6 +42,7 @@ def _callee(node: ast.AST) -> str | None:
     return getattr(node.func, "id", getattr(node.func, "attr", None)) if isinstance(node, ast.Call) else None
 
 
+@functools.lru_cache(maxsize=None)
 def written_settings(root: Path) -> dict[str, set[tuple[str, str]]]:
     """Module → (class, field) of every `field: T = setting(...)` written in a class body, for the modules whose
     classes make settings (the commands' config declarations, the groups they compose) directly or through a
@@ -43,7 +51,7 @@ def written_settings(root: Path) -> dict[str, set[tuple[str, str]]]:
     `option`s are not commands' settings: they are given inside --objective, with no flag of their own."""
     found = {}
     for name, path in modules(root).items():
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         if not any(_callee(node) in MAKERS for node in ast.walk(tree)):
             continue
         made = [(c.name, s.target.id, _callee(s.value)) for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
@@ -106,27 +114,27 @@ def setting_copies(root: Path = ROOT) -> dict[str, list[str]]:
 
 # -- 2. import circles -------------------------------------------------------------------------------------------
 
-def module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+def module_level_imports(tree: ast.Module, deferred: bool = False) -> list[ast.Import | ast.ImportFrom]:
     """The imports a module runs when it is imported (those under `if TYPE_CHECKING:` included, a type
-    checker follows them), not those inside functions, which run when called."""
+    checker follows them), not those inside functions, which run when called (`deferred`: those too)."""
     found, todo = [], list(tree.body)
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
-        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        elif deferred or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             todo += list(ast.iter_child_nodes(node))
     return found
 
 
-def import_graph(root: Path) -> dict[str, set[str]]:
-    """vitx module → the vitx modules it imports at module level: `from .a import b` imports module a.b where
-    there is one, else a."""
+def import_graph(root: Path, deferred: bool = False) -> dict[str, set[str]]:
+    """vitx module → the vitx modules it imports at module level (`deferred`: inside functions too): `from .a
+    import b` imports module a.b where there is one, else a."""
     known = modules(root)
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, path in known.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in module_level_imports(ast.parse(path.read_text())):
+        for node in module_level_imports(parsed(path), deferred):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             else:
@@ -144,10 +152,10 @@ def import_graph(root: Path) -> dict[str, set[str]]:
     return graph
 
 
-def import_circles(root: Path = ROOT) -> list[list[str]]:
+def import_circles(root: Path = ROOT, deferred: bool = False) -> list[list[str]]:
     """The modules that import each other, directly or round a longer circle: the strongly connected components
     of the import graph with more than one module (Tarjan's)."""
-    graph = import_graph(root)
+    graph = import_graph(root, deferred)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -185,7 +193,7 @@ def long_functions(root: Path = ROOT) -> list[str]:
     found = []
     paths = sorted((root / "vitx").rglob("*.py")) + sorted((root / "plugins").glob("*/**/*.py"))
     for path in paths:
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 span = node.end_lineno - node.lineno + 1
                 if span > LONGEST:
@@ -197,7 +205,8 @@ def long_functions(root: Path = ROOT) -> list[str]:
 
 def shared_file_names(root: Path = ROOT) -> list[str]:
     """Module file names both vitx/evaluation/ and vitx/evaluators/ use (a reader cannot tell which is meant)."""
-    names = [{p.name for p in (root / "vitx" / room).glob("*.py")} - {"__init__.py"} for room in ("evaluation", "evaluators")]
+    names = [{p.name for p in (root / "vitx" / room).glob("*.py")} - {"__init__.py"}
+             for room in ("evaluation", "evaluators")]
     return sorted(names[0] & names[1])
 
 
@@ -228,6 +237,8 @@ def test_evaluation_and_evaluators_share_no_file_name():
 
 def main(root: Path, listed: bool = False) -> None:
     """The four counts of the checkout at `root`, one line each (`listed`: each followed by what it counts)."""
+    if not (root / "vitx" / "__init__.py").is_file():
+        sys.exit(f"{root} has no vitx/ package: give the root of a vitx checkout")
     sys.path.insert(0, str(root))
     counts = {"settings copied across commands": [f"{n}: {', '.join(p)}" for n, p in setting_copies(root).items()],
               "import circles": [" <-> ".join(c) for c in import_circles(root)],
