@@ -38,7 +38,7 @@ def test_protocol_from_a_checkpoint(transfer_run, pretrained_run):
     # the record is true: the run's model is the start's architecture, its data where the images came from;
     # the start itself and the task are the transfer's
     assert (config["run"]["model"], config["run"]["data"]) == ("vit-nano/4", "embedded")
-    assert config["run"]["init"] == str(pretrained_run)
+    assert config["run"]["start"] == str(pretrained_run)
     assert (config["transfer"]["start"], config["transfer"]["task"]) == (str(pretrained_run), "vtab/dsprites_loc")
     summary = json.loads((out_dir / "summary.json").read_text())
     assert result["source"] == "embedded (synthetic regeneration)" and result["synthetic"]
@@ -110,6 +110,22 @@ def test_fewshot_adapter_in_closed_form(pretrained_run, tmp_path):
                                                  "gives 5 training images for 10 classes, and the closed-form head never "
                                                  "predicts a class it has none of; pass a larger --shots\n")
     assert not (tmp_path / "five").exists()
+
+
+def test_a_start_that_is_not_there_is_refused_before_anything_is_written(tmp_path):
+    """`--from` a path that is not there: one line, exit 2, and no output folder made (it was made, marked as a
+    vitx run and given leases/ before the first item loaded the start); a folder that was there stays as it was."""
+    missing = tmp_path / "no-run"
+    line = (f"error: --from {missing}: no such checkpoint directory; give a vitx run or checkpoint folder, a timm "
+            "model folder (config.json and model.safetensors, as timm's save_for_hf writes it), timm:<name>, or "
+            "scratch\n")
+    proc = vitx_cli("transfer", "--task", "embedded/digits", "--from", str(missing), "--output-dir",
+                    str(tmp_path / "out"))
+    assert (proc.returncode, proc.stderr) == (2, line) and not (tmp_path / "out").exists()
+    (tmp_path / "empty").mkdir()
+    proc = vitx_cli("transfer", "--task", "embedded/digits", "--from", str(missing), "--output-dir",
+                    str(tmp_path / "empty"), "--resume")
+    assert (proc.returncode, proc.stderr) == (2, line) and list((tmp_path / "empty").iterdir()) == []
 
 
 def test_fine_tuning_learns_dsprites_location(tmp_path):

@@ -136,6 +136,7 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
     check_suite(cfg, names, joining, begun, write=False)  # the suite's settings first: the line names them
     for task in tasks:
         check_task(cfg, task, joining, folders[task.name])
+    check_start(cfg)  # a --from that is not there or does not load: one line, before anything is written
     stopped = stopped_early(cfg.start)
     if stopped:
         console.print(stopped, markup=False, soft_wrap=True)
@@ -158,6 +159,19 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
     if page:
         page(cfg, console)
     return summary
+
+
+def check_start(cfg: TransferConfig) -> None:
+    """Refuse a start that is not there or does not load as one (a missing --from, a damaged run) before the
+    output folder is made: its items load it only once they run, after the folder, its mark and leases/ are
+    written. A timm name is checked by building its architecture (nothing is fetched); the caller's generators
+    are left as they were (a vitx run's architecture is initialised before its weights are read)."""
+    import torch
+
+    from .estimate import architecture
+
+    with torch.random.fork_rng(devices=[]):
+        architecture(cfg)
 
 
 def _run_share(suite: Suite, assembler: Assembler, console: Console) -> None:
