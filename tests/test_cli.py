@@ -178,12 +178,79 @@ def test_a_shared_setting_is_declared_once_and_reaches_every_command_that_compos
                 assert dict(field.metadata) == dict(declared.metadata), (name, declared.name)
                 assert flag_of(field) in helps[name], (name, flag_of(field))
                 checked += 1
-    assert checked == 25 + 29 + 7  # the group settings of pretrain, transfer (with Input) and eval
+    assert checked == 30 + 35 + 13  # the group settings of pretrain, transfer (with Input) and eval linear
     own = {f.name for f in dataclasses.fields(TransferConfig)} & {f.name for f in dataclasses.fields(PretrainConfig)}
     in_groups = {f.name for g in groups_of(TransferConfig) for f in dataclasses.fields(g)}
     # what the two commands share outside the groups means something different in each (the run's own)
-    assert own - in_groups == {"model", "image_size", "stream", "lr", "steps", "seed", "output_dir", "save_every"}
+    assert own - in_groups == {"lr", "steps", "output_dir", "save_every"}
     assert (TransferConfig().optimizer, PretrainConfig().optimizer) == ("sgd", "adamw")  # own defaults
+    assert (TransferConfig().start, PretrainConfig().start, PretrainConfig().model) == \
+        ("runs/pretrain", "scratch", "vit-nano/4")
+
+
+def _flag_rows(shown: str) -> list[str]:
+    """The option names --help lists, one per row (a row's first word inside the panel frame)."""
+    import re
+
+    return re.findall(r"^│ (--[a-z-]+)", shown, flags=re.M)
+
+
+def test_eval_transfer_and_pretrain_list_the_start_group_once_and_init_only_as_a_former_name():
+    """--from, --model, --image-size and --use-ema are one declaration (settings/groups.py's Start) that every
+    command composes: each listed once in each command's --help, in the Model panel; pre-training's former --init is
+    hidden there, named once, in --from's help."""
+    import re
+
+    for args in (("eval", "knn"), ("eval", "linear"), ("transfer",), ("pretrain",)):
+        shown = vitx_cli(*args, "--help").stdout
+        rows = _flag_rows(shown)
+        for flag in ("--from", "--model", "--image-size", "--use-ema", "--seed"):
+            assert rows.count(flag) == 1, (args, flag, rows)
+        assert "--init" not in rows, args
+        assert len(re.findall(r"--init\b", shown)) == 1 and "Its former name --init still works." in \
+            " ".join(re.sub("[│]", " ", shown).split()), args
+        model = shown[shown.index("─ Model ─"):]
+        model = model[:model.index("╰")]
+        assert all(flag in _flag_rows(model) for flag in ("--from", "--model", "--image-size", "--use-ema")), args
+
+
+def test_pretrain_init_is_from_on_the_command_line_in_recipes_and_in_recorded_runs(tmp_path, monkeypatch):
+    """`vitx pretrain --init X` (the former name) chooses what `--from X` does; a recipe's `init = ...` and --set
+    init=... load as `start`; an old run's config.json `run.init` reads as its start ("" as scratch), for a
+    resume (`saved_settings`) and a rebuilt command line alike. Both names at once is one line."""
+    import json
+
+    import vitx.runner
+    from vitx.export.command import rebuild
+    from vitx.runner.config import PretrainConfig
+    from vitx.runner.setup import saved_settings
+
+    chosen: list[dict] = []
+    monkeypatch.setattr(vitx.runner, "pretrain", lambda options, **kw: chosen.append(options))
+    recipe = tmp_path / "old.toml"
+    recipe.write_text('[pretrain]\ninit = "runs/micro"\nsteps = 7\n')
+    for args in (["--from", "runs/micro", "--steps", "7"], ["--init", "runs/micro", "--steps", "7"],
+                 ["--recipe", str(recipe)], ["--set", "init=runs/micro", "--steps", "7"]):
+        assert vitx_cli("pretrain", *args).returncode == 0, args
+    assert chosen == [{"start": "runs/micro", "steps": 7}] * 4
+    assert PretrainConfig(**chosen[1]) == PretrainConfig(start="runs/micro", steps=7)
+    _one_line_error(vitx_cli("pretrain", "--from", "runs/a", "--init", "runs/b"),
+                    "--from is given twice, as --from and as its former name --init; keep --from")
+    recipe.write_text('[pretrain]\ninit = "runs/a"\nstart = "runs/b"\n')
+    _one_line_error(vitx_cli("pretrain", "--recipe", str(recipe)), "start is given twice, as start and as its "
+                    "former name init; keep start")
+
+    for recorded, start in (("runs/micro", "runs/micro"), ("", "scratch")):  # checkpoints written before --from
+        checkpoint = tmp_path / f"old{len(recorded)}"
+        checkpoint.mkdir()
+        run = {**PretrainConfig(steps=7).to_dict(), "init": recorded}
+        del run["start"]
+        (checkpoint / "config.json").write_text(json.dumps({"run": run}))
+        assert saved_settings(checkpoint) == PretrainConfig(start=start, steps=7)
+        assert PretrainConfig.from_dict(run).start == start
+    command = rebuild("pretrain", PretrainConfig.from_dict({"init": "runs/micro", "model": "vit-s/16"}).to_dict(),
+                      PretrainConfig)
+    assert "--from runs/micro" in command and "--model" not in command and "init" not in command
 
 
 def test_console_script_answers_without_the_training_stack():

@@ -116,4 +116,4 @@ def test_a_transfer_keeps_an_average_and_starts_from_one(ema_run, tmp_path):
     assert result["use_ema"] is True and result["ema_decay"] == 0.5
     final = next((tmp_path / "t").glob("*/final"))
     assert (final / "ema.safetensors").is_file() and (final / "ema_heads.safetensors").is_file()
-    assert json.loads((final / "config.json").read_text())["run"]["init"] == str(ema_run)
+    assert json.loads((final / "config.json").read_text())["run"]["start"] == str(ema_run)

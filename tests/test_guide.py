@@ -19,7 +19,7 @@ def block(marker: str) -> str:
 
 
 def continued_head(folder) -> list[str]:
-    """The example's `init_parts` at work: the head of the rotation objective that `--init runs/rotation` builds
+    """The example's `init_parts` at work: the head of the rotation objective that `--from runs/rotation` builds
     (before its first step) holds the source run's tensors, each equal to the one saved; the names compared."""
     import torch
     from safetensors.torch import load_file
@@ -29,7 +29,7 @@ def continued_head(folder) -> list[str]:
 
     with vitx.temporary():  # registers the example's objective here, as --plugin does, and undoes it after
         exec(compile(block("rotation.py"), "rotation.py", "exec"), {"__name__": "rotation"})
-        cfg, resume_from = resolve_config({"objective": "rotation", "init": str(folder / "runs/rotation"),
+        cfg, resume_from = resolve_config({"objective": "rotation", "start": str(folder / "runs/rotation"),
                                            "data": "embedded:digits", "workers": 0, "log_with": "none",
                                            "output_dir": str(folder / "built")}, False)
         head = build(cfg, resume_from).objective.head.state_dict()
@@ -49,7 +49,7 @@ def test_guide_example_plugin_pretrains_and_transfers_as_printed(tmp_path):
     assert rows[-1]["val_top1"] > 0.4, rows[-1]  # four rotations: chance is 0.25
     config = json.loads((tmp_path / "runs/rotation/config.json").read_text())
     assert config["run"]["objective"] == "rotation"
-    continued = json.loads((tmp_path / "runs/rotation-more/config.json").read_text())["init"]
+    continued = json.loads((tmp_path / "runs/rotation-more/config.json").read_text())["start"]
     assert continued["parts"] == {"backbone": "runs/rotation step 150", "head": "runs/rotation step 150"}
     assert continued_head(tmp_path) == ["head.bias", "head.weight"]
     result = json.loads((tmp_path / "runs/rotation-transfer/vtab-dsprites_ori/result.json").read_text())

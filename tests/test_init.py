@@ -1,7 +1,7 @@
-"""`vitx pretrain --init`: a pre-training that continues. From a timm model folder with its classifier (dropped,
-said), from a vitx run of the same objective with everything the objective owns (MAE's decoder: the first step's
+"""`vitx pretrain --from` (formerly --init): a pre-training that continues. From a timm model folder with its
+classifier (dropped, said), from a vitx run of the same objective with everything the objective owns (MAE's decoder: the first step's
 loss is the source's last, not a new decoder's), from DINO's released checkpoint layout in safetensors (student,
-head, teacher, centre), each part's source in the header and config.json; every --init that cannot be used is
+head, teacher, centre), each part's source in the header and config.json; every --from that cannot be used is
 one line and exit 2."""
 from __future__ import annotations
 
@@ -66,17 +66,17 @@ def timm_folder(tmp_path_factory):
 
 def test_a_timm_folder_with_its_classifier_continues_and_says_the_head_is_dropped(timm_folder, tmp_path):
     out = tmp_path / "run"
-    result = vitx_cli("pretrain", "--objective", MAE, "--init", str(timm_folder), "--image-size", "64", "--data",
+    result = vitx_cli("pretrain", "--objective", MAE, "--from", str(timm_folder), "--image-size", "64", "--data",
                       "embedded:shapes", "--steps", "1", "--batch-size", "4", "--warmup-steps", "0",
                       *flags({"output_dir": str(out)}))
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
-    assert f"init: {timm_folder} (timm model folder: vit_tiny_patch16_224)" in lines
+    assert f"start: {timm_folder} (timm model folder: vit_tiny_patch16_224)" in lines
     assert f"  backbone: {timm_folder} (position embeddings resampled 2×2 → 4×4)" in lines
     assert "  decoder: new (a timm model folder: vit_tiny_patch16_224 holds none)" in lines
     assert "  head: dropped (timm's 1000-class classifier, not used by mae)" in lines
     config = json.loads((out / "config.json").read_text())
-    assert config["init"]["parts"]["head"] == "dropped (timm's 1000-class classifier, not used by mae)"
+    assert config["start"]["parts"]["head"] == "dropped (timm's 1000-class classifier, not used by mae)"
     assert config["backbone"]["overrides"]["num_classes"] == 0 and config["backbone"]["overrides"]["img_size"] == 64
 
 
@@ -84,8 +84,8 @@ def test_the_backbone_is_the_folders_even_where_the_objective_initialises_its_ow
     """MAE's masked ViT re-draws every weight of the backbone it is given: the start's are loaded after it."""
     from vitx.runs.start import load_start
 
-    setup = built(tmp_path, objective=MAE, init=str(timm_folder), data="embedded:shapes")
-    start = load_start(str(timm_folder), flag="--init").state_dict()
+    setup = built(tmp_path, objective=MAE, start=str(timm_folder), data="embedded:shapes")
+    start = load_start(str(timm_folder), files=True).state_dict()
     for name, tensor in setup.objective.backbone.state_dict().items():
         assert torch.equal(tensor, start[name]), name
 
@@ -93,24 +93,24 @@ def test_the_backbone_is_the_folders_even_where_the_objective_initialises_its_ow
 def test_a_mae_run_continues_with_its_decoder(mae_run, tmp_path):
     """Every tensor of the source's encoder and decoder, as they were; the first step's loss beside the source's
     last (today's new decoder: 2.4× it at the first step on this run)."""
-    setup = built(tmp_path, objective=MAE, init=str(mae_run), data="embedded:shapes")
+    setup = built(tmp_path, objective=MAE, start=str(mae_run), data="embedded:shapes")
     heads, backbone = load_file(str(mae_run / "heads.safetensors")), load_file(str(mae_run / "model.safetensors"))
     state = setup.objective.state_dict()
     assert {k for k in state if not k.startswith("backbone.")} == set(heads)
     assert all(torch.equal(state[k], v) for k, v in heads.items())
     assert all(torch.equal(state[f"backbone.{k}"], v) for k, v in backbone.items())
-    assert setup.record["init"]["parts"] == {"backbone": f"{mae_run} step 40", "decoder": f"{mae_run} step 40"}
+    assert setup.record["start"]["parts"] == {"backbone": f"{mae_run} step 40", "decoder": f"{mae_run} step 40"}
 
     from vitx.runner import pretrain
 
     out = tmp_path / "continued"
-    pretrain({**QUIET, "objective": MAE, "init": str(mae_run), "data": "embedded:shapes", "batch_size": 32,
+    pretrain({**QUIET, "objective": MAE, "start": str(mae_run), "data": "embedded:shapes", "batch_size": 32,
               "steps": 2, "warmup_steps": 1, "lr": 2e-3, "log_every": 1, "save_every": 2, "output_dir": str(out)})
     source, continued = metrics(mae_run)[-1]["loss"], metrics(out)[0]["loss"]
     assert abs(continued / source - 1) < 0.2, (source, continued)
-    assert json.loads((out / "config.json").read_text())["init"]["step"] == 40
-    setup = built(tmp_path / "32px", objective=MAE, init=str(mae_run), data="embedded:shapes", image_size=32)
-    assert setup.record["init"]["parts"] == {
+    assert json.loads((out / "config.json").read_text())["start"]["step"] == 40
+    setup = built(tmp_path / "32px", objective=MAE, start=str(mae_run), data="embedded:shapes", image_size=32)
+    assert setup.record["start"]["parts"] == {
         "backbone": f"{mae_run} step 40 (position embeddings resampled 4×4 → 8×8)",
         "decoder": f"{mae_run} step 40 (decoder.pos_embed resampled as the backbone's)"}
     assert setup.objective.decoder.pos_embed.shape == (1, 1 + 64, 32)
@@ -122,13 +122,13 @@ def test_a_dino_run_continues_with_its_head_teacher_and_centre(tmp_path):
     source = tmp_path / "dino"
     pretrain({**QUIET, "objective": DINO, "model": "vit-nano/4", "data": "embedded:shapes", "batch_size": 8,
               "steps": 2, "warmup_steps": 0, "save_every": 2, "output_dir": str(source)})
-    setup = built(tmp_path, objective=DINO, init=str(source), data="embedded:shapes", batch_size=8)
+    setup = built(tmp_path, objective=DINO, start=str(source), data="embedded:shapes", batch_size=8)
     heads, state = load_file(str(source / "heads.safetensors")), setup.objective.state_dict()
     assert set(heads) == {k for k in state if not k.startswith("backbone.")}
     assert all(torch.equal(state[k], v) for k, v in heads.items())
     assert float(heads["criterion.center"].abs().sum()) > 0  # the centre moved in the source: it is its, not 0
     where = f"{source} step 2"
-    assert setup.record["init"]["parts"] == {"backbone": where, "head": where, "teacher": where, "centre": where}
+    assert setup.record["start"]["parts"] == {"backbone": where, "head": where, "teacher": where, "centre": where}
 
 
 def test_a_runs_moving_average_continues_where_this_run_keeps_one(tmp_path):
@@ -137,7 +137,7 @@ def test_a_runs_moving_average_continues_where_this_run_keeps_one(tmp_path):
     source = tmp_path / "ema"
     tiny = {**QUIET, "data": "embedded:shapes", "batch_size": 8, "steps": 2, "warmup_steps": 0, "save_every": 2}
     pretrain({**tiny, "model": "vit-nano/4", "ema_decay": 0.9, "output_dir": str(source)})
-    setup = built(tmp_path / "a", init=str(source), data="embedded:shapes", ema_decay=0.99)
+    setup = built(tmp_path / "a", start=str(source), data="embedded:shapes", ema_decay=0.99)
     average = load_file(str(source / "ema.safetensors"))
     ema = setup.ema.module.state_dict()
     assert all(torch.equal(ema[f"backbone.{k}"], v) for k, v in average.items())
@@ -146,9 +146,9 @@ def test_a_runs_moving_average_continues_where_this_run_keeps_one(tmp_path):
     assert all(torch.equal(state[k], v) for k, v in heads.items())
     assert all(torch.equal(ema[k], v) for k, v in load_file(str(source / "ema_heads.safetensors")).items())
     where = f"{source} step 2"
-    assert setup.record["init"]["parts"] == {"backbone": where, "pre-logits": where, "classifier": where, "ema": where}
-    setup = built(tmp_path / "b", init=str(source), data="embedded:shapes(classes=3)")
-    parts = setup.record["init"]["parts"]
+    assert setup.record["start"]["parts"] == {"backbone": where, "pre-logits": where, "classifier": where, "ema": where}
+    setup = built(tmp_path / "b", start=str(source), data="embedded:shapes(classes=3)")
+    parts = setup.record["start"]["parts"]
     assert parts["ema"] == f"not continued ({source} kept one: add --ema-decay to continue it)"
     # other data's classes: the classifier starts new, said; the pre-logits layer under it continues
     assert parts["pre-logits"] == where and torch.equal(setup.objective.head.pre_logits.fc.weight,
@@ -165,15 +165,15 @@ def test_an_mpp_run_continues_with_its_head_and_mask_token(tmp_path):
     source = tmp_path / "mpp"
     pretrain({**QUIET, "objective": "mpp", "model": "vit-nano/4", "data": "embedded:shapes", "batch_size": 8,
               "steps": 2, "warmup_steps": 0, "save_every": 2, "output_dir": str(source)})
-    setup = built(tmp_path, objective="mpp", init=str(source), data="embedded:shapes", batch_size=8)
+    setup = built(tmp_path, objective="mpp", start=str(source), data="embedded:shapes", batch_size=8)
     heads, state = load_file(str(source / "heads.safetensors")), setup.objective.state_dict()
     assert set(heads) == {"head.weight", "head.bias", "mask_token"}
     assert all(torch.equal(state[k], v) for k, v in heads.items())
     where = f"{source} step 2"
-    assert setup.record["init"]["parts"] == {"backbone": where, "head": where, "mask token": where}
+    assert setup.record["start"]["parts"] == {"backbone": where, "head": where, "mask token": where}
     with pytest.raises(VitxError, match=r"its head does not fit this run's mpp \(head.weight is 512×64 there, "
                                         r"4096×64 here\); give --objective \"mpp\" as it was trained$"):
-        built(tmp_path / "b", objective="mpp(bits=4)", init=str(source), data="embedded:shapes", batch_size=8)
+        built(tmp_path / "b", objective="mpp(bits=4)", start=str(source), data="embedded:shapes", batch_size=8)
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +208,7 @@ def dino_checkpoint(tmp_path_factory):
 
 def test_dinos_checkpoint_layout_restores_student_head_teacher_and_centre(dino_checkpoint, tmp_path):
     file = dino_checkpoint / "dino_full_checkpoint.safetensors"
-    setup = built(tmp_path, objective=DINO, init=str(file), data="embedded:shapes", batch_size=4)
+    setup = built(tmp_path, objective=DINO, start=str(file), data="embedded:shapes", batch_size=4)
     given, state = load_file(str(file)), setup.objective.state_dict()
     for key, value in given.items():
         ours = (key.replace("student.module.backbone.", "backbone.").replace("student.module.head.mlp.", "head.layers.")
@@ -216,7 +216,7 @@ def test_dinos_checkpoint_layout_restores_student_head_teacher_and_centre(dino_c
                 .replace("dino_loss.center", "criterion.center"))
         assert torch.equal(state[ours].reshape(value.shape), value), key
     assert not torch.equal(state["teacher.head.layers.0.weight"], state["head.layers.0.weight"])
-    record = setup.record["init"]
+    record = setup.record["start"]
     assert record["kind"].startswith("DINO checkpoint (student): a ViT 192 wide, 1 block, patch 16 at 32px, 3 "
                                      "attention heads of 64 channels")
     assert record["parts"] == {"backbone": str(file), "head": str(file), "teacher": str(file), "centre": str(file)}
@@ -225,18 +225,18 @@ def test_dinos_checkpoint_layout_restores_student_head_teacher_and_centre(dino_c
 
 def test_dinos_bare_backbone_and_another_objective(dino_checkpoint, tmp_path):
     bare = dino_checkpoint / "dino_vitt16_pretrain.safetensors"
-    setup = built(tmp_path / "a", objective=DINO, init=str(bare), data="embedded:shapes", batch_size=4)
-    assert setup.record["init"]["parts"] == {"backbone": str(bare), "head": "new (the file holds a backbone only)",
+    setup = built(tmp_path / "a", objective=DINO, start=str(bare), data="embedded:shapes", batch_size=4)
+    assert setup.record["start"]["parts"] == {"backbone": str(bare), "head": "new (the file holds a backbone only)",
                                              "teacher": "new (the file holds a backbone only)",
                                              "centre": "new (the file holds a backbone only)"}
     full = dino_checkpoint / "dino_full_checkpoint.safetensors"
-    setup = built(tmp_path / "b", objective=MAE, init=str(full), data="embedded:shapes", batch_size=4)
-    assert setup.record["init"]["parts"]["head, teacher, centre"] == "dropped (DINO's, not used by mae)"
+    setup = built(tmp_path / "b", objective=MAE, start=str(full), data="embedded:shapes", batch_size=4)
+    assert setup.record["start"]["parts"]["head, teacher, centre"] == "dropped (DINO's, not used by mae)"
     prefixed = tmp_path / "mae_visualize.safetensors"  # MAE's layout: the ViT under `model.`, its decoder beside it
     save_file({**{f"model.{k}": v for k, v in load_file(str(bare)).items()},
                "model.decoder_embed.weight": torch.zeros(2, 192)}, str(prefixed))
-    setup = built(tmp_path / "c", init=str(prefixed), data="embedded:shapes", batch_size=4)
-    assert setup.record["init"]["parts"]["other weights"] == "dropped (decoder_embed.weight: not the ViT's)"
+    setup = built(tmp_path / "c", start=str(prefixed), data="embedded:shapes", batch_size=4)
+    assert setup.record["start"]["parts"]["other weights"] == "dropped (decoder_embed.weight: not the ViT's)"
     assert torch.equal(setup.objective.backbone.pos_embed, load_file(str(bare))["pos_embed"])
 
 
@@ -256,7 +256,7 @@ def one_line(result) -> str:
     return lines[0]
 
 
-def test_every_init_that_cannot_be_used_is_one_line(mae_run, dino_checkpoint, timm_folder, tmp_path):
+def test_every_start_that_cannot_be_used_is_one_line(mae_run, dino_checkpoint, timm_folder, tmp_path):
     import shutil
 
     from timm.models import save_for_hf
@@ -282,25 +282,25 @@ def test_every_init_that_cannot_be_used_is_one_line(mae_run, dino_checkpoint, ti
     (broken_run / "heads.safetensors").write_bytes((mae_run / "heads.safetensors").read_bytes()[:100])
     run = ["--data", "embedded:shapes", "--steps", "1", "--output-dir", str(tmp_path / "out")]
     cases = [
-        (["--init", str(tmp_path / "missing")], "no such file or folder; give a vitx run or checkpoint folder, a timm "
+        (["--from", str(tmp_path / "missing")], "no such file or folder; give a vitx run or checkpoint folder, a timm "
                                                 "model folder (config.json and model.safetensors, as timm's "
                                                 "save_for_hf writes it), a .safetensors file"),
-        (["--init", str(pth)], "vitx does not unpickle checkpoints"),
-        (["--init", str(text)], "is a file vitx does not read"),
-        (["--init", str(corrupt)], "is not a readable safetensors file"),
-        (["--init", str(not_vit)], "holds no Vision Transformer weights"),
-        (["--init", str(resnet)], "is not a Vision Transformer"),
-        (["--init", str(listed)], "config.json has no backbone record; not a vitx checkpoint"),
-        (["--init", str(broken_folder)], "model.safetensors is not a readable safetensors file"),
-        (["--objective", MAE, "--init", str(broken_run)], "heads.safetensors is not a readable safetensors file"),
-        (["--objective", "mae(decoder_dim=16, decoder_depth=1, decoder_heads=2)", "--init", str(mae_run)],
+        (["--from", str(pth)], "vitx does not unpickle checkpoints"),
+        (["--from", str(text)], "is a file vitx does not read"),
+        (["--from", str(corrupt)], "is not a readable safetensors file"),
+        (["--from", str(not_vit)], "holds no Vision Transformer weights"),
+        (["--from", str(resnet)], "is not a Vision Transformer"),
+        (["--from", str(listed)], "config.json has no backbone record; not a vitx checkpoint"),
+        (["--from", str(broken_folder)], "model.safetensors is not a readable safetensors file"),
+        (["--objective", MAE, "--from", str(broken_run)], "heads.safetensors is not a readable safetensors file"),
+        (["--objective", "mae(decoder_dim=16, decoder_depth=1, decoder_heads=2)", "--from", str(mae_run)],
          f"its decoder does not fit this run's mae (decoder_embed.weight is 32×64 there, 16×64 here); give "
          f"--objective \"{MAE}\" as it was trained"),
-        (["--objective", "dino(out_dim=32, hidden_dim=32, bottleneck_dim=16, local_crops=0)", "--init",
+        (["--objective", "dino(out_dim=32, hidden_dim=32, bottleneck_dim=16, local_crops=0)", "--from",
           str(dino_checkpoint / "dino_full_checkpoint.safetensors")], "its head does not fit this run's dino"),
     ]
     for args, needle in cases:
         line = one_line(vitx_cli("pretrain", *args, *run))
-        assert line.startswith("error: --init ") and needle in line, line
-    line = one_line(vitx_cli("pretrain", "--init", str(pth), *run))
+        assert line.startswith("error: --from ") and needle in line, line
+    line = one_line(vitx_cli("pretrain", "--from", str(pth), *run))
     assert "torch.load('" in line and "weights_only=True" in line and "st.save_file(" in line

@@ -200,9 +200,10 @@ def test_pretraining_on_from_timm_weights_keeps_their_normalisation(deit_folder,
     load_backbone(tmp_path / "run")
 
 
-def test_pretraining_continues_from_another_run_with_init(pretrained_run, tmp_path):
-    """--init: a pre-training starts from another run's weights (here with a vanishing lr, so its first step
-    leaves them as they were), records the start and its architecture, and refuses --model beside it."""
+def test_pretraining_continues_from_another_run(pretrained_run, tmp_path):
+    """--from: a pre-training starts from another run's weights (here with a vanishing lr, so its first step
+    leaves them as they were), records the start and its architecture, and refuses --model beside it (given as
+    --init, its former name, too)."""
     import json
 
     from vitx.runs import load_backbone
@@ -210,19 +211,19 @@ def test_pretraining_continues_from_another_run_with_init(pretrained_run, tmp_pa
     from .helpers import vitx_cli
 
     out = tmp_path / "continued"
-    res = vitx_cli("pretrain", "--init", str(pretrained_run), "--data", "embedded:digits", "--steps", "1",
+    res = vitx_cli("pretrain", "--from", str(pretrained_run), "--data", "embedded:digits", "--steps", "1",
                    "--warmup-steps", "0", "--lr", "1e-12", "--batch-size", "8", "--eval-samples", "0", "--workers",
                    "0", "--log-with", "none", "--no-curves", "--output-dir", str(out))
     assert res.returncode == 0, res.stderr[-2000:]
     run = json.loads((out / "config.json").read_text())["run"]
-    assert (run["init"], run["model"]) == (str(pretrained_run), "vit-nano/4")
+    assert (run["start"], run["model"]) == (str(pretrained_run), "vit-nano/4")
     start, continued = load_backbone(pretrained_run).state_dict(), load_backbone(out).state_dict()
     assert max(float((start[k] - continued[k]).abs().max()) for k in start) < 1e-6
     from vitx.export.command import rebuild
     from vitx.runner.config import PretrainConfig
 
     command = rebuild("pretrain", json.loads((out / "config.json").read_text())["run"], PretrainConfig)
-    assert f"--init {pretrained_run}" in command and "--model" not in command  # a command that runs again
+    assert f"--from {pretrained_run}" in command and "--model" not in command  # a command that runs again
     both = vitx_cli("pretrain", "--init", str(pretrained_run), "--model", "vit-nano/4", "--output-dir",
                     str(tmp_path / "x"))
-    assert both.returncode == 2 and "give --model (a new backbone) or --init" in both.stderr
+    assert both.returncode == 2 and "give --model (a new backbone) or --from" in both.stderr

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import VitxError
-from .settings import flags
+from .settings import current_keys, flags, former_keys
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -110,6 +110,7 @@ def typed(cls: type, key: str, value: Any, where: str, from_text: bool = False) 
     """(field name, checked value) for one setting, or a one-line error naming `where` it came from."""
     types_ = field_types(cls)
     name = key.strip().replace("-", "_")
+    name = former_keys(cls).get(name, name)  # a renamed setting's former key (init: now start)
     if name not in types_:
         close = difflib.get_close_matches(name, sorted(types_), n=3, cutoff=0.5)
         hint = f" (did you mean {', '.join(close)}?)" if close else f" (known: {', '.join(sorted(types_))})"
@@ -147,6 +148,7 @@ def load_recipe(path: str | Path, command: str, cls: type) -> dict[str, Any]:
     section = data[command]
     if not isinstance(section, dict):
         raise VitxError(f"{path}: '{command}' must be a table ([{command}])")
+    section = current_keys(cls, section, f"{path} [{command}]")  # (a key and its former name: one line)
     return dict(typed(cls, k, v, f"{path} [{command}]") for k, v in section.items())
 
 

@@ -1,5 +1,5 @@
 """Stochastic depth (drop-path) set on a built backbone: for a start whose weights are loaded, at transfer and
-for `--init`, as timm's `drop_path_rate` sets it at construction."""
+for `--from`, as timm's `drop_path_rate` sets it at construction."""
 from __future__ import annotations
 
 import torch.nn as nn

@@ -35,11 +35,26 @@ def _parameter(field: Any, kind: Any) -> inspect.Parameter:
         default, names, annotation = [], [flag], List[str]
     else:  # None: not given (the config's default holds)
         default, names = None, [f"{flag}/--no-{flag[2:]}"] if inner is bool else [flag]
-        names += [field.metadata["formerly"]] if field.metadata.get("formerly") else []
         annotation = Optional[str] if typing.get_origin(inner) is list else Optional[inner]
     option = typer.Option(default, *names, help=help_text(field), rich_help_panel=field.metadata["group"],
                           show_default=False)
     return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
+
+
+FORMER = "_formerly"  # the parameter suffix of a setting's former option (`start_formerly`: --init)
+
+
+def _former(field: Any, kind: Any) -> inspect.Parameter | None:
+    """A renamed setting's former option (`formerly`), hidden: it keeps working in users' commands and scripts,
+    and the setting's help names it (`help_text`), so --help lists each setting once, under its current name."""
+    old = field.metadata.get("formerly")
+    if not old or field.metadata["repeat"]:
+        return None
+    inner = optional_of(kind) or kind
+    names = [f"{old}/--no-{old[2:]}"] if inner is bool else [old]
+    annotation = Optional[str] if typing.get_origin(inner) is list else Optional[inner]
+    return inspect.Parameter(field.name + FORMER, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                             default=typer.Option(None, *names, hidden=True, show_default=False))
 
 
 def _parsed(field: Any, kind: Any, value: Any) -> Any:
@@ -64,6 +79,7 @@ def command(cls: type, run: Callable[[dict[str, Any], bool, Optional[str], list[
     kinds = field_types(cls)
     fields = [f for f in declared(cls) if f.metadata["cli"]]
     params = [_parameter(f, kinds[f.name]) for f in fields]
+    params += [p for p in (_former(f, kinds[f.name]) for f in fields) if p is not None]
     params += [
         inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=typer.Option(
             False, "--resume", help="Continue the run in --output-dir from its last checkpoint.",
@@ -75,7 +91,11 @@ def command(cls: type, run: Callable[[dict[str, Any], bool, Optional[str], list[
     def handler(**given: Any) -> None:
         options = {}
         for field in fields:
-            value = given.get(field.name)
+            value, former = given.get(field.name), given.get(field.name + FORMER)
+            if value is not None and former is not None:
+                raise VitxError(f"{flag_of(field)} is given twice, as {flag_of(field)} and as its former name "
+                                f"{field.metadata['formerly']}; keep {flag_of(field)}")
+            value = former if value is None else value
             if value is None or (field.metadata["repeat"] and not value):
                 continue
             options[field.name] = _parsed(field, kinds[field.name], value)

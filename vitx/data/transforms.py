@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
@@ -24,6 +23,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from ..errors import VitxError
+from ..settings.groups import augment_policy  # (--randaugment's meaning, with its group)
 from . import INTERPOLATIONS
 
 EVAL_RESIZES = ("tensor", "timm", "big_vision")
@@ -211,34 +211,6 @@ def random_box(size: tuple[int, int], scale: tuple[float, float], ratio: tuple[f
 
 
 @lru_cache(maxsize=8)
-def augment_policy(policy: str, size: int, mean: tuple[float, ...]):  # one per policy in each worker
-    """The PIL transform of a timm policy string, as timm's `create_transform(auto_augment=...)` picks it:
-    rand-* RandAugment, augmix-* AugMix, original/v0/3a[-mstdX] AutoAugment; trivialaugment is torchvision's
-    TrivialAugmentWide."""
-    from timm.data.auto_augment import augment_and_mix_transform, auto_augment_transform, rand_augment_transform
-
-    bad = VitxError(f"randaugment '{policy}' is not a timm augmentation policy (e.g. rand-m9-mstd0.5-inc1, "
-                    "original, v0, augmix-m5-w4-d2 or trivialaugment)")
-    if policy == "trivialaugment":
-        from torchvision.transforms import TrivialAugmentWide
-
-        return TrivialAugmentWide()
-    parts = policy.split("-")
-    if parts[0] == "rand" and any(not p.startswith("t") and not re.fullmatch(r"[a-z]+\d[\d.]*", p) for p in parts[1:]):
-        raise bad
-    # magnitude_max just under timm's 10: at 10, an "inc1" policy posterizes to 0 bits, which Pillow ≥ 12 refuses
-    # (a worker crash a few hundred steps in); a policy's own "mmax" still wins
-    hparams = {"translate_const": int(size * 0.45), "img_mean": tuple(round(255 * m) for m in mean),
-               "magnitude_max": 9.99}
-    build = {"rand": rand_augment_transform, "augmix": augment_and_mix_transform}.get(parts[0])
-    if build is None and parts[0] not in ("original", "originalr", "v0", "v0r", "3a"):
-        raise bad
-    try:
-        return (build or auto_augment_transform)(policy, hparams)
-    except (AssertionError, KeyError, ValueError, IndexError):
-        raise bad from None
-
-
 def _rand_augment(image: torch.Tensor, policy: str, size: int, mean: tuple[float, ...],
                   rng: np.random.Generator) -> torch.Tensor:
     """A timm policy (a PIL transform) on a (3, S, S) uint8 tensor. timm draws from Python's and NumPy's global

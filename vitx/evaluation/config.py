@@ -6,24 +6,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import VitxError
-from ..settings import DATA, EVALUATION, MODEL, OUTPUT, check, setting
-from ..settings.groups import LIMITS, Columns, Input, Weights
+from ..settings import DATA, MODEL, OUTPUT, check, setting
+from ..settings.groups import Columns, Input, Seeded, Start, TestDraw
+from . import AUTO, FEATURE_CHOICES
 
 GEOMETRIES = ("start", "big_vision")  # how eval images are resized and cropped (frozen.py)
 
 
 @dataclass
-class FrozenConfig(Weights, Columns, Input):
+class FrozenConfig(Seeded, Start, Columns, Input, TestDraw):
     """What every frozen-feature evaluation reads: a start, its input, and one or several labelled datasets."""
 
-    start: str = setting("runs/pretrain", "A vitx run or checkpoint directory, a timm model folder, timm:<name>, or scratch.", MODEL, flag="--from")
-    model: str | None = setting(None, "Backbone for --from scratch (see `vitx models`).", MODEL)
-    seed: int = setting(0, "Initialisation of --from scratch and the draw of --test-samples (and --train-samples); few-shot draws its shots with seeds 0..N-1.", MODEL, min=0, limit=LIMITS["seed"])
-    image_size: int | None = setting(None, "Resolution; position embeddings are interpolated.", MODEL, above=0, limit=LIMITS["image_size"], shown="the start's")
     data: str = setting("", "Labelled data, one or several comma-separated: embedded:digits|shapes, an image folder, a save_to_disk or parquet folder, hf:owner/name, WebDataset shards.", DATA, shown="embedded:digits")
     task: str = setting("", "Or registered tasks, comma-separated, e.g. vtab/dsprites_loc,vtab/dsprites_ori (their train and test splits).", DATA, shown="none")
     preprocess: str = setting("start", "Image geometry: start (the start's eval transform: timm's for a timm start, a centre crop otherwise; a task's images squashed whole, as VTAB does) or big_vision (its few-shot evaluator's: short side to S·256/224, centre crop S, for every dataset).", DATA, choices=GEOMETRIES)
-    test_samples: int = setting(0, "Evaluate on N test images, a seeded, class-stratified draw (--seed): the same images in `vitx eval` and `vitx transfer`; 0: the whole test split.", EVALUATION, min=0, limit=10_000_000)
     output: str = setting("", "Write the numbers as JSON here (a new file: an existing one is refused without --force).", OUTPUT, shown="none")
     force: bool = setting(False, "Replace an existing --output file (as `vitx export --force` replaces its own files).", OUTPUT, affects_result=False)
 
@@ -36,6 +32,15 @@ class FrozenConfig(Weights, Columns, Input):
         elif self.force:
             raise VitxError("--force replaces an existing --output file; give --output FILE, or drop --force")
         return self
+
+
+@dataclass
+class Readout:
+    """Which features of the start an evaluation reads (`vitx eval fewshot`, `vitx eval knn`; the linear probe picks
+    among several, `--features all`)."""
+
+    is_group = True
+    features: str = setting(AUTO, "auto (what the start's objective trains: patch-mean after MPP or MAE, pre-logits otherwise), pre-logits (the paper's: after the pre-training head's tanh layer when it has one), cls-token (the \\[class] token after the final norm) or patch-mean (the mean of the patch tokens).", MODEL, choices=FEATURE_CHOICES)
 
 
 def writable_file(path: str, flag: str, force: bool = False) -> None:
@@ -54,4 +59,4 @@ def writable_file(path: str, flag: str, force: bool = False) -> None:
             break
 
 
-__all__ = ["FrozenConfig", "GEOMETRIES", "writable_file"]
+__all__ = ["FrozenConfig", "GEOMETRIES", "Readout", "writable_file"]

@@ -6,19 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..evaluation import AUTO, FEATURE_CHOICES, FEWSHOT_REG
-from ..evaluation.config import FrozenConfig
-from ..settings import EVALUATION, MODEL, setting
+from ..evaluation import FEWSHOT_REG
+from ..evaluation.config import FrozenConfig, Readout
+from ..settings import EVALUATION, setting
 from . import Evaluator, register_evaluator
 
 MONITOR_SHOTS, MONITOR_SEEDS = (1, 10), (0, 1, 2)  # during training: 1- and 10-shot, 3 draws each
 
 
 @dataclass
-class FewshotConfig(FrozenConfig):
+class FewshotConfig(Readout, FrozenConfig):
     """Few-shot linear evaluation of frozen features: big_vision's protocol (1/5/10/25 shots, 3 seeds, λ = 2¹⁰)."""
 
-    features: str = setting(AUTO, "auto (what the start's objective trains: patch-mean after MPP or MAE, pre-logits otherwise), pre-logits (the paper's: after the pre-training head's tanh layer when it has one), cls-token (the \\[class] token after the final norm) or patch-mean (the mean of the patch tokens).", MODEL, choices=FEATURE_CHOICES)
     shots: list[int] = setting([1, 5, 10, 25], "Images per class (unlike `vitx transfer --shots`, which counts all training images).", EVALUATION, above=0, says="are images per class and must be positive")
     draws: int = setting(3, "Draws of the shots per count, seeded 0..N-1 (a count: `vitx eval linear --seeds` and `vitx transfer --seeds` list seeds).", EVALUATION, above=0, formerly="--seeds")
     reg: float = setting(FEWSHOT_REG, "L2 regularisation of the least-squares head.", EVALUATION, above=0, says=f"must be positive (the paper's is {FEWSHOT_REG:g})")

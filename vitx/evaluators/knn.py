@@ -5,21 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..evaluation import AUTO, FEATURE_CHOICES, KNN_K, KNN_TEMPERATURE
-from ..evaluation.config import FrozenConfig
-from ..settings import EVALUATION, MODEL, setting
+from ..evaluation import KNN_K, KNN_TEMPERATURE
+from ..evaluation.config import FrozenConfig, Readout
+from ..settings import EVALUATION, setting
+from ..settings.groups import TrainDraw
 from . import Evaluator, register_evaluator
 
 
 @dataclass
-class KnnConfig(FrozenConfig):
+class KnnConfig(Readout, TrainDraw, FrozenConfig):
     """Weighted k-nearest-neighbour classification of frozen features: DINO's protocol (cosine similarity, votes
     weighted exp(sim / T), T = 0.07; k = 10, 20, 100, 200 as DINO reports)."""
 
-    features: str = setting(AUTO, "auto (what the start's objective trains), pre-logits, cls-token (\\[class] token) or patch-mean.", MODEL, choices=FEATURE_CHOICES)
     k: list[int] = setting([10, 20, 100, 200], "Neighbours that vote (each at most the train images).", EVALUATION, above=0, limit=1_000_000, says="are neighbour counts and must be positive")
     temperature: float = setting(KNN_TEMPERATURE, "Temperature T of the votes' weights exp(sim / T).", EVALUATION, above=0)
-    train_samples: int = setting(0, "Train images that vote: a seeded, class-balanced draw; 0: all.", EVALUATION, min=0, limit=100_000_000)
 
 
 @register_evaluator("knn")

@@ -11,13 +11,14 @@ from ..evaluation import feature_name
 from ..evaluation.config import FrozenConfig
 from ..settings import EVALUATION, MODEL, setting
 from ..settings.groups import LIMITS
+from ..settings.groups import TrainDraw
 from . import Evaluator, register_evaluator
 
 MONITOR_EPOCHS = 30  # a probe at every checkpoint: a few seconds on a CPU for 2,000 images
 
 
 @dataclass
-class LinearConfig(FrozenConfig):
+class LinearConfig(TrainDraw, FrozenConfig):
     """A linear head on frozen, cached features: lr × features chosen on a held-out part of train, reported on
     test (DINO's and DINOv2's linear evaluation, with MAE's BatchNorm)."""
 
@@ -28,7 +29,6 @@ class LinearConfig(FrozenConfig):
     batch_norm: bool = setting(True, "MAE's BatchNorm without affine before the head (one lr grid for features of any scale).", EVALUATION)
     val_fraction: float = setting(VAL_FRACTION, "Part of train held out to choose lr × features (stratified, seeded).", EVALUATION, above=0, below=1)
     seeds: list[int] = setting([0, 1, 2], "Seeds of the final head (its initialisation and batch order): mean ± s.d. on test.", EVALUATION, min=0, limit=LIMITS["seed"], example="0,1,2", distinct=True)
-    train_samples: int = setting(0, "Train images: a seeded, class-balanced draw; 0: all.", EVALUATION, min=0, limit=100_000_000)
 
 
 def linear_choices(cfg: LinearConfig, available: dict[str, slice]) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..settings import defaults as settings_defaults
 from ..settings import as_flags, declared, flags
+from ..settings.groups import SCRATCH, new_model
 from ..runs.trained import TrainedRun
 
 
@@ -25,8 +26,8 @@ def rebuild(command: str, settings: dict[str, Any], config: type) -> str:
     objective_gave = {"from_objective", *(settings.get("from_objective") or ())}  # --objective brings them
     for key, value in sorted(settings.items(), key=lambda item: order.get(item[0], len(order))):
         shown = key in ALWAYS.get(command, ()) or (key in defaults and value != defaults[key])
-        from_init = key == "model" and settings.get("init")  # the start's architecture, recorded: --init brings it
-        if not shown or value is None or from_init or key in objective_gave:  # None: the default's "not set"
+        brought = key == "model" and not new_model(settings.get("start", SCRATCH))  # --from brings its architecture
+        if not shown or value is None or brought or key in objective_gave:  # None: the default's "not set"
             continue
         parts += as_flags({key: value}, config) if key in options else ["--set", f"{key}={json.dumps(value)}"]
     return shlex.join(parts)
@@ -44,9 +45,9 @@ def command_line(run: TrainedRun) -> tuple[str, bool]:
         if run.task_dir is not None:
             settings["output_dir"] = str(run.task_dir.parent)
         return rebuild("transfer", settings, TransferConfig), False
-    from ..runner.config import PretrainConfig
+    from ..runner.config import PretrainConfig, recorded_now
 
-    return rebuild("pretrain", run.config.get("run", {}), PretrainConfig), False
+    return rebuild("pretrain", recorded_now(run.config.get("run", {})), PretrainConfig), False
 
 
 __all__ = ["command_line", "rebuild"]

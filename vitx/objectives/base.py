@@ -141,7 +141,7 @@ class Objective(nn.Module):
         return {k: v for k, v in self.state_dict().items() if not k.startswith("backbone.")}
 
     def init_parts(self) -> dict[str, tuple[str, ...]]:
-        """The parts of the objective's own state that `vitx pretrain --init` restores from a run of the same
+        """The parts of the objective's own state that `vitx pretrain --from` restores from a run of the same
         objective (or a released checkpoint it reads, `released_state`), each by the name the run's header says
         it under → the state-dict key prefixes it holds: `{"decoder": ("decoder.",)}`. A part the source lacks
         starts new, and is said so; {}: only the backbone continues."""
@@ -151,5 +151,5 @@ class Objective(nn.Module):
         """This objective's own state (keys as its `state_dict`'s) from the non-backbone weights of a checkpoint
         its authors released, in `layout` (runs/released.py names them: `dino`: `student.head.*`,
         `teacher.backbone.*`, `teacher.head.*`, `dino_loss.center`); `init_parts` then restores it. {}: this
-        objective reads no such layout, and `--init` says it dropped those weights."""
+        objective reads no such layout, and `--from` says it dropped those weights."""
         return {}

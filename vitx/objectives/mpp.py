@@ -92,7 +92,7 @@ class MaskedPatchPrediction(Objective):
         self.register_buffer("pixel_std", torch.full((3,), 0.5), persistent=False)
 
     def init_parts(self) -> dict[str, tuple[str, ...]]:
-        """`--init` of an MPP run continues its colour-prediction head and its learned [mask] embedding with the
+        """`--from` of an MPP run continues its colour-prediction head and its learned [mask] embedding with the
         encoder (new ones would undo what the encoder learned to feed them)."""
         return {"head": ("head.",), "mask token": ("mask_token",)}
 

@@ -67,7 +67,7 @@ class Supervised(Objective):
         return getattr(self.head, "pre_logits", None)  # the tanh MLP head's; a linear head has none
 
     def init_parts(self) -> dict[str, tuple[str, ...]]:
-        """`--init` of a supervised run continues its head with the backbone: the pre-logits layer (the MLP head's
+        """`--from` of a supervised run continues its head with the backbone: the pre-logits layer (the MLP head's
         Linear → tanh, the representation few-shot evaluation reads) and the classifier, which starts new where this
         run's data has another number of classes."""
         if self.representation_layer() is None:  # a linear head: the classifier alone

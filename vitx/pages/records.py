@@ -79,7 +79,10 @@ class Run:
 
     @property
     def settings(self) -> dict[str, Any]:
-        return self.config.get("run") or {}
+        """The run's settings as they are named now (`init`, recorded before --from was its name, is `start`)."""
+        from ..runner.config import recorded_now
+
+        return recorded_now(self.config.get("run") or {})
 
     @property
     def transfer(self) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..plots.series import LABEL_FREE, base_name, drawable_keys
+from ..settings.groups import SCRATCH, new_model
 from .html import (Html, banner, code, command_block, data_json, details, document, esc, number, pairs, para, pct,
                    section, table, tag)
 from .records import Changed, Run, held_by_another, open_run
@@ -93,8 +94,8 @@ def _summary(run: Run) -> Html:
                            f"{code(backbone.get('timm_arch', '?'))}" + (f" ({esc(dims)})" if dims else "")
                            + (f", {params / 1e6:.2f}M parameters" if params else ""))),
             ("features evaluated", code(config.get("features", "?")))]
-    if cfg.get("init"):
-        rows.append(("initialised from", code(cfg["init"])))
+    if not new_model(cfg.get("start", SCRATCH)):
+        rows.append(("started from", code(cfg["start"])))
     train = f", {data['train_size']:,} training images" if isinstance(data.get("train_size"), int) else ""
     rows.append(("data", Html(f"{code(data.get('spec', cfg.get('data', '?')))} ({esc(data.get('layout', '?'))}"
                               f"{esc(train)}; labels: {esc(data.get('labels', '?'))})")))

@@ -8,9 +8,9 @@ from typing import Any
 from ..errors import VitxError
 from ..evaluation import AUTO, FEATURE_CHOICES
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, SCHEDULE, check, setting
-from ..settings import defaults, result_settings
+from ..settings import current_keys, defaults, result_settings, with_default
 from ..settings.groups import LIMITS, LOG_FORMATS, OPTIMIZERS, PRECISIONS
-from ..settings.groups import Augmentation, Columns, Optimisation, Output, System, Weights
+from ..settings.groups import SCRATCH, Augmentation, Columns, Optimisation, Output, Seeded, Start, Streaming, System
 from .preemption import parse_signals
 
 BETAS = (0.9, 0.999)  # Adam(W)'s β1, β2: the ViT paper's and DINO's (torch's defaults); MAE's are (0.9, 0.95)
@@ -30,58 +30,6 @@ CHOICES = {
 }
 
 
-# The trackers --log-with offers (Accelerate's): the modules each needs (any one of them) and what installs it
-TRACKERS: dict[str, tuple[tuple[str, ...], str]] = {
-    "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"),
-    "wandb": (("wandb",), "wandb"),
-    "mlflow": (("mlflow",), "mlflow"),
-    "comet_ml": (("comet_ml",), "comet_ml"),
-    "aim": (("aim",), '"aim<4"'),  # Accelerate's tracker takes aim 3 only
-    "clearml": (("clearml",), "clearml"),
-    "dvclive": (("dvclive",), "dvclive"),
-}
-
-
-def trackers(log_with: str) -> list[str]:
-    """The trackers `--log-with` names: auto is tensorboard where it is installed (else none), none is none, else
-    a comma-separated list of TRACKERS' names; another name is refused in one line."""
-    if log_with == "auto":
-        import importlib.util
-
-        return ["tensorboard"] if any(importlib.util.find_spec(m) for m in TRACKERS["tensorboard"][0]) else []
-    names = [] if log_with == "none" else [n.strip() for n in log_with.split(",") if n.strip()]
-    if log_with != "none" and (not names or any(n not in TRACKERS for n in names)):
-        raise VitxError(f"--log-with must be auto, none or one or more of {', '.join(TRACKERS)}, got '{log_with}'")
-    return list(dict.fromkeys(names))
-
-
-def check_trackers(log_with: str) -> None:
-    """Every tracker named can start: its package imports and Accelerate takes it. Else one line naming what to
-    install, before the run begins: Accelerate alone warns and trains without the tracker the user asked for."""
-    import importlib
-
-    for name in trackers(log_with) if log_with != "auto" else []:
-        modules, package = TRACKERS[name]
-        failed: list[ImportError] = []
-        for module in modules:
-            try:
-                importlib.import_module(module)
-                break
-            except ImportError as exc:
-                failed.append(exc)
-        else:
-            if all(isinstance(e, ModuleNotFoundError) and e.name == m for e, m in zip(failed, modules)):
-                raise VitxError(f"--log-with {name}: {modules[0]} is not installed here; pip install {package} "
-                                "(or choose another tracker, or --log-with none)")
-            raise VitxError(f"--log-with {name}: {modules[0]} is installed but does not import ({failed[0]}); "
-                            f"pip install -U {package}")
-        from accelerate.utils import imports
-
-        if not getattr(imports, f"is_{name}_available")():
-            raise VitxError(f"--log-with {name}: Accelerate cannot use the {modules[0]} installed here; "
-                            f"pip install {package}")
-
-
 def check_probes(names: list[str]) -> None:
     """Every --monitor-probes name is a registered evaluator (one line naming close ones, else)."""
     from ..errors import UnknownNameError
@@ -92,14 +40,6 @@ def check_probes(names: list[str]) -> None:
             EVALUATORS.get(name)
         except UnknownNameError as exc:
             raise UnknownNameError(f"--monitor-probes: {exc}") from None
-
-
-def check_policy(policy: str) -> None:
-    """A bad --randaugment policy fails at once, in one line, not in a loader worker minutes later."""
-    if policy:
-        from ..data.transforms import augment_policy
-
-        augment_policy(policy, 32, (0.5, 0.5, 0.5))
 
 
 def default_workers() -> int:
@@ -119,19 +59,17 @@ def default_workers() -> int:
 
 
 @dataclass
-class PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, System):
+class PretrainConfig(Seeded, Start, Columns, Streaming, Augmentation, Optimisation, Output, System):
     """Defaults run the embedded CPU demo (vit-nano/4, 16px shapes, 1,200 steps: ~3½ minutes on 2 cores; 37.5%
     validation top-1 against 10% chance, measured). The paper's B/16 settings are in recipes/. Each field is one option of
     `vitx pretrain` (vitx/settings/); the settings other commands share are the groups' (settings/groups.py),
     the fields below are pre-training's own."""
 
     objective: str = setting("supervised", "Objective, with options: 'supervised(label_smoothing=0.1)' (see `vitx objectives`). The run settings its reference fixes (DINO's clipping, weight decay and lr rule, say) become the defaults of those not given, named in the run's header (docs/recipes.md).", MODEL)
-    model: str = setting("vit-nano/4", "Backbone name (see `vitx models`) or timm:<name>.", MODEL)
-    init: str = setting("", "Start from these weights instead of a new --model: a vitx run or checkpoint folder (of the same objective: with the parts the objective declares, e.g. MAE's decoder, DINO's head, teacher and centre, and its moving average under --ema-decay), a timm model folder (its classifier dropped), a .safetensors file in DINO's checkpoint layout or a bare ViT's (a .pth is never unpickled), timm:<name> (its pretrained weights) or timm:hf-hub:REPO. The header says where each part came from; the input is normalised as the start expects.", MODEL, shown="none: a new --model")
-    image_size: int | None = setting(None, "Input resolution; a multiple of the patch size.", MODEL, above=0, limit=LIMITS["image_size"], shown="the model's")
+    start: str = with_default(Start, "start", SCRATCH)  # --from, formerly --init (a new --model unless given)
+    model: str = with_default(Start, "model", "vit-nano/4")
     grad_checkpointing: bool = setting(False, "Trade compute for memory.", MODEL)
     data: str = setting("embedded:shapes", "embedded:leaves|shapes|digits; an image folder (class subfolders, or metadata.csv); a save_to_disk, parquet or VTAB-1k release folder; hf:owner/name; or WebDataset shards ('shards/train-{0000..0099}.tar', a folder of .tar, URLs).", DATA)
-    stream: bool = setting(False, "Stream a hub dataset (or a local copy of one) instead of downloading it whole; tar shards always stream.", DATA)
     shuffle_buffer: int = setting(5000, "Streams: shuffle through a seeded buffer of this many encoded images per process; 0: read in order.", DATA, min=0, limit=LIMITS["shuffle_buffer"])
     skip_corrupt: bool = setting(False, "Skip (and count) undecodable images instead of stopping.", DATA)
     lr: float = setting(2e-3, "Peak learning rate, or give --blr; where neither is given, an objective whose reference scales its rate by the batch takes that rule (--blr: dino 5e-4, mae 1.5e-4).", OPTIMISATION, above=0)
@@ -145,12 +83,11 @@ class PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, Syste
     warmup_start: str = setting("zero", "Where the linear warm-up starts: zero (update s at lr · s / W, as big_vision, MAE's lr_sched and SimCLR's code warm up), linspace (DINO's np.linspace(0, lr, W): lr reached at the last warm-up step) or first-step (lr · (s + 1) / W: the first update at lr / W, as lightly's cosine_warmup_schedule; vitx's before this setting).", SCHEDULE, choices=CHOICES["warmup_start"], shown="the objective's: linspace for dino, else zero")
     schedule: str = setting("cosine", "Decay after warm-up: cosine or linear (the ViT paper's supervised pre-training decays linearly: recipes/paper/pretrain-supervised-b16.toml).", SCHEDULE, choices=CHOICES["schedule"])
     min_lr: float = setting(0.0, "The learning rate the decay ends at.", SCHEDULE, min=0, shown="the objective's: dino 1e-6 (main_dino.py), else 0 (MAE's)")
-    seed: int = setting(0, "Seed of the initialisation, the data order and every random draw.", SCHEDULE, min=0, limit=LIMITS["seed"])
     eval_samples: int = setting(1024, "Validation images evaluated at each checkpoint; 0 disables.", EVALUATION, min=0, limit=LIMITS["eval_samples"], affects_result=False)
     monitor: str = setting("", "Labelled data, one or several comma-separated (e.g. embedded:digits,embedded:shapes): log few-shot linear and kNN accuracy of the features at each checkpoint.", EVALUATION, affects_result=False)
     monitor_every: int = setting(0, "Also run the --monitor every N steps; 0: at checkpoints only.", EVALUATION, min=0, affects_result=False)
     monitor_probes: list[str] = setting(["fewshot", "knn"], "What the --monitor runs: evaluators by name (`vitx eval --help` lists them): fewshot (closed-form 1- and 10-shot heads), knn (weighted 20-NN, DINO's), linear (a linear probe, lr chosen on a held-out fifth: `vitx eval linear`'s, 30 epochs), rankme (label-free: the features' effective rank and spread, which fall when a representation collapses), or a plugin's.", EVALUATION, affects_result=False)
-    monitor_features: str = setting(AUTO, "What the --monitor reads: auto (what the objective trains: patch-mean for MPP and MAE, pre-logits otherwise), pre-logits (the paper's few-shot features), cls-token (the \\[class] token after the final norm) or patch-mean (the mean patch token).", EVALUATION, choices=CHOICES["monitor_features"], affects_result=False)
+    monitor_features: str = setting(AUTO, "Which features the --monitor's probes read: auto (those the run's objective trains), pre-logits, cls-token or patch-mean, as `vitx eval fewshot --features` describes them.", EVALUATION, choices=CHOICES["monitor_features"], affects_result=False)
     watch_every: int = setting(100, "Collapse watch, without labels: the effective rank (RankMe) and spread of the features of 256 training images (a seeded draw), at step 0 and every N steps, with --monitor's accuracy against chance, and the objective's own head figures (DINO's teacher entropy) at each log step. A representation collapse is said once as a warning; a head finding (its output uniform or one-hot) as a note, and as a collapse only when the features stall with it (docs/collapse.md). 0, or more than --steps: off.", EVALUATION, min=0, affects_result=False)
     stop_on_collapse: bool = setting(False, "When the watch says a collapse (never for a head note alone): checkpoint and stop (exit 3) instead of training on. Needs the watch on (--watch-every N, at most --steps).", EVALUATION, affects_result=False)
     output_dir: str = setting("runs/pretrain", "Run directory.", CHECKPOINTS, affects_result=False)
@@ -163,12 +100,8 @@ class PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, Syste
     from_objective: list[str] = setting([], "The settings taken from the objective's reference recipe (`Objective.recipe`): those the user, a recipe file and --set left unset.", OPTIMISATION, cli=False, affects_result=False)
 
     def validate(self) -> "PretrainConfig":
-        check(self)  # every bound and choice, as declared
-        if self.use_ema and not self.init:
-            raise VitxError("--use-ema reads the moving average of the weights that --init saved; give --init")
+        check(self)  # every bound and choice, as declared, and the groups' rules (settings/groups.py)
         parse_signals(self.stop_signals)
-        check_policy(self.randaugment)
-        check_trackers(self.log_with)
         check_probes(self.monitor_probes)
         if self.min_lr >= self.lr:
             raise VitxError(f"--min-lr {self.min_lr:g} must be below the peak lr {self.lr:g}")
@@ -185,7 +118,14 @@ class PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, Syste
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PretrainConfig":
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**{k: v for k, v in recorded_now(data).items() if k in known})
+
+
+def recorded_now(run: dict[str, Any]) -> dict[str, Any]:
+    """A recorded run's settings (config.json's `run`) as they are named now: a setting recorded under its former
+    name (`init`, now `start`) read as the current one, and an `init` of "" (a new --model) as scratch."""
+    run = current_keys(PretrainConfig, run)
+    return {**run, "start": SCRATCH} if run.get("start") == "" else run
 
 
 # Settings added since runs were first recorded, as the runs made before them ran: a resumed old run goes on as it was

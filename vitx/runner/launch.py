@@ -13,11 +13,12 @@ from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import ProjectConfiguration, set_seed
 
 from ..errors import VitxError
-from .config import PretrainConfig, trackers
+from ..settings.groups import trackers
+from .config import PretrainConfig
 
 
 def _trackers(name: str) -> list[str] | None:
-    return trackers(name) or None  # checked by the config's validate (config.check_trackers)
+    return trackers(name) or None  # checked by the config's validate (the Output group's check_trackers)
 
 
 def tracker_kwargs(cfg: PretrainConfig) -> dict[str, dict[str, str]]:

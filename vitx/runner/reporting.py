@@ -159,11 +159,11 @@ def announce(setup: Any, resume: bool, console: Console) -> None:
         console.print(f"note: {note}", soft_wrap=True)
     if resume and setup.resumed_from is None:
         console.print(f"nothing to resume in {cfg.output_dir}; starting a new run", soft_wrap=True)
-    init = setup.record.get("init") if setup.resumed_from is None else None
-    if isinstance(init, dict):  # --init: where each part of the model came from (runs/continuation.py)
-        step = f", step {init['step']}" if init.get("step") is not None else ""
-        console.print(f"init: {init['from']} ({init['kind']}{step})", soft_wrap=True, markup=False)
-        for part, where in init.get("parts", {}).items():
+    start = setup.record.get("start") if setup.resumed_from is None else None
+    if isinstance(start, dict):  # --from: where each part of the model came from (runs/continuation.py)
+        step = f", step {start['step']}" if start.get("step") is not None else ""
+        console.print(f"start: {start['from']} ({start['kind']}{step})", soft_wrap=True, markup=False)
+        for part, where in start.get("parts", {}).items():
             console.print(f"  {part}: {where}", soft_wrap=True, markup=False)
     changed = setup.record.get("lr_changes", [])
     if changed and changed[-1]["step"] == setup.start_step:

@@ -24,8 +24,9 @@ from ..errors import VitxError
 from ..invocation import command
 from ..objectives import Fitted, Objective, create_objective, fit_to_data
 from ..registry import OBJECTIVES
+from ..settings.groups import SCRATCH, new_model
 from ..spec import parse_spec
-from .config import BEFORE_RECORDED, PretrainConfig, configured, merge_for_resume
+from .config import BEFORE_RECORDED, PretrainConfig, configured, merge_for_resume, recorded_now
 from .ema import load_ema, make_ema
 from .launch import configure_deepspeed, make_accelerator
 from .optim import build_optimizer, build_schedule
@@ -59,8 +60,8 @@ def resolve_config(explicit: dict[str, Any], resume: bool) -> tuple[PretrainConf
 
     --lr may change on resume (lowering it is how a diverged run is rescued): the schedule goes on with the new
     peak, and config.json lists the change (`lr_changes`). Other settings that change the result must match."""
-    if explicit.get("init") and "model" in explicit:
-        raise VitxError("give --model (a new backbone) or --init (weights to start from), not both")
+    if not new_model(explicit.get("start", SCRATCH)) and "model" in explicit:
+        raise VitxError("give --model (a new backbone) or --from (weights to start from), not both")
     cfg = configured(explicit)  # explicit over the objective's reference recipe (Objective.recipe)
     run = RunDir(cfg.output_dir)
     latest = run.latest()
@@ -92,6 +93,7 @@ def saved_settings(checkpoint: Path) -> PretrainConfig:
     if not isinstance(run, dict):
         raise VitxError(f"{where} has no run record (damaged?); delete that checkpoint to resume from the one "
                         "before it")
+    run = recorded_now(run)  # (a run recorded before a rename: init is start)
     kinds = field_types(PretrainConfig)
     unset = {k: None for k, v in run.items() if k in kinds and v is None and optional_of(kinds[k]) is not None}
     checked = dict(typed(PretrainConfig, k, v, f"{where} run") for k, v in run.items() if k in kinds and k not in unset)
@@ -170,7 +172,7 @@ def set_lr(scheduler: Any, lr: float) -> None:
 
 
 def _initial(cfg: PretrainConfig, init: Any) -> tuple[Any, dict[str, tuple[float, ...]]]:
-    """--init: the start's backbone (at --image-size, position embeddings interpolated) and the normalisation it
+    """--from: the start's backbone (at --image-size, position embeddings interpolated) and the normalisation it
     expects (`init`: runs/continuation.py's Continuation); `cfg.model` becomes the start's architecture, so the
     run's record says what it trained."""
     backbone = init.fit(cfg.image_size)
@@ -189,10 +191,10 @@ def _normalisation(start: str, backbone: Any) -> dict[str, tuple[float, ...]]:
 
 def _backbone(cfg: PretrainConfig, saved: dict[str, Any], resume_from: Path | None,
               init: Any = None) -> tuple[Any, Preprocess]:
-    """The backbone (new, from --init, or as a resumed --init run's checkpoint records it) and the input it expects."""
+    """The backbone (new, from --from, or as a resumed --from run's checkpoint records it) and the input it expects."""
     if init is not None:  # another run's, timm's or a released checkpoint's weights, continued here
         backbone, normal = _initial(cfg, init)
-    elif cfg.init:  # a resumed --init run: built as its checkpoint records it, normalised as it was
+    elif not new_model(cfg.start):  # a resumed --from run: built as its checkpoint records it, normalised as it was
         backbone = create_backbone(saved["backbone"]["name"], **saved["backbone"]["overrides"])
         normal = {k: tuple(saved["preprocess"][k]) for k in ("mean", "std")}
     else:
@@ -247,10 +249,10 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     accelerator = make_accelerator(cfg)
     saved = read_config(resume_from) if resume_from is not None else {}
     init = None
-    if cfg.init and resume_from is None:  # what --init continues, part by part
+    if not new_model(cfg.start) and resume_from is None:  # what --from continues, part by part
         from ..runs.continuation import open_init
 
-        init = open_init(cfg.init, cfg.use_ema, cfg.seed)
+        init = open_init(cfg.start, cfg.use_ema, cfg.seed)
     backbone, preprocess = _backbone(cfg, saved, resume_from, init)
     train_source, val_source, data_info = _data(cfg, saved, resume_from, preprocess.image_size,
                                                 accelerator.num_processes)
@@ -261,15 +263,22 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     objective = create_objective(obj_name, backbone, train_source.num_classes, **obj_opts,
                                  **(fitted.values if fitted else {}))
     objective.fitted = fitted
-    if init is not None:  # the objective's own parts where the --init source holds them (decoder, head, teacher)
+    if init is not None:  # the objective's own parts where the --from source holds them (decoder, head, teacher)
         init.restore(objective, obj_name)
     preprocess = objective.configure_preprocess(preprocess)
     setup = assemble(cfg, accelerator, objective, preprocess, train_source, val_source, data_info, resume_from,
-                     {"init": saved["init"]} if "init" in saved else None)  # (a resumed --init run keeps its record)
+                     started(saved))  # (a resumed --from run keeps its record)
     if init is not None:
         init.restore_ema(setup.ema, objective)
-        setup.record["init"] = init.record()
+        setup.record["start"] = init.record()
     return setup
+
+
+def started(saved: dict[str, Any]) -> dict[str, Any] | None:
+    """A resumed run's record of where its weights started (config.json's `start`; `init` in runs recorded before
+    --from was pre-training's name), kept in the config.json it writes next."""
+    record = saved.get("start", saved.get("init"))
+    return {"start": record} if isinstance(record, dict) else None
 
 
 def _fitted(name: str, options: dict[str, Any], train_source: Any, saved: dict[str, Any] | None) -> Fitted | None:

@@ -1,4 +1,4 @@
-"""`vitx pretrain --init`: what a new pre-training continues from, part by part.
+"""`vitx pretrain --from`: what a new pre-training continues from, part by part.
 
 The source is opened once (`open_init`): a vitx run or checkpoint folder, a timm model folder (timm's
 `save_for_hf` layout), `timm:<name>`, or a .safetensors file of released weights (`released.py`: DINO's layout).
@@ -34,10 +34,10 @@ RELEASED_GROUPS = (("student.head.", "head"), ("teacher.", "teacher"), ("dino_lo
 
 @dataclass
 class Continuation:
-    """An --init source, opened: its backbone (resized by `fit`), the input it expects, the state the objective's
+    """A --from source, opened: its backbone (resized by `fit`), the input it expects, the state the objective's
     parts may be restored from, and where each part of the new run came from (`parts`, filled as it is built)."""
 
-    given: str  # --init as the user gave it
+    given: str  # --from as the user gave it
     kind: str  # what it is, for the header: "vitx mae run", "timm model folder", "DINO checkpoint", ...
     backbone: nn.Module
     normal: dict[str, tuple[float, ...]]  # the mean and std its weights expect
@@ -79,7 +79,7 @@ class Continuation:
         # sine-cosine positions): the start's weights are loaded again once it is built
         _, unexpected = objective.backbone.load_state_dict(self.weights, strict=False)
         if unexpected:
-            raise VitxError(f"--init {self.given}: {name} changed the backbone's layout ({unexpected[0]})")
+            raise VitxError(f"--from {self.given}: {name} changed the backbone's layout ({unexpected[0]})")
         source, reason = self._objective_state(objective, name)
         if self.classifier:  # a timm folder's classifier: a backbone start never carries it
             self.dropped["head"] = f"dropped (timm's {self.classifier}, {_unused(objective, name)})"
@@ -107,7 +107,7 @@ class Continuation:
                                              else "")
         covered = tuple(p for prefixes in declared.values() for p in prefixes) + ("backbone.",)
         for rest in dict.fromkeys(k.split(".")[0] for k in own if not k.startswith(covered)):
-            why = f"{name} declares no part --init restores" if source else reason
+            why = f"{name} declares no part --from restores" if source else reason
             self.parts[rest] = f"{NEW} ({why})"
         self.parts.update(self.dropped)
 
@@ -152,7 +152,7 @@ class Continuation:
     def _misfit(self, part: str, name: str, what: str) -> str:
         hint = (f"; give --objective \"{self.spec}\" as it was trained" if self.spec and self.objective == name
                 else "; give the objective the options it was trained with")
-        return f"--init {self.given}: its {part} does not fit this run's {name} ({what}){hint}"
+        return f"--from {self.given}: its {part} does not fit this run's {name} ({what}){hint}"
 
     # ---- the moving average -------------------------------------------------------------------------------------
     def restore_ema(self, ema: nn.Module | None, objective: nn.Module) -> None:
@@ -174,44 +174,44 @@ class Continuation:
         own = ema.module.state_dict()
         unknown = sorted(k for k in state if k not in own)
         if unknown:
-            raise VitxError(f"--init {self.given}: its moving average does not fit this run ({unknown[0]})")
+            raise VitxError(f"--from {self.given}: its moving average does not fit this run ({unknown[0]})")
         ema.module.load_state_dict({k: self._fitted("moving average", "", k, v, own[k], ema.module)
                                     for k, v in state.items()}, strict=False)
         self.parts["ema"] = self.where
 
     # ---- what is said and recorded ------------------------------------------------------------------------------
     def record(self) -> dict[str, Any]:
-        """config.json's `init`: the source and where each part came from."""
+        """config.json's `start`: the source and where each part came from."""
         return {"from": self.given, "kind": self.kind, "step": self.step, "objective": self.objective,
                 "parts": dict(self.parts)}
 
 
 def open_init(given: str, use_ema: bool = False, seed: int = 0) -> Continuation:
-    """The --init source, opened and checked: every way it cannot be read is one line (VitxError) that starts
+    """The --from source, opened and checked: every way it cannot be read is one line (VitxError) that starts
     with the flag."""
     try:
         return _open(given, use_ema, seed)
     except VitxError as exc:
         said = str(exc)
-        if said.startswith(("--init", "--use-ema")):
+        if said.startswith(("--from", "--use-ema")):
             raise
-        raise VitxError(f"--init {given}: {said}") from None
+        raise VitxError(f"--from {given}: {said}") from None
 
 
 def _open(given: str, use_ema: bool, seed: int) -> Continuation:
     path = Path(given).expanduser()
     if given.startswith("timm:"):
-        backbone = load_start(given, None, seed, "--init", use_ema)
+        backbone = load_start(given, None, seed, "--from", use_ema, files=True)
         return Continuation(given, "timm", backbone, _normal(given, backbone), given)
     if path.is_file():
         return _open_file(given, path, use_ema)
     if is_timm_folder(path):
         classifier = timm_classifier(path)  # (its weights' header read first: a damaged file is one line)
-        backbone = load_start(given, None, seed, "--init", use_ema)
+        backbone = load_start(given, None, seed, "--from", use_ema, files=True)
         architecture = backbone.vitx_record["name"].removeprefix("timm:")
         return Continuation(given, f"timm model folder: {architecture}", backbone, _normal(given, backbone), given,
                             classifier=classifier)
-    backbone = load_start(given, None, seed, "--init", use_ema)  # (a missing path, a non-ViT: one line there)
+    backbone = load_start(given, None, seed, "--from", use_ema, files=True)  # (a missing path, a non-ViT: one line)
     config = read_config(path)
     record = config.get("objective") if isinstance(config.get("objective"), dict) else {}
     objective = record.get("name") if isinstance(record.get("name"), str) else None
@@ -231,9 +231,9 @@ def _open_file(given: str, path: Path, use_ema: bool) -> Continuation:
     if path.suffix.lower() in PICKLED:
         refuse_pickle(path)
     if path.suffix.lower() != ".safetensors":
-        raise VitxError(f"--init {given} is a file vitx does not read; give {ACCEPTED}")
+        raise VitxError(f"--from {given} is a file vitx does not read; give {ACCEPTED}")
     if use_ema:
-        raise VitxError(f"--use-ema reads a vitx run's moving average of its weights; --init {given} is a weights "
+        raise VitxError(f"--use-ema reads a vitx run's moving average of its weights; --from {given} is a weights "
                         "file (drop --use-ema)")
     released = read_released(path)
     backbone, said = build_vit(released)
@@ -262,7 +262,7 @@ def timm_classifier(folder: Path) -> str | None:
             keys = [k for k in weights.keys() if any(k.startswith(f"{n}.") for n in names)]
             shape = weights.get_slice(keys[0]).get_shape() if keys else None
     except (SafetensorError, OSError, ValueError) as exc:
-        raise VitxError(f"--init {folder}/model.safetensors is not a readable safetensors file "
+        raise VitxError(f"--from {folder}/model.safetensors is not a readable safetensors file "
                         f"({first_line(exc)})") from None
     if not keys:
         return None

@@ -1,4 +1,4 @@
-"""Weights released outside vitx and timm, read from one local safetensors file (`vitx pretrain --init FILE`):
+"""Weights released outside vitx and timm, read from one local safetensors file (`vitx pretrain --from FILE`):
 DINO's full training checkpoint (`student.module.backbone.*`, `student.module.head.*`, `teacher.backbone.*`,
 `teacher.head.*`, `dino_loss.center`: main_dino.py's `save_dict`, flattened) and a bare ViT state dict in DINO's
 and timm's names (`dino_vits16_pretrain.pth`: `cls_token`, `pos_embed`, `patch_embed.proj.*`, `blocks.N.*`,
@@ -42,7 +42,7 @@ def convert_line(path: Path) -> str:
             f"st.save_file({{k: t.contiguous() for k, t in f.items()}}, '{out}')\"")
 
 
-def refuse_pickle(path: Path, flag: str = "--init") -> None:
+def refuse_pickle(path: Path, flag: str = "--from") -> None:
     """One line for a pickled checkpoint: vitx does not unpickle it; the command that converts it."""
     raise VitxError(f"{flag} {path}: vitx does not unpickle checkpoints (a .pth can run code when loaded); convert "
                     f"it yourself if you trust it: {convert_line(path)}")
@@ -71,17 +71,17 @@ def read_released(path: Path) -> Released:
     try:
         state = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
-        raise VitxError(f"--init {path} is not a readable safetensors file ({first_line(exc)})") from None
+        raise VitxError(f"--from {path} is not a readable safetensors file ({first_line(exc)})") from None
     state = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
     roots = sorted({k[: -len(BACKBONE_KEY)] for k in state if k.endswith(BACKBONE_KEY)})
     if not roots:
-        raise VitxError(f"--init {path} holds no Vision Transformer weights (no {BACKBONE_KEY}, under any prefix); "
+        raise VitxError(f"--from {path} holds no Vision Transformer weights (no {BACKBONE_KEY}, under any prefix); "
                         "give a ViT's state dict, DINO's checkpoint flattened, or a vitx run or timm model folder")
     student = [r for r in roots if r.startswith(DINO_PARTS["student"])]
     if student and any(r.startswith(DINO_PARTS["teacher"]) for r in roots):
         return _dino(path, state, student[0])
     if len(roots) > 1:
-        raise VitxError(f"--init {path} holds {len(roots)} ViTs ({', '.join(repr(r) for r in roots)}) and not "
+        raise VitxError(f"--from {path} holds {len(roots)} ViTs ({', '.join(repr(r) for r in roots)}) and not "
                         "DINO's student/teacher layout; save the one to start from alone")
     root = roots[0]
     backbone = {k[len(root):]: v for k, v in state.items() if k.startswith(root)}
@@ -111,16 +111,16 @@ def vit_args(state: dict[str, torch.Tensor], path: Path) -> tuple[str, dict[str,
         hidden = int(state["blocks.0.mlp.fc1.weight"].shape[0])
         positions = int(state["pos_embed"].shape[1])  # prefix + grid²
     except (KeyError, ValueError, IndexError):
-        raise VitxError(f"--init {path} is not a plain ViT's state dict (expected pos_embed, patch_embed.proj, "
+        raise VitxError(f"--from {path} is not a plain ViT's state dict (expected pos_embed, patch_embed.proj, "
                         "blocks.N.mlp.fc1, ... in timm's and DINO's names)") from None
     prefix = int("cls_token" in state) + (int(state["reg_token"].shape[1]) if "reg_token" in state else 0)
     side = math.isqrt(max(positions - prefix, 0))
     if side < 1 or side * side != positions - prefix:
-        raise VitxError(f"--init {path}: pos_embed has {positions} positions, not {prefix} prefix token(s) and a "
+        raise VitxError(f"--from {path}: pos_embed has {positions} positions, not {prefix} prefix token(s) and a "
                         "square grid of patches")
     heads = HEADS_BY_WIDTH.get(width, width // HEAD_WIDTH)
     if heads < 1 or width % heads:
-        raise VitxError(f"--init {path}: a {width}-wide ViT has no whole number of {HEAD_WIDTH}-channel attention "
+        raise VitxError(f"--from {path}: a {width}-wide ViT has no whole number of {HEAD_WIDTH}-channel attention "
                         "heads; vitx cannot tell how many it had")
     size = SIZES.get(width, "base")
     name = f"vit_{size}_patch{patch}_224"
@@ -152,7 +152,7 @@ def build_vit(released: Released) -> tuple[nn.Module, str]:
     try:
         backbone = create_backbone(name, **overrides)
     except (TypeError, ValueError, RuntimeError) as exc:
-        raise VitxError(f"--init {released.path}: timm cannot build {said} ({first_line(exc)})") from None
+        raise VitxError(f"--from {released.path}: timm cannot build {said} ({first_line(exc)})") from None
     # weights beside the ViT's own modules (an MAE checkpoint's decoder, say) are dropped, and said; one under a
     # module of the ViT that the rebuilt one lacks (a q/k norm, say) means another architecture: refused below
     own = {k.split(".")[0] for k in backbone.state_dict()}
@@ -163,11 +163,11 @@ def build_vit(released: Released) -> tuple[nn.Module, str]:
         missing, unexpected = backbone.load_state_dict(state, strict=False)
     except RuntimeError as exc:  # a tensor of another shape than the rebuilt ViT's
         found = re.search(r"size mismatch for ([^:]+)", str(exc))
-        raise VitxError(f"--init {released.path} does not fit {said} (another shape for "
+        raise VitxError(f"--from {released.path} does not fit {said} (another shape for "
                         f"{found.group(1) if found else 'some weights'})") from None
     if missing or unexpected:
         shown = ", ".join((missing + unexpected)[:3])
-        raise VitxError(f"--init {released.path} does not fit {said} (missing {len(missing)}, unexpected "
+        raise VitxError(f"--from {released.path} does not fit {said} (missing {len(missing)}, unexpected "
                         f"{len(unexpected)} weights: {shown})")
     if classifier:
         released.rest.update({f"classifier.{k[len('head.'):]}": v for k, v in classifier.items()})

@@ -1,7 +1,7 @@
-"""Where a transfer starts: a vitx run or checkpoint directory, a timm ViT (`timm:<name>`, its pretrained
-weights: online users; `timm:hf-hub:REPO`), a folder in timm's hub layout (`--from DIR` or
-`timm:local-dir:DIR`: what timm's `save_for_hf` and `vitx export` write), or `scratch` (a randomly initialised
-`--model`, the paper's "from scratch" baseline).
+"""Where a command's weights start (`--from`; a pre-training's continuation, `continuation.py`, opens it here too):
+a vitx run or checkpoint directory, a timm ViT (`timm:<name>`, its pretrained weights: online users;
+`timm:hf-hub:REPO`), a folder in timm's hub layout (`--from DIR` or `timm:local-dir:DIR`: what timm's `save_for_hf`
+and `vitx export` write), or `scratch` (a randomly initialised `--model`, the paper's "from scratch" baseline).
 
 The start also decides the input (`start_input`): a timm model's `pretrained_cfg` (mean, std, interpolation,
 crop), a vitx run's recorded preprocessing. Weights are read from safetensors only; nothing a user points at is
@@ -20,19 +20,19 @@ from ..safe_io import read_config, read_json_object
 from .folder import load_backbone, require_ema, saved_layer
 from ..errors import VitxError
 from ..evaluation.representation import Representation, read_as
+from ..settings.groups import SCRATCH
 from ..spec import parse_spec
-
-SCRATCH = "scratch"
 
 
 def load_start(start: str, model: str | None = None, seed: int = 0, flag: str = "--from",
-               use_ema: bool = False) -> nn.Module:
+               use_ema: bool = False, files: bool = False) -> nn.Module:
     """The backbone a transfer starts from, at its own resolution (interpolation comes later, as an adapter).
 
     `scratch` is initialised from `seed` alone (the caller's generators are left as they were), so a
     from-scratch baseline is the same network every time it is asked for. `flag`: the option that named the
-    start, for the errors (`--init` for a pre-training). `use_ema`: a vitx run's moving average of its weights
-    (ema.safetensors) in place of its live weights."""
+    start, for the errors. `use_ema`: a vitx run's moving average of its weights (ema.safetensors) in place of
+    its live weights. `files`: the caller also reads weights files (pre-training's --from: `continuation.py`), as
+    the line refusing a path that is not there says."""
     if use_ema and (start == SCRATCH or start.startswith("timm:")):
         raise VitxError(f"--use-ema reads a vitx run's moving average of its weights; {flag} {start} has none")
     if model and start != SCRATCH:
@@ -56,10 +56,10 @@ def load_start(start: str, model: str | None = None, seed: int = 0, flag: str = 
         path = Path(start).expanduser()
         if not path.exists():
             first = " (run `vitx pretrain` first)" if start == "runs/pretrain" else ""
-            missing = "no such file or folder" if flag == "--init" else "no such checkpoint directory"
-            raise VitxError(f"{flag} {start}: {missing}{first}; give {accepted_starts(flag)}")
+            missing = "no such file or folder" if files else "no such checkpoint directory"
+            raise VitxError(f"{flag} {start}: {missing}{first}; give {accepted_starts(files)}")
         if path.is_file():
-            raise VitxError(f"{flag} {start} is a file; give {accepted_starts(flag)}")
+            raise VitxError(f"{flag} {start} is a file; give {accepted_starts(files)}")
         if is_timm_folder(path):
             if use_ema:
                 raise VitxError(f"--use-ema reads a vitx run's moving average of its weights; {flag} {start} is a "
@@ -79,9 +79,10 @@ def load_start(start: str, model: str | None = None, seed: int = 0, flag: str = 
     return backbone
 
 
-def accepted_starts(flag: str = "--from") -> str:
-    """Every form a start may take, for the line that refuses one (`--init` also reads weights files)."""
-    if flag == "--init":
+def accepted_starts(files: bool = False) -> str:
+    """Every form a start may take, for the line that refuses one (`files`: pre-training's, which also reads
+    weights files)."""
+    if files:
         from .continuation import ACCEPTED
 
         return ACCEPTED

@@ -6,7 +6,9 @@ come. Torch-free: `vitx --help` reads it.
 
 A field made with `setting` is an option `--lr` of its command (`flag=` names another, `cli=False` none);
 `choices`, `min` (inclusive), `above` (exclusive), `max` and `below` (exclusive) bound it, and `check` refuses
-values outside them in one line naming the option; `renamed` keeps a choice's former name working.
+values outside them in one line naming the option; `renamed` keeps a choice's former name working, `formerly`
+a setting's (its option, hidden from --help but named in its help, and its key in recipes, --set and recorded
+runs: `current_keys`).
 """
 from __future__ import annotations
 
@@ -224,10 +226,38 @@ def current_values(cls: type, values: dict[str, Any]) -> dict[str, Any]:
     return {key: current(fields[key], value) if key in fields else value for key, value in values.items()}
 
 
+def former_key(field: dataclasses.Field) -> str | None:
+    """The key a renamed setting had (`init` for `start`, whose option was --init): its former option's name as
+    recipes, --set and the config.json of runs made before the rename write it."""
+    old = field.metadata.get("formerly")
+    return old[2:].replace("-", "_") if old else None
+
+
+def former_keys(cls: type) -> dict[str, str]:
+    """Former key → current key, for the settings of `cls` that were renamed."""
+    return {former_key(f): f.name for f in declared(cls) if former_key(f) not in (None, f.name)}  # type: ignore[misc]
+
+
+def current_keys(cls: type, values: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """`values` (a recipe's table, --set, a recorded config.json) with each setting's former key (`former_key`)
+    read as its current one. Both at once: one line naming `where` they came from (a recorded config keeps the
+    current one)."""
+    out = dict(values)
+    for old, new in former_keys(cls).items():
+        if old in out:
+            value = out.pop(old)
+            if new in out and where:
+                raise VitxError(f"{where}: {new} is given twice, as {new} and as its former name {old}; keep {new}")
+            out.setdefault(new, value)
+    return out
+
+
 def check(config: Any, named: Callable[[dataclasses.Field], str] = flag_of) -> None:
     """Every declared setting of `config` within its declaration (the first violation, in one line naming the
     setting as `named` says: its option by default), after a former name of a choice is replaced by its
-    current one (in place, frozen configs too), so what runs and what is recorded use the current name."""
+    current one (in place, frozen configs too), so what runs and what is recorded use the current name; then the
+    rule of each group it composes (a group's `check_group`: a tracker that cannot start, a policy timm does not
+    know)."""
     for field in declared(type(config)):
         value = getattr(config, field.name)
         now = current(field, value)
@@ -235,6 +265,9 @@ def check(config: Any, named: Callable[[dataclasses.Field], str] = flag_of) -> N
             object.__setattr__(config, field.name, now)
     for field in declared(type(config)):
         check_field(field, getattr(config, field.name), named)
+    for group in groups_of(type(config)):  # each group's own rule (settings/groups.py), in every config alike
+        if "check_group" in group.__dict__:
+            group.check_group(config)
 
 
 def help_text(field: dataclasses.Field) -> str:
@@ -247,6 +280,6 @@ def help_text(field: dataclasses.Field) -> str:
     return f"{field.metadata['help']}{also} \\[default: {shown_default(field)}]"
 
 
-__all__ = ["as_flags", "CHECKPOINTS", "Choices", "current", "current_values", "DATA", "EVALUATION", "MODEL", "OPTIMISATION", "OUTPUT", "PANELS", "PROTOCOL", "SCHEDULE",
+__all__ = ["as_flags", "CHECKPOINTS", "Choices", "current", "current_keys", "current_values", "former_key", "former_keys", "DATA", "EVALUATION", "MODEL", "OPTIMISATION", "OUTPUT", "PANELS", "PROTOCOL", "SCHEDULE",
            "SYSTEM", "check", "check_field", "declared", "defaults", "groups_of", "shared_values", "with_default", "flag_of", "flags", "help_text", "result_settings", "setting",
            "shown_default"]

@@ -1,20 +1,29 @@
 """The settings more than one command takes, declared once, in groups a reader recognises. A command's config
 composes the groups it uses and adds only its own fields:
 
-    PretrainConfig(Weights, Columns, Augmentation, Optimisation, Output, System)    runner/config.py
-    TransferConfig(Weights, Columns, Input, Augmentation, Optimisation, Output, System)    transfer/config.py
-    FrozenConfig(Weights, Columns, Input)    evaluation/config.py (every vitx eval NAME: vitx/evaluators/)
+    PretrainConfig(Seeded, Start, Columns, Streaming, Augmentation, Optimisation, Output, System)    runner/config.py
+    TransferConfig(Seeded, Start, Columns, Input, Streaming, TestDraw, Augmentation, Optimisation, Output, System)
+                                                                                          transfer/config.py
+    FrozenConfig(Seeded, Start, Columns, Input, TestDraw)    evaluation/config.py (every vitx eval NAME:
+        vitx/evaluators/; knn and linear add TrainDraw, fewshot and knn Readout: evaluation/config.py)
+
+(--help lists a panel's group settings in the reverse order of the bases: Start's before Seeded's.)
 
 A setting added to a group is an option of every command that composes it: in its --help, validated, taken by
 --set and recipes, recorded in config.json. Where recipes differ (pre-training's AdamW, fine-tuning's SGD) a
-config gives the group's setting its own default with `with_default`; the declaration stays here. A transfer
-hands the runner every setting of the groups both configs compose (`shared_values`). Torch-free.
+config gives the group's setting its own default with `with_default`; the declaration stays here. A group's rule
+that reaches past one setting's bounds is its `check_group`, which `settings.check` runs for every config that
+composes it. A transfer hands the runner every setting of the groups both configs compose (`shared_values`).
+Torch-free.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any
 
-from . import DATA, MODEL, OPTIMISATION, OUTPUT, SYSTEM, setting
+from ..errors import VitxError
+from . import DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, SYSTEM, setting
 
 INTERPOLATIONS = ("bicubic", "bilinear", "nearest")  # how images are resized (data/transforms.py)
 # adamw, adam and sgd are built by vitx (runner/optim.py); the others by timm's optimizer factory
@@ -24,16 +33,43 @@ LOG_FORMATS = ("auto", "bar", "lines", "json")  # how progress is shown (runner/
 # Sizes far above any real run: a slip of the keyboard (1000000 for 1000) is refused in one line instead of
 # allocating for minutes. Seeds are what numpy's generators take.
 LIMITS = {"batch_size": 65_536, "grad_accum": 65_536, "image_size": 4_096, "eval_samples": 10_000_000,
-          "test_samples": 10_000_000, "workers": 256, "shuffle_buffer": 1_000_000, "seed": 2 ** 32 - 1,
+          "test_samples": 10_000_000, "train_samples": 100_000_000, "workers": 256, "shuffle_buffer": 1_000_000, "seed": 2 ** 32 - 1,
           "weight_decay": 10}  # (real ones are 0-1; at lr · weight decay > 2 each AdamW update flips and grows the weights)
 
 
+SCRATCH = "scratch"  # --from scratch: a new --model, initialised from --seed (runs/start.py)
+
+
+def new_model(start: str) -> bool:
+    """Whether --from names no weights: scratch, or "" (pre-training's runs recorded before --from was its name,
+    whose `init` "" was a new --model)."""
+    return start in ("", SCRATCH)
+
+
 @dataclass
-class Weights:
-    """Which of a start's saved weights are read."""
+class Start:
+    """Where a command's weights start, and which of them it reads: `vitx pretrain` continues pre-training from
+    them, `vitx transfer` fine-tunes them, `vitx eval` reads their features."""
 
     is_group = True
+    start: str = setting("runs/pretrain", "The weights to start from: a vitx run or checkpoint folder, a timm model folder (config.json and model.safetensors, as timm's save_for_hf writes it), timm:<name> (its pretrained weights), timm:hf-hub:REPO, or scratch (a new --model, initialised from --seed); the input is normalised as the start expects. Pre-training continues from it part by part (the objective's own parts from a run of the same objective: MAE's decoder, DINO's head, teacher and centre, the moving average under --ema-decay; a classifier nothing uses is dropped; the header says where each came from) and also reads a .safetensors file of released ViT weights (DINO's checkpoint layout or a bare backbone; a .pth is never unpickled).", MODEL, flag="--from", formerly="--init")
+    model: str | None = setting(None, "The backbone of a new model, for --from scratch: a name (see `vitx models`) or timm:<name> (timm's architecture, randomly initialised); any other start brings its own.", MODEL)
+    image_size: int | None = setting(None, "Input resolution, a multiple of the patch size; a start of another resolution has its position embeddings interpolated.", MODEL, above=0, limit=LIMITS["image_size"], shown="the start's")
     use_ema: bool = setting(False, "Read the start's moving average of the weights (ema.safetensors, saved by a run with --ema-decay) instead of its live weights.", MODEL)
+
+    def check_group(self) -> None:
+        """--use-ema needs a start that has weights to average."""
+        if self.use_ema and new_model(self.start):
+            raise VitxError(f"--use-ema reads the moving average of a --from run's weights; --from "
+                            f"{self.start or SCRATCH} has none: give --from RUN, or drop --use-ema")
+
+
+@dataclass
+class Seeded:
+    """The seed of what a command draws at random."""
+
+    is_group = True
+    seed: int = setting(0, "Seed of every random draw: a new model's initialisation (--from scratch), the order and augmentation of the training images, and which images a draw takes (the test images of --test-samples, the train images of --train-samples and of a transfer's --shots of your data, those the collapse watch reads).", MODEL, min=0, limit=LIMITS["seed"])
 
 
 @dataclass
@@ -58,6 +94,59 @@ class Input:
 
 
 @dataclass
+class Streaming:
+    """Whether the data is read as a stream."""
+
+    is_group = True
+    stream: bool = setting(False, "Read the data as a stream (a hub dataset, hf:NAME, or a local copy of one; parquet) instead of downloading or caching it whole; tar shards always stream. A transfer draws your data's shots as the stream is read.", DATA)
+
+
+@dataclass
+class TestDraw:
+    """Which test images are evaluated: the same rule, and the same images for one --seed, in every command."""
+
+    is_group = True
+    test_samples: int = setting(0, "Evaluate on N test images, a seeded, class-stratified draw (--seed): the same images in `vitx eval` and `vitx transfer`; 0: the whole test split.", EVALUATION, min=0, limit=LIMITS["test_samples"])
+
+
+@dataclass
+class TrainDraw:
+    """Which train images a frozen-feature evaluation reads."""
+
+    is_group = True
+    train_samples: int = setting(0, "Train images read (those that vote in kNN, those the linear probe trains and validates on): a seeded, class-balanced draw (--seed); 0: all.", EVALUATION, min=0, limit=LIMITS["train_samples"])
+
+
+def augment_policy(policy: str, size: int, mean: tuple[float, ...]) -> Any:  # one per policy in each worker
+    """The PIL transform of a timm policy string, as timm's `create_transform(auto_augment=...)` picks it:
+    rand-* RandAugment, augmix-* AugMix, original/v0/3a[-mstdX] AutoAugment; trivialaugment is torchvision's
+    TrivialAugmentWide. The loader's workers build it per sample (data/transforms.py); the group's check builds it
+    once, so a bad policy fails at once in one line. timm and torchvision are imported here, when it is built."""
+    from timm.data.auto_augment import augment_and_mix_transform, auto_augment_transform, rand_augment_transform
+
+    bad = VitxError(f"randaugment '{policy}' is not a timm augmentation policy (e.g. rand-m9-mstd0.5-inc1, "
+                    "original, v0, augmix-m5-w4-d2 or trivialaugment)")
+    if policy == "trivialaugment":
+        from torchvision.transforms import TrivialAugmentWide
+
+        return TrivialAugmentWide()
+    parts = policy.split("-")
+    if parts[0] == "rand" and any(not p.startswith("t") and not re.fullmatch(r"[a-z]+\d[\d.]*", p) for p in parts[1:]):
+        raise bad
+    # magnitude_max just under timm's 10: at 10, an "inc1" policy posterizes to 0 bits, which Pillow ≥ 12 refuses
+    # (a worker crash a few hundred steps in); a policy's own "mmax" still wins
+    hparams = {"translate_const": int(size * 0.45), "img_mean": tuple(round(255 * m) for m in mean),
+               "magnitude_max": 9.99}
+    build = {"rand": rand_augment_transform, "augmix": augment_and_mix_transform}.get(parts[0])
+    if build is None and parts[0] not in ("original", "originalr", "v0", "v0r", "3a"):
+        raise bad
+    try:
+        return (build or auto_augment_transform)(policy, hparams)
+    except (AssertionError, KeyError, ValueError, IndexError):
+        raise bad from None
+
+
+@dataclass
 class Augmentation:
     """Random changes to training images (timm's transforms, seeded per sample)."""
 
@@ -66,6 +155,11 @@ class Augmentation:
     hflip: bool = setting(True, "Random horizontal flips of training images; off where a mirror image is another class (digits, text).", DATA)
     randaugment: str = setting("", "timm augmentation policy for training images: rand-m9-mstd0.5-inc1 (RandAugment), original or v0 (AutoAugment), augmix-m5-w4-d2, or trivialaugment (TrivialAugment Wide).", DATA)
     random_erasing: float = setting(0.0, "Probability of timm's RandomErasing per training image.", DATA, min=0, max=1)
+
+    def check_group(self) -> None:
+        """A bad --randaugment policy fails at once, in one line, not in a loader worker minutes later."""
+        if self.randaugment:
+            augment_policy(self.randaugment, 32, (0.5, 0.5, 0.5))
 
 
 @dataclass
@@ -85,6 +179,58 @@ class Optimisation:
     precision: str = setting("no", "Mixed precision: no, bf16 or fp16 (GPU).", OPTIMISATION, choices=PRECISIONS)
 
 
+# The trackers --log-with offers (Accelerate's): the modules each needs (any one of them) and what installs it
+TRACKERS: dict[str, tuple[tuple[str, ...], str]] = {
+    "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"),
+    "wandb": (("wandb",), "wandb"),
+    "mlflow": (("mlflow",), "mlflow"),
+    "comet_ml": (("comet_ml",), "comet_ml"),
+    "aim": (("aim",), '"aim<4"'),  # Accelerate's tracker takes aim 3 only
+    "clearml": (("clearml",), "clearml"),
+    "dvclive": (("dvclive",), "dvclive"),
+}
+
+
+def trackers(log_with: str) -> list[str]:
+    """The trackers `--log-with` names: auto is tensorboard where it is installed (else none), none is none, else
+    a comma-separated list of TRACKERS' names; another name is refused in one line."""
+    if log_with == "auto":
+        import importlib.util
+
+        return ["tensorboard"] if any(importlib.util.find_spec(m) for m in TRACKERS["tensorboard"][0]) else []
+    names = [] if log_with == "none" else [n.strip() for n in log_with.split(",") if n.strip()]
+    if log_with != "none" and (not names or any(n not in TRACKERS for n in names)):
+        raise VitxError(f"--log-with must be auto, none or one or more of {', '.join(TRACKERS)}, got '{log_with}'")
+    return list(dict.fromkeys(names))
+
+
+def check_trackers(log_with: str) -> None:
+    """Every tracker named can start: its package imports and Accelerate takes it. Else one line naming what to
+    install, before the run begins: Accelerate alone warns and trains without the tracker the user asked for."""
+    import importlib
+
+    for name in trackers(log_with) if log_with != "auto" else []:
+        modules, package = TRACKERS[name]
+        failed: list[ImportError] = []
+        for module in modules:
+            try:
+                importlib.import_module(module)
+                break
+            except ImportError as exc:
+                failed.append(exc)
+        else:
+            if all(isinstance(e, ModuleNotFoundError) and e.name == m for e, m in zip(failed, modules)):
+                raise VitxError(f"--log-with {name}: {modules[0]} is not installed here; pip install {package} "
+                                "(or choose another tracker, or --log-with none)")
+            raise VitxError(f"--log-with {name}: {modules[0]} is installed but does not import ({failed[0]}); "
+                            f"pip install -U {package}")
+        from accelerate.utils import imports
+
+        if not getattr(imports, f"is_{name}_available")():
+            raise VitxError(f"--log-with {name}: Accelerate cannot use the {modules[0]} installed here; "
+                            f"pip install {package}")
+
+
 @dataclass
 class Output:
     """What a run shows and where it reports, none of which changes what it computes."""
@@ -95,6 +241,10 @@ class Output:
     log_with: str = setting("auto", "Accelerate tracker(s): auto (tensorboard if installed), none, or tensorboard, wandb, mlflow, comet_ml, aim, clearml, dvclive, several comma-separated; one named that is not installed is refused before the run starts. A transfer logs each sweep point and final run as its own run, grouped by task.", OUTPUT, affects_result=False)
     quiet: bool = setting(False, "Print nothing but errors (metrics.jsonl and results are written as always).", OUTPUT, affects_result=False)
     curves: bool = setting(True, "Draw curves.png (loss, accuracy, monitor, learning rate) at each checkpoint; a transfer also draws sweep.png (validation top-1 per lr × steps).", OUTPUT, affects_result=False)
+
+    def check_group(self) -> None:
+        """Every tracker --log-with names can start, before the run begins."""
+        check_trackers(self.log_with)
 
 
 @dataclass
@@ -107,5 +257,6 @@ class System:
     tf32: bool = setting(True, "On GPUs that have it, float32 matmuls in TF32 (10-bit mantissa, ~8x the float32 rate).", SYSTEM)
 
 
-__all__ = ["INTERPOLATIONS", "LIMITS", "LOG_FORMATS", "OPTIMIZERS", "PRECISIONS", "Augmentation", "Columns", "Input",
-           "Optimisation", "Output", "System", "Weights"]
+__all__ = ["INTERPOLATIONS", "LIMITS", "LOG_FORMATS", "OPTIMIZERS", "PRECISIONS", "SCRATCH", "Augmentation", "Columns",
+           "Input", "Optimisation", "Output", "Seeded", "Start", "Streaming", "System", "TestDraw", "TrainDraw",
+           "new_model"]

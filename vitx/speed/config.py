@@ -39,7 +39,7 @@ class BenchConfig:
                         "objective fits to the data are fitted as for ImageNet-1k's 1,281,167 images; 10 "
                         "classes); or anything `vitx pretrain --data` takes: your own images, whose input wait says "
                         "whether the loader keeps up with the step.", DATA)
-    steps: int = setting(20, "Timed optimiser steps.", SCHEDULE, above=0, limit=100_000)
+    steps: int = setting(20, "How many steps the measurement times (after --warmup's).", SCHEDULE, above=0, limit=100_000)
     warmup: int = setting(3, "Untimed steps first: compilation, the loader's start, the kernels' first choices.",
                           SCHEDULE, min=0, limit=100_000)
     device: str = setting("auto", "Where to run: auto (a GPU where there is one), cuda or cpu.", SYSTEM,

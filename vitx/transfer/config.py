@@ -5,11 +5,11 @@ from dataclasses import Field, asdict, dataclass
 from typing import Any
 
 from ..errors import VitxError
-from ..runner.config import check_policy, check_trackers
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, PROTOCOL, SCHEDULE, SYSTEM
 from ..settings import check, declared, defaults, flag_of, result_settings as declared_result_settings, setting
 from ..settings import with_default
-from ..settings.groups import LIMITS, Augmentation, Columns, Input, Optimisation, Output, System, Weights
+from ..settings.groups import Augmentation, Columns, Input, Optimisation, Output, Seeded, Start, Streaming, System
+from ..settings.groups import TestDraw
 
 SELECT = ("auto", "suite", "task")  # auto: suite for more than one task (protocol.py)
 
@@ -85,20 +85,16 @@ def _shown(value: Any) -> str:
 
 
 @dataclass
-class TransferConfig(Weights, Columns, Input, Augmentation, Optimisation, Output, System):
+class TransferConfig(Seeded, Start, Columns, Input, Streaming, TestDraw, Augmentation, Optimisation, Output, System):
     """Defaults are the paper's fine-tuning recipe (Appendix B.1.1) and VTAB-1k protocol: SGD momentum 0.9, no
     weight decay, no augmentation, global-norm clip 1, cosine decay after a linear warm-up, batch 512; sweep lr × steps on
     train800 → val200, choose one point for the whole suite on the mean val200 (`select`), retrain it on all 1000,
     report test accuracy. Each field is one option of `vitx transfer` (vitx/settings/): the groups' (settings/groups.py) and its own below."""
 
     protocol: str = setting("vtab", "Preset of the settings not given: vtab (the ViT paper's VTAB-1k recipe, the defaults below) or peft (the parameter-efficient transfer papers': AdamW lr 1e-3, weight decay 1e-4, batch 64, 100 epochs, 10% warm-up, no sweep, with the method's own reference settings over them, e.g. lora's drop-path 0.1 as NOAH runs it; see transfer/config.PROTOCOLS). In Python: TransferConfig(**with_protocol(settings)).", PROTOCOL, choices=tuple(PROTOCOLS))
-    start: str = setting("runs/pretrain", "A vitx run or checkpoint directory, a timm model folder (config.json + model.safetensors), timm:<name>, timm:hf-hub:REPO, or scratch.", MODEL, flag="--from")
     features: str = setting("auto", "What the task head reads: auto (what the start's objective trains: the mean patch token after MPP or MAE, the \\[class] token otherwise), cls-token (the \\[class] token after the final norm) or patch-mean (the mean patch token: MAE's fine-tuning and linear probe).", MODEL, choices=("auto", "cls-token", "patch-mean"), renamed={"backbone": "cls-token"})
-    model: str | None = setting(None, "Backbone for --from scratch (see `vitx models`).", MODEL)
     adapters: list[str] = setting([], "Adapter with options, repeatable, e.g. linear-probe or 'resize-posemb(mode=\"bilinear\")' (see `vitx adapters`); unnamed roles take the defaults.", MODEL, flag="--adapter", repeat=True, shown="resize-posemb, zero-head, finetune")
-    image_size: int | None = setting(None, "Fine-tuning resolution; position embeddings are interpolated.", MODEL, above=0, limit=LIMITS["image_size"], shown="the start's")
     task: str = setting("vtab/dsprites_loc", "Task (see `vitx tasks`), several comma-separated, vtab/all, vtab/natural|specialized|structured, a pattern like 'vtab/dsprites_*', or your labelled data: an image folder, save_to_disk/parquet folder, hf:owner/name or WebDataset shards.", DATA, affects_result=False)
-    stream: bool = setting(False, "Your data (hf:NAME, parquet, shards) read as a stream: the shots are drawn as it is read, nothing is downloaded or cached whole.", DATA)
     shots: int = setting(1000, "Training images in all (not per class, as `vitx eval fewshot --shots` counts them): 4/5 train, 1/5 validation (VTAB-1k: 1000 = 800 + 200); from your data, a seeded, class-balanced draw.", PROTOCOL, above=0)
     sweep: bool = setting(True, "Sweep lr × steps on train → val and retrain the chosen point; --no-sweep: --lr and --steps (the paper's 0.01, 2500).", PROTOCOL)
     select: str = setting("auto", "How the swept point is chosen: suite (one lr × steps for every task, the best mean val top-1 over the suite: the ViT paper's VTAB protocol) or task (each task its own best: optimistic, not comparable with the paper).", PROTOCOL, choices=SELECT, shown="suite for several tasks")
@@ -106,7 +102,6 @@ class TransferConfig(Weights, Columns, Input, Augmentation, Optimisation, Output
     sweep_steps: list[int] = setting([500, 2500], "Sweep step counts.", PROTOCOL, above=0)
     lr: float = setting(0.01, "Learning rate with --no-sweep.", PROTOCOL, above=0)
     steps: int = setting(2500, "Steps with --no-sweep.", PROTOCOL, above=0)
-    seed: int = setting(0, "Seed of the runs (and of the draw of your data's shots).", PROTOCOL, min=0, limit=LIMITS["seed"])
     seeds: list[int] = setting([], "Repeat each task's final run with these seeds, e.g. 0,1,2: results are mean ± s.d. (the sweep and the data's draw use --seed).", PROTOCOL, min=0, shown="--seed alone", example="0,1,2", distinct=True)
     skip_missing: bool = setting(False, "In a suite, skip tasks whose data is unavailable.", PROTOCOL, affects_result=False)
     allow_synthetic: bool = setting(False, "Count VTAB tasks read from vitx's synthetic regeneration (the embedded dSprites) in group and suite means; by default they are listed but left out.", PROTOCOL, affects_result=False)
@@ -119,7 +114,6 @@ class TransferConfig(Weights, Columns, Input, Augmentation, Optimisation, Output
     weight_decay: float = with_default(Optimisation, "weight_decay", 0.0)
     batch_size: int = with_default(Optimisation, "batch_size", 512)
     warmup: float = setting(0.1, "Warm-up, as a fraction of each run's steps.", SCHEDULE, min=0, below=1, says="is a fraction of the steps in [0, 1)")
-    test_samples: int = setting(0, "Evaluate on N test images, a seeded, class-stratified draw (--seed): the same images in `vitx eval` and `vitx transfer`; 0: the whole test split.", EVALUATION, min=0, limit=LIMITS["test_samples"])
     compare: list[str] = setting([], "Print published VTAB-1k results beside the run's, e.g. vit-b16-i21k-full,vit-l16-i21k (vitx/tasks/published.py); a timm start with published rows for the same method gets them unasked.", EVALUATION, shown="none", affects_result=False)
     output_dir: str = setting("runs/transfer", "Results, per-task runs and the final models.", CHECKPOINTS, affects_result=False)
     save_every: int = setting(500, "Checkpoint each run every N steps (for --resume).", CHECKPOINTS, above=0, affects_result=False)
@@ -133,17 +127,15 @@ class TransferConfig(Weights, Columns, Input, Augmentation, Optimisation, Output
     dry_run: bool = setting(False, "Print the work list (items, steps, image size, shards) and an estimate of its cost from a few measured steps on this machine; train nothing.", SYSTEM, affects_result=False)
 
     def validate(self) -> "TransferConfig":
-        check(self)  # every bound and choice, as declared
+        check(self)  # every bound and choice, as declared, and the groups' rules (settings/groups.py)
         parse_shard(self.shard)
         if not self.lrs:
             raise VitxError("--lrs is empty: give at least one learning rate to sweep, e.g. --lrs 0.01,0.03")
         if not self.sweep_steps:
             raise VitxError("--sweep-steps is empty: give at least one step count, e.g. --sweep-steps 500,2500")
-        check_policy(self.randaugment)
         if self.randaugment and not self.augment:
             raise VitxError("--randaugment acts on augmented training images: add --augment")
         refuse_ignored(self)
-        check_trackers(self.log_with)
         from ..tasks.published import published
 
         for name in self.compare:

@@ -123,15 +123,14 @@ def parameter_counts(prep: Prepared) -> dict[str, int]:
 
 def run_config(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_dir: Path, eval_samples: int,
                curves: bool = False) -> PretrainConfig:
-    """The runner's config for one transfer run (the paper's fine-tuning recipe by default). Its `init` is the start
-    (`--from`), its `model` the start's architecture and its `data` where the task's images came from; the task
-    is in config.json's `transfer` record. `curves`: draw the run's curves.png (the final run; sweep points are
+    """The runner's config for one transfer run (the paper's fine-tuning recipe by default). Its start (`--from`),
+    image size and seed are the transfer's (their group's), its `model` the start's architecture and its `data`
+    where the task's images came from; the task is in config.json's `transfer` record. `curves`: draw the run's curves.png (the final run; sweep points are
     summed up in sweep.png, and `vitx plot` overlays them)."""
     record = getattr(prep.start, "vitx_record", None) or {}
     own = dict(  # what a transfer run sets itself; every setting of the groups both configs compose comes as given
         objective=f"supervised({', '.join(f'{k}={v!r}' for k, v in {'head': 'linear', **prep.head_options}.items())})",
-        model=str(record.get("name") or cfg.model or cfg.start), init="" if cfg.start == "scratch" else cfg.start,
-        data=prep.splits.origin, image_size=cfg.image_size, steps=steps, lr=lr, seed=cfg.seed,
+        model=str(record.get("name") or cfg.model or cfg.start), data=prep.splits.origin, steps=steps, lr=lr,
         warmup_steps=int(round(cfg.warmup * steps)), schedule="cosine", output_dir=str(out_dir),
         save_every=min(cfg.save_every, steps), keep_checkpoints=1, log_every=min(cfg.log_every, steps),
         eval_samples=eval_samples, curves=curves, watch_every=0,  # (supervised fine-tuning: no collapse to watch)

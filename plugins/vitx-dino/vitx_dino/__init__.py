@@ -339,9 +339,9 @@ class DINO(Objective):
     def teacher_backbone(self) -> nn.Module:
         return self.teacher["backbone"]
 
-    # ---- what --init continues -----------------------------------------------------------------------------
+    # ---- what --from continues -----------------------------------------------------------------------------
     def init_parts(self) -> dict[str, tuple[str, ...]]:
-        """`--init` of a DINO run (or DINO's released checkpoint) continues the head, the teacher (backbone and
+        """`--from` of a DINO run (or DINO's released checkpoint) continues the head, the teacher (backbone and
         head) and the centre with the student; iBOT's head, [mask] token and patch centre where it has them."""
         parts = {"head": ("head.",), "teacher": ("teacher.backbone.", "teacher.head."), "centre": ("criterion.center",)}
         if self.options["ibot"] > 0:

@@ -79,7 +79,7 @@ class MAE(Objective):
         self._register_load_state_dict_pre_hook(_refuse_old_layout)
 
     def init_parts(self) -> dict[str, tuple[str, ...]]:
-        """`--init` of an MAE run continues its decoder with its encoder (a new decoder undoes the reconstruction)."""
+        """`--from` of an MAE run continues its decoder with its encoder (a new decoder undoes the reconstruction)."""
         return {"decoder": ("decoder_embed.", "decoder.", "decoder_pred.")}
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

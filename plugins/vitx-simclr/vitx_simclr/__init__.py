@@ -66,7 +66,7 @@ class SimCLR(Objective):
         self.register_buffer("luma", torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1), persistent=False)
 
     def init_parts(self) -> dict[str, tuple[str, ...]]:
-        """`--init` of a SimCLR run continues its projection head with the backbone (the header says
+        """`--from` of a SimCLR run continues its projection head with the backbone (the header says
         `head: runs/simclr step N`); from anything else it starts new, said."""
         return {"head": ("head.",)}
 
