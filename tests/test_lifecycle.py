@@ -87,8 +87,9 @@ def test_ctrl_c_is_one_line_and_the_run_resumes(tmp_path, monkeypatch):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert proc.returncode == 130
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_00000003"
     assert proc.stderr.splitlines()[-1] == \
-        "interrupted: Ctrl-C; checkpoints already written are intact (continue a run with --resume)"
+        f"interrupted: Ctrl-C; the last checkpoint, {checkpoint} (step 3), is intact: continue from it with --resume"
     assert multiprocessing.active_children() == []
     monkeypatch.setattr(Trainer, "step", step)
     resumed = vitx_cli("pretrain", *flags, "--resume")
@@ -212,7 +213,8 @@ def test_ctrl_c_while_a_figure_is_drawn_or_a_checkpoint_written_stops_and_resume
         proc = vitx_cli("pretrain", *flags, *resume)
         monkeypatch.undo()
         assert (proc.returncode, proc.stderr.splitlines()[-1]) == \
-            (130, "interrupted: Ctrl-C; checkpoints already written are intact (continue a run with --resume)"), \
+            (130, f"interrupted: Ctrl-C; no checkpoint of {out} had been written yet (--resume would start the run "
+                  "over)"), \
             proc.stderr[-2000:]
         assert "warning" not in proc.stderr and not list(out.glob("checkpoints/step_*"))  # stopped in the first save
         assert not any(name.startswith("matplotlib._vitx") for name in sys.modules)
@@ -244,8 +246,8 @@ def test_a_stop_signal_in_start_up_or_a_stalled_wait_for_input_stops_at_once(tmp
     monkeypatch.setattr("vitx.runner.entry.build", signalled_build)
     proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, output_dir=str(tmp_path / "start"))))
     assert (proc.returncode, proc.stderr.splitlines()[-1]) == (75, (
-        "stopped: SIGTERM during start-up, before the first step: stopped at once; checkpoints and results "
-        "already written are intact (run the same command with --resume to continue a run or a suite)"))
+        "stopped: SIGTERM during start-up, before the first step: stopped at once; run the same command again "
+        "(given --resume, a run or a suite continues from what is on disk)"))
     monkeypatch.undo()
 
     def stalled_from_step_2(self):
@@ -305,6 +307,49 @@ def test_a_disk_that_fills_under_the_training_state_is_one_line_and_keeps_the_la
     monkeypatch.undo()
     resumed = vitx_cli("pretrain", *as_flags(tiny(tmp_path, steps=6, save_every=2, eval_samples=0)), "--resume")
     assert resumed.returncode == 0 and json.loads((out / "config.json").read_text())["step"] == 6
+
+
+def test_a_stop_acted_on_at_once_names_the_last_checkpoint_or_says_there_is_none(tmp_path):
+    """Ctrl-C, or a stop signal outside a training loop, while a run writes its folder: the line names the last
+    complete checkpoint and its step, or says that none was written (a partial one, without its marker, is not
+    one); with no run writing, it claims no checkpoint at all."""
+    import contextlib
+    import os
+    import signal
+    import time
+
+    from vitx.runner.preemption import Stop, command_stops, doing, writing
+    from vitx.runs.rundir import MARKER, RunDir
+
+    run = RunDir(tmp_path / "run")
+    (run.checkpoints / "step_00000004").mkdir(parents=True)  # being written: no marker yet
+
+    def stopped(signum: int, writes: RunDir | None) -> str:
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            with pytest.raises(Stop) as caught, command_stops(), doing("in its evaluation"), \
+                    writing(writes) if writes else contextlib.nullcontext():
+                os.kill(os.getpid(), signum)
+                time.sleep(5)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        return f"{caught.value.error.label}: {caught.value.error} ({caught.value.error.exit_code})"
+
+    assert stopped(signal.SIGINT, run) == (f"interrupted: Ctrl-C; no checkpoint of {run.path} had been written yet "
+                                           "(--resume would start the run over) (130)")
+    assert stopped(signal.SIGTERM, run) == (f"stopped: SIGTERM in its evaluation: stopped at once; no checkpoint of "
+                                            f"{run.path} had been written yet (--resume would start the run over) (75)")
+    for step in (2, 4):
+        (run.checkpoints / f"step_{step:08d}").mkdir(exist_ok=True)
+        (run.checkpoints / f"step_{step:08d}" / MARKER).write_text("{}")
+    last = run.checkpoints / "step_00000004"
+    assert stopped(signal.SIGINT, run) == (f"interrupted: Ctrl-C; the last checkpoint, {last} (step 4), is intact: "
+                                           "continue from it with --resume (130)")
+    assert stopped(signal.SIGTERM, run) == (f"stopped: SIGTERM in its evaluation: stopped at once; the last "
+                                            f"checkpoint, {last} (step 4), is intact: continue from it with --resume "
+                                            "(75)")
+    assert stopped(signal.SIGINT, None) == ("interrupted: Ctrl-C; run the same command again (given --resume, a run "
+                                            "or a suite continues from what is on disk) (130)")
 
 
 def test_a_stop_that_lands_in_a_finalizer_or_before_the_command_line_still_stops():

@@ -413,8 +413,8 @@ def test_a_stop_signal_delivered_twice_is_one_request_and_a_second_one_says_it_e
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == -signal.SIGTERM and proc.stdout == "SIGTERM\n", (proc.stdout, proc.stderr[-2000:])
     assert proc.stderr == ("stopped: a second stop signal (SIGTERM): exiting at once, without a checkpoint of this "
-                           "step; the checkpoints already written are intact (run the same command with --resume "
-                           "to continue from the last)\n")
+                           "step; run the same command again (given --resume, a run or a suite continues from what "
+                           "is on disk)\n")
 
 
 def test_two_runs_cannot_write_one_directory(tmp_path):

@@ -334,7 +334,7 @@ def test_no_item_is_taken_after_a_stop_signal(tmp_path):
     with command_stops(), pytest.raises(Stop) as stopped:
         scheduler.run()
     assert isinstance(stopped.value.error, Preempted) and stopped.value.error.exit_code == 75
-    assert str(stopped.value.error).startswith("SIGTERM: stopped at once; checkpoints and results already written")
+    assert str(stopped.value.error).startswith("SIGTERM: stopped at once; run the same command again (given --resume")
     assert worker.ran == [] and not scheduler.leases.held
     assert [(e[2], e[3]) for e in journal(tmp_path / "at-once")] == [("taken", a.key), ("stopped", a.key)]
 

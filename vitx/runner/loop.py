@@ -28,7 +28,7 @@ from .agreement import Agreement
 from .config import default_workers
 from .evaluating import Evaluating, watch_figures
 from .launch import end_run, tracker_kwargs
-from .preemption import StopRequests, Waiting, doing, parse_signals
+from .preemption import StopRequests, Waiting, doing, parse_signals, writing
 from .reporting import MetricsLog, Progress, make_console
 from .saving import Saving
 from .setup import Setup
@@ -138,7 +138,8 @@ class Trainer(Stepping, Evaluating, Saving):
             if latest is not None:
                 setup.run.mirror(latest)  # a kill between a checkpoint and its top-level files left older ones there
             try:
-                return self._fit()
+                with writing(setup.run):  # a stop acted on at once names the last checkpoint here, or none
+                    return self._fit()
             except OSError as exc:  # the disk filled up (or went read-only) under metrics.jsonl, say
                 if exc.errno not in DISK_STATE_ERRNOS:
                     raise

@@ -7,7 +7,9 @@ The rule, for every command (`command_stops`, around each one the command line r
   exit 75. A loop waiting for a step's input is at a step boundary: the request is answered at once, without
   waiting for a batch that may be minutes away (a stalled loader, a first batch that never comes).
 - Anywhere else (start-up, between a suite's items, an evaluation) the command stops at once: one line, exit 75
-  (EX_TEMPFAIL: a requeue script reruns it); what was written before is intact, and --resume continues.
+  (EX_TEMPFAIL: a requeue script reruns it); what was written before is kept, and --resume continues. The line
+  is true to what is on disk: while a run writes its folder (`writing`), it names the run's last checkpoint, or
+  says that none was written (then --resume starts the run over).
 - A request that came at a run's last step, which just finishes, stays pending: a suite's process starts no
   further item (`check`).
 - A second signal exits at once, as the signal's default action would have (143 for SIGTERM), after one line
@@ -25,8 +27,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
 from ..errors import Interrupted, Preempted, VitxError
 
@@ -44,6 +47,27 @@ def parse_signals(names: str) -> list[signal.Signals]:
             raise VitxError(f"--stop-signals: '{name}' is not a signal a process can catch (e.g. TERM,USR1,INT)")
         chosen.append(sig)
     return chosen
+
+
+class Folder(Protocol):
+    """A run's folder (vitx.runs.rundir.RunDir), as a stop's line reads it."""
+
+    path: Path
+
+    def latest(self, before: int | None = None) -> Path | None: ...
+
+
+def on_disk(run: Folder | None) -> str:
+    """What a stop acted on at once leaves, true to what is on disk: the run's last checkpoint (its step), or that
+    none was written; `run` None (no run writing, or a command that writes none): how to go on."""
+    if run is None:
+        return "run the same command again (given --resume, a run or a suite continues from what is on disk)"
+    latest = run.latest()
+    if latest is None:
+        return f"no checkpoint of {run.path} had been written yet (--resume would start the run over)"
+    from ..runs.rundir import step_number  # (here: a stop before any run never loads it)
+
+    return f"the last checkpoint, {latest} (step {step_number(latest)}), is intact: continue from it with --resume"
 
 
 class Stop(BaseException):
@@ -70,6 +94,7 @@ class Requests:
     loops: int = 0  # training loops running, which answer a request at their next step boundary
     waiting: bool = False  # a loop waits for a step's input, where it answers a request at once
     doing: str = ""  # what the command is doing, for the line of a stop acted on at once
+    run: Folder | None = None  # the run writing its folder now (`writing`), whose checkpoints that line names
     before: dict[int, object] = field(default_factory=dict)  # the signals' handlers before the command's
     hook: Any = None  # sys.unraisablehook before the command's
     swallowed: Stop | Waiting | None = None  # a stop Python ignored in a finalizer, to be raised again
@@ -86,8 +111,7 @@ class Requests:
 
     def line(self, name: str) -> str:
         doing = f" {self.doing}" if self.doing else ""
-        return (f"{name}{doing}: stopped at once; checkpoints and results already written are intact (run the same "
-                "command with --resume to continue a run or a suite)")
+        return f"{name}{doing}: stopped at once; {on_disk(self.run)}"
 
 
 _current: Requests | None = None
@@ -108,8 +132,7 @@ def _handle(signum: int, frame: FrameType | None) -> None:
         return  # the same request, delivered twice: it is on its way
     if state.received is not None:  # asked twice: stop now, without the checkpoint, and say so
         os.write(2, f"stopped: a second stop signal ({name}): exiting at once, without a checkpoint of this "
-                    "step; the checkpoints already written are intact (run the same command with --resume to "
-                    "continue from the last)\n".encode())
+                    f"step; {on_disk(state.run)}\n".encode())
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
@@ -121,7 +144,7 @@ def _handle(signum: int, frame: FrameType | None) -> None:
         raise Stop(Preempted(state.line(name)))
 
 
-CTRL_C = "Ctrl-C; checkpoints already written are intact (continue a run with --resume)"
+CTRL_C = "Ctrl-C"
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -130,7 +153,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     if _current is not None and _current.again is not None:  # (sent again for a stop Python ignored)
         _current.raise_swallowed()
         return
-    raise Stop(Interrupted(CTRL_C))
+    raise Stop(Interrupted(f"{CTRL_C}; {on_disk(_current.run if _current is not None else None)}"))
 
 
 def _main_thread() -> bool:
@@ -159,8 +182,9 @@ def _before_the_command(signum: int, frame: FrameType | None) -> None:
         os.kill(os.getpid(), signum)
         return
     name = signal.Signals(signum).name
-    error: VitxError = Interrupted(CTRL_C) if signum == signal.SIGINT else \
-        Preempted(f"{name} as the command started, before it began: nothing was written; run the same command again")
+    said = CTRL_C if signum == signal.SIGINT else name
+    error: VitxError = (Interrupted if signum == signal.SIGINT else Preempted)(
+        f"{said} as the command started, before it began: nothing was written; run the same command again")
     os.write(2, f"{error.label}: {error}\n".encode())
     os._exit(error.exit_code)
 
@@ -226,6 +250,21 @@ def doing(what: str) -> Iterator[None]:
         yield
     finally:
         state.doing = before
+
+
+@contextlib.contextmanager
+def writing(run: Folder) -> Iterator[None]:
+    """While a run writes into its folder: a stop acted on at once names its last checkpoint, or says there is
+    none yet (`on_disk`), read from the disk when the stop comes."""
+    state = _current
+    if state is None:
+        yield
+        return
+    before, state.run = state.run, run
+    try:
+        yield
+    finally:
+        state.run = before
 
 
 def exiting() -> None:
@@ -319,5 +358,5 @@ class StopRequests:
             state.waiting = False
 
 
-__all__ = ["CTRL_C", "REPEAT_S", "Requests", "Stop", "StopRequests", "Waiting", "check", "command_stops", "doing",
-           "exiting", "parse_signals", "pending", "starting"]
+__all__ = ["CTRL_C", "REPEAT_S", "Folder", "Requests", "Stop", "StopRequests", "Waiting", "check", "command_stops",
+           "doing", "exiting", "on_disk", "parse_signals", "pending", "starting", "writing"]
