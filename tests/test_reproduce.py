@@ -219,3 +219,88 @@ def test_a_folder_of_the_users_files_or_their_own_plan_json_is_refused_untouched
     _take(legacy)
     _take(tmp_path / "new")
     assert (legacy / RUN_MARK).is_file() and (tmp_path / "new" / RUN_MARK).is_file()
+
+
+FAKE_PRETRAINING = """import os, signal, sys, time, tomllib
+with open(sys.argv[sys.argv.index("--recipe") + 1], "rb") as fh:
+    out = tomllib.load(fh)["pretrain"]["output_dir"]
+seen = os.environ["VITX_TEST_SEEN"]
+
+
+def stop(signum, frame):  # SIGTERM: a checkpoint at the step boundary (step 3 of 10), exit 75; Ctrl-C: 130 at once
+    if signum == signal.SIGTERM:
+        os.makedirs(os.path.join(out, "checkpoints", "step_00000003"))
+        with open(os.path.join(out, "checkpoints", "step_00000003", "trainer_state.json"), "w") as fh:
+            fh.write("{}")
+        with open(os.path.join(out, "config.json"), "w") as fh:
+            fh.write('{"step": 3, "run": {"steps": 10}}')
+    sys.exit(75 if signum == signal.SIGTERM else 130)
+
+
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+with open(f"{seen}/{os.getpid()}.tmp", "w") as fh:
+    fh.write(" ".join(sys.argv[1:]))
+os.rename(f"{seen}/{os.getpid()}.tmp", f"{seen}/{os.getpid()}.ready")
+time.sleep(60)  # a pre-training that would take a minute
+"""
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_stop_is_passed_on_to_the_jobs_and_the_reproduction_stops_with_them(tmp_path, monkeypatch, signum):
+    """jobs > 1: a stop signal or Ctrl-C to the reproduction is passed on to its running pre-trainings at once
+    (each checkpoints, exit 75, or stops at once, 130), none of the queued ones starts, and the reproduction exits
+    as soon as they have, with the stop's status and one line of what is on disk; a second call resumes the
+    checkpointed ones. (It used to wait for its jobs to finish their work.)"""
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    fake = tmp_path / "python"  # stands for `python -m vitx pretrain --recipe …`
+    fake.write_text(f"#!{sys.executable}\n" + FAKE_PRETRAINING)
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    monkeypatch.setenv("VITX_TEST_SEEN", str(seen))
+    out, sent = tmp_path / "r", []
+
+    def stop_when_two_run():
+        deadline = time.time() + 120
+        while len(list(seen.glob("*.ready"))) < 2 and time.time() < deadline:
+            time.sleep(0.01)
+        sent.append(time.time())
+        os.kill(os.getpid(), getattr(signal, signum))
+
+    def stopped_call() -> tuple[int, str, list[str]]:
+        for ready in seen.glob("*.ready"):
+            ready.unlink()
+        thread = threading.Thread(target=stop_when_two_run)
+        thread.start()
+        result = vitx_cli("reproduce", "--quick", "--set", "jobs=2", "--set", "pretrain_seeds=[0, 1]",
+                          "--output-dir", str(out))
+        thread.join()
+        assert time.time() - sent[-1] < 30, "the reproduction waited for its jobs' work"
+        started = [p.read_text() for p in seen.glob("*.ready")]
+        return result.returncode, result.stderr.splitlines()[-1], started
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's Ctrl-C handler
+    try:
+        code, line, started = stopped_call()
+        if signum == "SIGTERM":
+            assert (code, line) == (75, f"stopped: SIGTERM: the reproduction stopped, and its 2 job(s) with it; in {out}: "
+                                        "pre-training supervised-p0 at step 3 of 10, supervised-p1 at step 3 of 10; 0 transfer(s) "
+                                        "complete; run the same command again to continue from there")
+        else:
+            assert (code, line) == (130, f"interrupted: Ctrl-C: the reproduction stopped, and its 2 job(s) with it; "
+                                         f"nothing was trained in {out} yet; run the same command again to continue from "
+                                         "there")
+        assert sorted(a.split("--recipe ")[1].split()[0].rsplit("/", 1)[1] for a in started) == \
+            ["pretrain-supervised-p0.toml", "pretrain-supervised-p1.toml"]  # the queued mpp ones never started
+        if signum == "SIGTERM":  # the second call continues the two from their checkpoints
+            code, line, started = stopped_call()
+            assert code == 75 and len(started) == 2 and all(a.endswith(" --resume") for a in started), started
+    finally:
+        signal.signal(signal.SIGINT, previous)

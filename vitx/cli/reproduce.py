@@ -1,11 +1,13 @@
 """`vitx reproduce`: the paper's Section 4.5/4.6 findings at small scale, with a Markdown report."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from ..errors import VitxError
+from ..errors import Interrupted, Preempted, VitxError
+from ..runner.preemption import Stop, adopted
 from .options import SET
 
 
@@ -26,7 +28,43 @@ def reproduce(
     if name not in PLANS:
         raise VitxError(f"--plan must be one of {', '.join(PLANS)}, got '{plan}'")
     chosen = PLANS[name].with_settings(parse_sets(set_, Plan))  # e.g. --set seeds=[0,1,2] --set jobs=4
-    results = run_reproduce(output_dir, chosen)
+    try:
+        results = run_reproduce(output_dir, chosen)
+    except (Stop, Preempted, Interrupted) as caught:
+        raise stopped(caught, Path(output_dir).expanduser()) from None
     for c in results["claims"]:
         typer.echo(f"{'reproduces' if c['holds'] else 'does not reproduce'}: {c['claim']}")
     typer.echo(f"report: {output_dir}/REPORT.md ({results['seconds'] / 60:.1f} minutes)")
+
+
+def stopped(caught: Stop | Preempted | Interrupted, out: Path) -> VitxError:
+    """A stop signal or Ctrl-C, once the jobs it was passed on to (runner/preemption.py's `adopt`) have stopped
+    too (each checkpoints or stops at once, as a run does): one line, with the stop's status, of what is on disk
+    and that a second call continues from there."""
+    from ..transfer.jobs import stop_children
+
+    error = caught.error if isinstance(caught, Stop) else caught
+    jobs = adopted()
+    stop_children(jobs)  # (a pool's jobs have exited already: it waited for them)
+    first = str(error).split(" ", 1)[0].rstrip(":;")
+    name = "Ctrl-C" if isinstance(error, Interrupted) else first if first.startswith("SIG") else "a stop signal"
+    with_jobs = f", and its {len(jobs)} job(s) with it" if jobs else ""
+    return type(error)(f"{name}: the reproduction stopped{with_jobs}; {on_disk(out)}; run the same command again to "
+                       "continue from there")
+
+
+def on_disk(out: Path) -> str:
+    """Where a reproduction stands in `out`: each pre-training's last checkpoint, and the transfers complete."""
+    from ..runs.rundir import RunDir, step_number
+    from ..safe_io import read_json_object
+
+    runs = []
+    for folder in sorted(p for p in out.glob("pretrain-*") if p.is_dir()):
+        name, latest = folder.name.removeprefix("pretrain-"), RunDir(folder).latest()
+        steps = ((read_json_object(folder / "config.json") or {}).get("run") or {}).get("steps")
+        of = f" of {steps}" if isinstance(steps, int) else ""
+        runs.append(f"{name} at step {step_number(latest)}{of}" if latest else f"{name} without a checkpoint yet")
+    if not runs:
+        return f"nothing was trained in {out} yet"
+    done = len([*out.glob("transfer/*/summary.json"), *out.glob("hires/*/summary.json")])
+    return f"in {out}: pre-training {', '.join(runs)}; {done} transfer(s) complete"

@@ -16,6 +16,8 @@ The rule, for every command (`command_stops`, around each one the command line r
   saying so. A repeat within REPEAT_S of the first is the same request delivered twice (a scheduler signals
   the whole process group and a launcher forwards it again): it is not a second one.
 - Ctrl-C stops at once: one line, exit 130.
+- Child processes a command started (`adopt`: a reproduction's pre-trainings and transfers, --jobs) get the stop
+  signal or Ctrl-C passed on at once, each once; none is started after it.
 A stop acted on at once is raised as `Stop`, a BaseException like KeyboardInterrupt: no `except Exception` on
 its way (a figure's warning, say) can take it for a failure and carry on."""
 from __future__ import annotations
@@ -99,6 +101,8 @@ class Requests:
     hook: Any = None  # sys.unraisablehook before the command's
     swallowed: Stop | Waiting | None = None  # a stop Python ignored in a finalizer, to be raised again
     again: threading.Timer | None = None  # what sends its signal again (its handler raises `swallowed`)
+    children: list[Any] = field(default_factory=list)  # child processes (subprocess.Popen) that stop with it
+    passed: int | None = None  # the stop signal passed on to them (no child starts after it)
 
     def raise_swallowed(self) -> None:
         """Raise the stop Python ignored, where the signal sent again came; a `Waiting` only while the loop still
@@ -130,6 +134,7 @@ def _handle(signum: int, frame: FrameType | None) -> None:
     name, now = signal.Signals(signum).name, time.monotonic()
     if state.received is not None and now - state.at < REPEAT_S:
         return  # the same request, delivered twice: it is on its way
+    _pass_on_all(state, signum)
     if state.received is not None:  # asked twice: stop now, without the checkpoint, and say so
         os.write(2, f"stopped: a second stop signal ({name}): exiting at once, without a checkpoint of this "
                     f"step; {on_disk(state.run)}\n".encode())
@@ -153,7 +158,47 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     if _current is not None and _current.again is not None:  # (sent again for a stop Python ignored)
         _current.raise_swallowed()
         return
+    if _current is not None:
+        _pass_on_all(_current, signum)
     raise Stop(Interrupted(f"{CTRL_C}; {on_disk(_current.run if _current is not None else None)}"))
+
+
+def adopt(child: Any) -> None:
+    """`child` (a subprocess.Popen in its own session, which no terminal or job signal reaches) stops with this
+    command: a stop signal or Ctrl-C is passed on to it at once, and was already if one came before it started.
+    Outside a command (a notebook, a test) nothing is passed on."""
+    state = _current
+    if state is None or state.pid != os.getpid():
+        return
+    state.children.append(child)
+    if state.passed is not None:
+        pass_on(child, state.passed)
+
+
+def adopted() -> list[Any]:
+    """The child processes this command started that stop with it (`adopt`)."""
+    return list(_current.children) if _current is not None else []
+
+
+def stopping() -> bool:
+    """Whether a stop signal or Ctrl-C came and was passed on to the children: none is started any more."""
+    return _current is not None and _current.passed is not None
+
+
+def pass_on(child: Any, signum: int) -> None:
+    """Send `signum` to `child` while it runs, once: a repeat more than REPEAT_S later would be a second
+    request, which stops it at once without a checkpoint."""
+    if child.poll() is None and not getattr(child, "vitx_stopped", False):
+        child.vitx_stopped = True
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+
+def _pass_on_all(state: Requests, signum: int) -> None:
+    if state.passed is None:
+        state.passed = signum
+    for child in list(state.children):  # (a thread may adopt one meanwhile)
+        pass_on(child, signum)
 
 
 def _main_thread() -> bool:
@@ -358,5 +403,6 @@ class StopRequests:
             state.waiting = False
 
 
-__all__ = ["CTRL_C", "REPEAT_S", "Folder", "Requests", "Stop", "StopRequests", "Waiting", "check", "command_stops",
-           "doing", "exiting", "on_disk", "parse_signals", "pending", "starting", "writing"]
+__all__ = ["CTRL_C", "REPEAT_S", "Folder", "Requests", "Stop", "StopRequests", "Waiting", "adopt", "adopted", "check",
+           "command_stops", "doing", "exiting", "on_disk", "parse_signals", "pass_on", "pending", "starting", "stopping",
+           "writing"]

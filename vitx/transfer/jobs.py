@@ -3,8 +3,10 @@
 OpenMP/MKL threads (two runs with the cores each on 2 cores slowed each other 5-20×), of the GPUs one in turn
 (several per GPU when there are more jobs than GPUs); its output goes to its own log file. --jobs's children
 and their settings are this process's alone (`<output>/logs/<host>-<pid>-<random>/`: several machines may run
---jobs on one shared folder); they are stopped by it (a stop signal forwarded at once, so that it counts as the
-one request it is) and die with it."""
+--jobs on one shared folder). Every child is this process's alone: in its own session (a signal to the terminal's
+or the job's process group reaches only this process), stopped by it (a stop signal or Ctrl-C passed on at once,
+so that it counts as the one request it is: runner/preemption.py's `adopt`; none starts after one) and dead with
+it."""
 from __future__ import annotations
 
 import contextlib
@@ -24,6 +26,7 @@ from rich.console import Console
 
 from ..safe_io import atomic_write_text
 from ..errors import Preempted, SelectionPending, VitxError
+from ..runner.preemption import adopt, pass_on, stopping
 from .leases import JOURNAL
 from .config import TransferConfig
 from .items import Item
@@ -83,17 +86,21 @@ def _dies_with(parent: int) -> Callable[[], None]:
 
 
 def start_vitx(command: str, recipe: Path, log: Path, index: int = 0, jobs: int = 1, extra: tuple[str, ...] = (),
-               gpus: list[str] | None = None, append: bool = True, owned: bool = False) -> subprocess.Popen:
+               gpus: list[str] | None = None, append: bool = True) -> subprocess.Popen:
     """`vitx COMMAND --recipe RECIPE EXTRA` (a transfer, or the reproduction's pre-trainings) as the `index`-th of
-    `jobs` processes, its output in `log` (added to it, or replacing it). `owned`: this process alone stops it
-    (its own session: a signal to the terminal's or the job's process group reaches only this process, which
-    forwards it) and it dies with this process."""
+    `jobs` processes, its output in `log` (added to it, or replacing it). This process alone stops it (its own
+    session; a stop this command gets is passed on to it) and it dies with this process. After a stop none
+    starts (Preempted)."""
+    if stopping():
+        raise Preempted(f"vitx {command} not started: this process was asked to stop")
     log.parent.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "vitx", *_plugin_args(), command, "--recipe", str(recipe), *extra]
     with open(log, "ab" if append else "wb") as out:
-        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=share_env(index, jobs, visible_gpus() if gpus is None else gpus),
-                                start_new_session=owned, preexec_fn=_dies_with(os.getpid()) if owned else None)
+        child = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 env=share_env(index, jobs, visible_gpus() if gpus is None else gpus),
+                                 start_new_session=True, preexec_fn=_dies_with(os.getpid()))
+    adopt(child)  # (a stop that came while it started is passed on now)
+    return child
 
 
 def last_line(log: Path) -> str:
@@ -162,7 +169,7 @@ def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console)
                 if stop:  # (stopped while they start: no more)
                     break
                 children.append(start_vitx("transfer", recipe, folder / f"job{i}.log", i, cfg.jobs, ("--resume",),
-                                           gpus, owned=True))
+                                           gpus))
                 job_of[f"{socket.gethostname()}:{children[-1].pid}"] = i
             place = f"GPUs {', '.join(gpus)}" if gpus else f"{max(1, cores() // cfg.jobs)} thread(s) each"
             console.print(f"{cfg.jobs} jobs on {len(mine)} item(s) ({place}); logs in {folder}/job<i>.log",
@@ -171,7 +178,7 @@ def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console)
                 time.sleep(TICK)  # (a stop signal is forwarded by its handler at once, not after this)
                 _show(journal, job_of, tally, console)
         finally:  # however this process stops (but SIGKILL: then they die with it, PR_SET_PDEATHSIG)
-            _stop(children)
+            stop_children(children)
             _show(journal, job_of, tally, console)
     if stop:
         left = [item for item in mine if not done(item)]
@@ -184,13 +191,13 @@ def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console)
     return [(i, p.returncode, folder / f"job{i}.log") for i, p in enumerate(children) if p.returncode]
 
 
-def _stop(children: list[subprocess.Popen]) -> None:
-    """Stop the children still running: each checkpoints and stops (exit 75; --resume continues), or after two
-    minutes is killed."""
+def stop_children(children: list[subprocess.Popen], wait: float = 120) -> None:
+    """Stop the children still running (SIGTERM, unless a stop was passed on to them already): each checkpoints
+    and stops (exit 75; --resume continues), or after `wait` seconds is killed."""
     _forward(children)
     for p in children:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(timeout=120)
+            p.wait(timeout=wait)
         if p.poll() is None:
             p.kill()
             p.wait()
@@ -200,10 +207,7 @@ def _forward(children: list[subprocess.Popen]) -> None:
     """SIGTERM to each running child, once (a second one, more than a second later, would be a second request:
     stop at once without a checkpoint)."""
     for p in children:
-        if p.poll() is None and not getattr(p, "vitx_stopped", False):
-            p.vitx_stopped = True  # type: ignore[attr-defined]
-            with contextlib.suppress(ProcessLookupError):
-                p.send_signal(signal.SIGTERM)
+        pass_on(p, signal.SIGTERM)
 
 
 class Tally:
@@ -265,5 +269,5 @@ def describe_failures(failed: list[tuple[int, int, Path]]) -> VitxError:
                      "--resume continues the suite")
 
 
-__all__ = ["cores", "describe_failures", "jobs_folder", "run_jobs", "share_env", "start_vitx", "visible_gpus",
-           "write_recipe"]
+__all__ = ["cores", "describe_failures", "jobs_folder", "run_jobs", "share_env", "start_vitx", "stop_children",
+           "visible_gpus", "write_recipe"]
