@@ -352,6 +352,36 @@ def test_a_stop_acted_on_at_once_names_the_last_checkpoint_or_says_there_is_none
                                             "or a suite continues from what is on disk) (130)")
 
 
+@pytest.mark.parametrize("signum, expected", [
+    ("SIGTERM", (75, "stopped: SIGTERM as the command started, before it began: nothing was written; run the same "
+                     "command again\n")),
+    ("SIGINT", (130, "interrupted: Ctrl-C as the command started, before it began: nothing was written; run the same "
+                     "command again\n"))])
+def test_the_start_up_handlers_come_with_vitx_s_first_line(signum, expected):
+    """`vitx` and `python -m vitx` take a stop signal or Ctrl-C as one line with the stop's status from the first
+    line of vitx/__init__.py on (they came at the command line's imports, 0.6 s later on a loaded machine, which
+    ended the process with 143 and no word); only Python's own start-up is before it. A program that merely
+    imports vitx (a plugin's module run with -m, a notebook) keeps its signals."""
+    import ast
+
+    body = ast.parse((ROOT / "vitx" / "__init__.py").read_text()).body
+    assert [ast.unparse(node) for node in body[1:3]] == ["from .runner.preemption import starting as _starting",
+                                                         "_starting()"]  # (body[0]: the docstring)
+    script = ("import os, signal, sys, time\n"
+              "sys.argv[0], sys.orig_argv = '-m', [sys.executable, '-m', {module!r}]  # as -m imports the package\n"
+              "import vitx\n"
+              "print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,\n"
+              "      signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)\n"
+              f"os.kill(os.getpid(), signal.{signum})\n"
+              "time.sleep(5)\n")
+    proc = subprocess.run([sys.executable, "-c", script.format(module="vitx")], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert (proc.returncode, proc.stderr) == expected, proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-c", script.format(module="vitx_mae.tool")], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+    assert proc.stdout == "True True\n" and proc.returncode in (-15, -2), (proc.stdout, proc.stderr[-2000:])
+
+
 def test_a_stop_that_lands_in_a_finalizer_or_before_the_command_line_still_stops():
     """Python ignores an exception raised in a finalizer (a `__del__`, a generator the collector closes), so a
     Ctrl-C landing there would be lost and the run carry on: it is raised again a moment later. And in the

@@ -2,7 +2,11 @@
 
 `import vitx` is cheap: the registry and errors load at once; what needs torch or timm (building a backbone,
 an objective, loading a checkpoint) is imported on first use."""
-from importlib.metadata import PackageNotFoundError, version
+from .runner.preemption import starting as _starting
+
+_starting()  # `vitx ...`, `python -m vitx ...`: a stop signal or Ctrl-C is one line from vitx's first moment on
+
+from importlib.metadata import PackageNotFoundError, version  # noqa: E402
 from typing import TYPE_CHECKING
 
 try:

@@ -8,15 +8,12 @@ from __future__ import annotations
 import sys
 from typing import List
 
-from ..runner.preemption import Stop, command_stops, exiting, starting
-
-starting()  # the console script: a stop signal or Ctrl-C is one line from its first moment (the imports below)
-
 import typer
 
 from .. import __version__
 from ..errors import DISK_STATE_ERRNOS, VitxError
 from ..invocation import recording
+from ..runner.preemption import Stop, command_stops, exiting  # (start-up's handlers: vitx/__init__.py)
 from ..discovery import load_env_plugins, load_plugin
 from .bench import bench
 from .catalog import adapters, models, objectives, plugins, tasks

@@ -206,19 +206,29 @@ def _main_thread() -> bool:
 
 
 def starting(argv0: str | None = None) -> None:
-    """In the console script (`vitx ...`, `python -m vitx ...`), from its first imports until its command line
-    takes over (`command_stops`): a stop signal or Ctrl-C ends it at once, with the line a command would give
-    and its status, rather than Python's default (143 and no word, or a KeyboardInterrupt traceback). Nothing
-    has been written yet. Elsewhere (`import vitx.cli` in a notebook or a test) the signals are left alone."""
+    """In the console script (`vitx ...`, `python -m vitx ...`), from vitx's first line (vitx/__init__.py) until
+    its command line takes over (`command_stops`): a stop signal or Ctrl-C ends it at once, with the line a
+    command would give and its status, rather than Python's default (143 and no word, or a KeyboardInterrupt
+    traceback). Nothing has been written yet. Before that only Python's own start-up is left (its site
+    packages, the path hooks of editable installs), which no code of vitx's runs in. Elsewhere (`import vitx`
+    in a notebook, a test, a plugin's program) the signals are left alone."""
     argv0 = sys.argv[0] if argv0 is None else argv0
-    script = os.path.basename(argv0) == "vitx" or argv0.endswith(os.path.join("vitx", "__main__.py"))
-    if not script or not _main_thread():
+    if not _the_script(argv0) or not _main_thread():
         return
     for sig in SCHEDULER_SIGNALS:
         if signal.getsignal(sig) is signal.SIG_DFL:
             signal.signal(sig, _before_the_command)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _before_the_command)
+
+
+def _the_script(argv0: str) -> bool:
+    """Whether this process is `vitx`: its console script, or `python -m vitx` (while the package is imported
+    for it, sys.argv[0] is still "-m": the command line as given tells which module runs)."""
+    if os.path.basename(argv0) == "vitx" or argv0.endswith(os.path.join("vitx", "__main__.py")):
+        return True
+    given = list(getattr(sys, "orig_argv", []))
+    return argv0 == "-m" and "-m" in given and given[given.index("-m") + 1:given.index("-m") + 2] == ["vitx"]
 
 
 def _before_the_command(signum: int, frame: FrameType | None) -> None:
