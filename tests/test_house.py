@@ -220,7 +220,9 @@ def test_each_setting_is_declared_once():
 
 
 def test_no_modules_import_each_other_in_a_circle():
-    circles = import_circles()
+    """Counting the imports inside functions too: a deferred import that closes a circle (data/photometry ↔
+    data/views was one, its other half under TYPE_CHECKING) still ties the two modules together."""
+    circles = import_circles(deferred=True)
     assert not circles, f"{len(circles)} import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
     assert sum(map(len, import_graph(ROOT).values())) > 200  # the parser sees the imports
 

@@ -24,7 +24,7 @@ from ..safe_io import read_config, read_weights
 from ..errors import VitxError, first_line
 from .released import DINO_MEAN, DINO_STD, PICKLED, Released, build_vit, read_released, refuse_pickle
 from .rundir import weights_file
-from .start import is_timm_folder, load_start, start_input
+from .start import accepted_starts, is_timm_folder, load_start, start_input
 
 NEW = "new"
 # what a released checkpoint's other weights are, for the line that drops them (`released.py`'s names)
@@ -241,9 +241,7 @@ def _open_file(given: str, path: Path, use_ema: bool) -> Continuation:
     return Continuation(given, kind, backbone, {"mean": DINO_MEAN, "std": DINO_STD}, given, released=released)
 
 
-ACCEPTED = ("a vitx run or checkpoint folder, a timm model folder (config.json and model.safetensors, as timm's "
-            "save_for_hf writes it), a .safetensors file of ViT weights (DINO's checkpoint layout or a bare "
-            "backbone), or timm:<name>")
+ACCEPTED = accepted_starts(files=True)  # what pre-training's --from reads
 
 
 def timm_classifier(folder: Path) -> str | None:

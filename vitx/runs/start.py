@@ -83,9 +83,9 @@ def accepted_starts(files: bool = False) -> str:
     """Every form a start may take, for the line that refuses one (`files`: pre-training's, which also reads
     weights files)."""
     if files:
-        from .continuation import ACCEPTED
-
-        return ACCEPTED
+        return ("a vitx run or checkpoint folder, a timm model folder (config.json and model.safetensors, as timm's "
+                "save_for_hf writes it), a .safetensors file of ViT weights (DINO's checkpoint layout or a bare "
+                "backbone), or timm:<name>")
     return ("a vitx run or checkpoint folder, a timm model folder (config.json and model.safetensors, as timm's "
             "save_for_hf writes it), timm:<name>, or scratch")
 
