@@ -368,6 +368,9 @@ def test_the_start_up_handlers_come_with_vitx_s_first_line(signum, expected):
     assert [ast.unparse(node) for node in body[1:3]] == ["from .runner.preemption import starting as _starting",
                                                          "_starting()"]  # (body[0]: the docstring)
     script = ("import os, signal, sys, time\n"
+              # as a shell starts a command (pytest-xdist's workers ignore SIGINT, and a child inherits that)
+              "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
               "sys.argv[0], sys.orig_argv = '-m', [sys.executable, '-m', {module!r}]  # as -m imports the package\n"
               "import vitx\n"
               "print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,\n"
@@ -419,6 +422,9 @@ def test_a_stop_that_lands_in_a_finalizer_or_before_the_command_line_still_stops
         assert requests.received == "SIGTERM"
 
     script = ("import os, signal, sys, time\n"
+              # as a shell starts a command (pytest-xdist's workers ignore SIGINT, and a child inherits that)
+              "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
               "sys.argv[0] = os.path.join(sys.prefix, 'bin', 'vitx')  # as the console script starts\n"
               "from vitx.runner.preemption import starting\n"
               "starting()\n"
