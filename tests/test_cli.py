@@ -207,7 +207,7 @@ def test_eval_transfer_and_pretrain_list_the_start_group_once_and_init_only_as_a
         for flag in ("--from", "--model", "--image-size", "--use-ema", "--seed"):
             assert rows.count(flag) == 1, (args, flag, rows)
         assert "--init" not in rows, args
-        assert len(re.findall(r"--init\b", shown)) == 1 and "Its former name --init still works." in \
+        assert len(re.findall(r"--init\b", shown)) == 1 and "Pre-training's former name for it, --init, still works." in \
             " ".join(re.sub("[│]", " ", shown).split()), args
         model = shown[shown.index("─ Model ─"):]
         model = model[:model.index("╰")]

@@ -210,7 +210,6 @@ def random_box(size: tuple[int, int], scale: tuple[float, float], ratio: tuple[f
     return (h - side) // 2, (w - side) // 2, side, side
 
 
-@lru_cache(maxsize=8)
 def _rand_augment(image: torch.Tensor, policy: str, size: int, mean: tuple[float, ...],
                   rng: np.random.Generator) -> torch.Tensor:
     """A timm policy (a PIL transform) on a (3, S, S) uint8 tensor. timm draws from Python's and NumPy's global

@@ -29,5 +29,6 @@ __all__ = ["AUTO", "FEATURE_CHOICES", "FEATURES", "FEWSHOT_REG", "FORMER_FEATURE
            "fit_least_squares", "knn_accuracy", "linear_probe", "read_as", "representation", "sample_shots"]
 __getattr__, __dir__ = lazy_exports(__name__, {
     "read_as": ".representation", "representation": ".representation",
-    "extract_features": ".features", "fewshot_accuracy": ".fewshot", "fit_least_squares": ".fewshot",
-    "sample_shots": ".fewshot", "knn_accuracy": ".knn", "linear_probe": ".linear", "Probe": ".monitor", "Monitors": ".monitor"})
+    "extract_features": ".features", "fewshot_accuracy": ".least_squares",
+    "fit_least_squares": ".least_squares", "sample_shots": ".least_squares", "knn_accuracy": ".weighted_knn",
+    "linear_probe": ".sgd_probe", "Probe": ".monitor", "Monitors": ".monitor"})

@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import VitxError
 from ..evaluation import AUTO, FEATURE_CHOICES
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, SCHEDULE, check, setting
-from ..settings import current_keys, defaults, result_settings, with_default
+from ..settings import current_keys, defaults, flags, result_settings, with_default
 from ..settings.groups import LIMITS, LOG_FORMATS, OPTIMIZERS, PRECISIONS
 from ..settings.groups import SCRATCH, Augmentation, Columns, Optimisation, Output, Seeded, Start, Streaming, System
 from .preemption import parse_signals
@@ -186,7 +186,9 @@ RESUME_FREE = set(defaults(PretrainConfig)) - set(result_settings(PretrainConfig
 
 def merge_for_resume(saved: PretrainConfig, explicit: dict[str, Any]) -> PretrainConfig:
     """The saved run's config, with the explicitly given options that may change; others must match."""
-    clash = [f"--{k.replace('_', '-')} {v!r} (run has {getattr(saved, k)!r})"
+    named = flags(PretrainConfig)  # (a setting's option: start's is --from)
+    explicit = {k: SCRATCH if k == "start" and v == "" else v for k, v in explicit.items()}  # (an old recipe's init = "")
+    clash = [f"{named.get(k, '--' + k.replace('_', '-'))} {v!r} (run has {getattr(saved, k)!r})"
              for k, v in explicit.items() if k not in RESUME_FREE and getattr(saved, k) != v]
     if clash:
         raise VitxError("cannot resume with different settings: " + "; ".join(clash))

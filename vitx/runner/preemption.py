@@ -62,9 +62,13 @@ class Folder(Protocol):
 def on_disk(run: Folder | None) -> str:
     """What a stop acted on at once leaves, true to what is on disk: the run's last checkpoint (its step), or that
     none was written; `run` None (no run writing, or a command that writes none): how to go on."""
+    again = "run the same command again (given --resume, a run or a suite continues from what is on disk)"
     if run is None:
-        return "run the same command again (given --resume, a run or a suite continues from what is on disk)"
-    latest = run.latest()
+        return again
+    try:
+        latest = run.latest()
+    except OSError:  # (an unreadable folder: the handler must still stop, in one line)
+        return again
     if latest is None:
         return f"no checkpoint of {run.path} had been written yet (--resume would start the run over)"
     from ..runs.rundir import step_number  # (here: a stop before any run never loads it)
@@ -187,11 +191,12 @@ def stopping() -> bool:
 
 def pass_on(child: Any, signum: int) -> None:
     """Send `signum` to `child` while it runs, once: a repeat more than REPEAT_S later would be a second
-    request, which stops it at once without a checkpoint."""
+    request, which stops it at once without a checkpoint. A Ctrl-C goes on as SIGTERM: the child checkpoints at
+    its step boundary (exit 75) rather than stopping where it is, so none of its work is lost."""
     if child.poll() is None and not getattr(child, "vitx_stopped", False):
         child.vitx_stopped = True
         with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
+            child.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
 
 
 def _pass_on_all(state: Requests, signum: int) -> None:

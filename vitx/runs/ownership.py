@@ -3,7 +3,7 @@ vitx's own, so nothing a user keeps there is replaced (config.json, model.safete
 summary.json are common names). `vitx export --to` refuses a non-empty folder in the same way.
 
 A folder is vitx's when it carries `.vitx-run` (rundir.RUN_MARK), written the first time a run takes it or a
-transfer claims a task there. A folder written before that marker existed is known by what only vitx leaves: a
+transfer records a task there. A folder written before that marker existed is known by what only vitx leaves: a
 `.lock` holding a process id (every run takes one before it writes), a complete checkpoint
 (checkpoints/step_<n>/trainer_state.json), or a transfer's task folder (<task>/transfer.json)."""
 from __future__ import annotations

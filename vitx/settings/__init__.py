@@ -273,7 +273,7 @@ def check(config: Any, named: Callable[[dataclasses.Field], str] = flag_of) -> N
 def help_text(field: dataclasses.Field) -> str:
     """The option's help with its default (typer prints brackets literally when escaped)."""
     old = field.metadata.get("formerly")
-    also = f" Its former name {old} still works." if old else ""
+    also = f" Its former name {old} still works." if old and old not in field.metadata["help"] else ""
     renamed = field.metadata.get("renamed")
     if renamed:
         also += " Former value names still work: " + ", ".join(f"{a} (now {b})" for a, b in renamed.items()) + "."

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from ..errors import VitxError
@@ -52,7 +53,7 @@ class Start:
     them, `vitx transfer` fine-tunes them, `vitx eval` reads their features."""
 
     is_group = True
-    start: str = setting("runs/pretrain", "The weights to start from: a vitx run or checkpoint folder, a timm model folder (config.json and model.safetensors, as timm's save_for_hf writes it), timm:<name> (its pretrained weights), timm:hf-hub:REPO, or scratch (a new --model, initialised from --seed); the input is normalised as the start expects. Pre-training continues from it part by part (the objective's own parts from a run of the same objective: MAE's decoder, DINO's head, teacher and centre, the moving average under --ema-decay; a classifier nothing uses is dropped; the header says where each came from) and also reads a .safetensors file of released ViT weights (DINO's checkpoint layout or a bare backbone; a .pth is never unpickled).", MODEL, flag="--from", formerly="--init")
+    start: str = setting("runs/pretrain", "The weights to start from: a vitx run or checkpoint folder, a timm model folder (config.json and model.safetensors, as timm's save_for_hf writes it), timm:<name> (its pretrained weights), timm:hf-hub:REPO, or scratch (a new --model, initialised from --seed); the input is normalised as the start expects. Pre-training continues from it part by part (the objective's own parts from a run of the same objective: MAE's decoder, DINO's head, teacher and centre, the moving average under --ema-decay; a classifier nothing uses is dropped; the header says where each came from) and also reads a .safetensors file of released ViT weights (DINO's checkpoint layout or a bare backbone; a .pth is never unpickled). Pre-training's former name for it, --init, still works.", MODEL, flag="--from", formerly="--init")
     model: str | None = setting(None, "The backbone of a new model, for --from scratch: a name (see `vitx models`) or timm:<name> (timm's architecture, randomly initialised); any other start brings its own.", MODEL)
     image_size: int | None = setting(None, "Input resolution, a multiple of the patch size; a start of another resolution has its position embeddings interpolated.", MODEL, above=0, limit=LIMITS["image_size"], shown="the start's")
     use_ema: bool = setting(False, "Read the start's moving average of the weights (ema.safetensors, saved by a run with --ema-decay) instead of its live weights.", MODEL)
@@ -69,7 +70,7 @@ class Seeded:
     """The seed of what a command draws at random."""
 
     is_group = True
-    seed: int = setting(0, "Seed of every random draw: a new model's initialisation (--from scratch), the order and augmentation of the training images, and which images a draw takes (the test images of --test-samples, the train images of --train-samples and of a transfer's --shots of your data, those the collapse watch reads).", MODEL, min=0, limit=LIMITS["seed"])
+    seed: int = setting(0, "Seed of every random draw: a new model's initialisation (--from scratch), the order and augmentation of the training images, and which images a draw takes (the test images of --test-samples, the train images of --train-samples and of a transfer's --shots of your data, those the collapse watch reads; few-shot evaluation's shots are drawn with --draws' seeds 0..N-1 instead).", MODEL, min=0, limit=LIMITS["seed"])
 
 
 @dataclass
@@ -117,6 +118,7 @@ class TrainDraw:
     train_samples: int = setting(0, "Train images read (those that vote in kNN, those the linear probe trains and validates on): a seeded, class-balanced draw (--seed); 0: all.", EVALUATION, min=0, limit=LIMITS["train_samples"])
 
 
+@lru_cache(maxsize=8)
 def augment_policy(policy: str, size: int, mean: tuple[float, ...]) -> Any:  # one per policy in each worker
     """The PIL transform of a timm policy string, as timm's `create_transform(auto_augment=...)` picks it:
     rand-* RandAugment, augmix-* AugMix, original/v0/3a[-mstdX] AutoAugment; trivialaugment is torchvision's

@@ -78,11 +78,25 @@ def _plugin_args() -> list[str]:
             for a in ("--plugin", name)]
 
 
-def _dies_with(parent: int) -> Callable[[], None]:
-    """What a child runs before `vitx` starts: it gets SIGKILL when `parent` dies, even by SIGKILL (Linux)."""
-    from ..data.loader import _die_with
+def _dies_with(parent: int) -> Callable[[], None] | None:
+    """What a child runs before `vitx` starts: it gets SIGKILL when `parent` dies, even by SIGKILL (Linux). libc
+    is opened here, in the parent: the child, forked from a process with threads (the reproduction's job pool),
+    then runs only a system call and no loader or allocator lock it might find held."""
+    import ctypes
 
-    return lambda: _die_with(parent)
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def die_with() -> None:
+        prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os._exit(0)
+
+    return die_with
 
 
 def start_vitx(command: str, recipe: Path, log: Path, index: int = 0, jobs: int = 1, extra: tuple[str, ...] = (),

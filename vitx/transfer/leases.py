@@ -280,7 +280,7 @@ class Leases:
         return {key: who for key, (event, who) in last.items() if event == "failed"}
 
     def _create(self, path: Path, key: str) -> bool:
-        """Create the lease whole (checkpoint.create_whole: of processes on any hosts, one gets it)."""
+        """Create the lease whole (safe_io.create_whole: of processes on any hosts, one gets it)."""
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             if not create_whole(path, json.dumps(self.me.record())):
