@@ -698,3 +698,20 @@ def test_a_shard_killed_mid_item_and_rerun_gives_the_same_summary(release, tmp_p
     done = [e[3] for e in events if e[2] == "done"]
     assert len(done) == len(set(done)) == 8
     assert [e[3] for e in events if e[2] == "taken-over"] == leased
+
+
+def test_a_suite_begun_by_an_earlier_vitx_says_its_claims_are_not_seen(tmp_path):
+    """An earlier vitx called the leases claims (<output>/claims/*.claim): a process of this one does not see
+    those as held, and says so once, naming the folder; a folder without any says nothing."""
+    from vitx.transfer.leases import Leases
+
+    said: list[str] = []
+    Leases(tmp_path, said.append)
+    (tmp_path / "claims").mkdir()
+    Leases(tmp_path, said.append)
+    assert said == []
+    (tmp_path / "claims" / "t__final.claim").write_text("{}")
+    Leases(tmp_path, said.append)
+    assert said == [f"note: {tmp_path / 'claims'} holds items taken by processes of an earlier vitx (its leases were "
+                    "called claims): this process does not see them as held, so make sure none of those processes "
+                    "still runs"]

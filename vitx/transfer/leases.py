@@ -30,6 +30,7 @@ from ..runner.preemption import Stop
 HEARTBEAT = 30.0  # seconds between touches of a held lease
 STALE_AFTER = 300.0  # a lease untouched for this long (from another machine, or unreadable) is its holder's, dead
 FOLDER, JOURNAL = "leases", "leases.log"
+FORMER_FOLDER = "claims"  # what an earlier vitx called the leases folder
 
 
 class LeaseLost(VitxError):
@@ -133,6 +134,10 @@ class Leases:
         self.lost: set[Path] = set()  # held, then taken over by another process
         self._lock = threading.Lock()
         self._beating: threading.Event | None = None
+        former = Path(output) / FORMER_FOLDER
+        if any(former.glob("*.claim")) if former.is_dir() else False:
+            say(f"note: {former} holds items taken by processes of an earlier vitx (its leases were called claims): "
+                "this process does not see them as held, so make sure none of those processes still runs")
 
     def path(self, key: str) -> Path:
         return self.folder / (key.replace("/", "__") + ".lease")
