@@ -1,7 +1,10 @@
 """The small-scale reproduction as data: what is trained, on what, for how long.
 
-`CPU` takes about 100 minutes on 2 cores (every row pre-trained with 3 seeds, two runs at a time on one thread
-each; DINO's rows about half of it); `GPU` is meant for about 10 minutes on
+`CPU` pre-trains every row with 3 seeds, two runs at a time on one thread each. Its first full run (2026-11-27,
+2 cores, shared with other work for part of it) took 2 h 20 min for the 15 pre-trainings alone (each, two at a
+time: supervised 5.6 min, SimCLR 7.3, MAE 10-11, MPP 21, DINO 33, whose loader worker takes the other core), and
+its 125 transfers take about 50 minutes more: about 2½ hours on a quiet machine, over the 100 minutes it is
+meant to take (trimming it is open: recipes/reproduction/STUDY.md); `GPU` is meant for about 10 minutes on
 one H100 (a 27× larger model on a 16×16 grid, more steps at twice the batch, an lr sweep, transfers run side by
 side); `QUICK` is the CPU plan with token budgets, for tests. Grids are at least 8×8 tokens: the smallest where masked patch
 prediction has context to predict a patch from.
