@@ -46,6 +46,7 @@ def stopped(caught: Stop | Preempted | Interrupted, out: Path) -> VitxError:
     error = caught.error if isinstance(caught, Stop) else caught
     jobs = adopted()
     stop_children(jobs)  # (a pool's jobs have exited already: it waited for them)
+    jobs = [job for job in jobs if getattr(job, "vitx_stopped", False)]  # (those running when it came)
     first = str(error).split(" ", 1)[0].rstrip(":;")
     name = "Ctrl-C" if isinstance(error, Interrupted) else first if first.startswith("SIG") else "a stop signal"
     with_jobs = f", and its {len(jobs)} job(s) with it" if jobs else ""
@@ -58,13 +59,18 @@ def on_disk(out: Path) -> str:
     from ..runs.rundir import RunDir, step_number
     from ..safe_io import read_json_object
 
-    runs = []
+    runs, complete = [], 0
     for folder in sorted(p for p in out.glob("pretrain-*") if p.is_dir()):
         name, latest = folder.name.removeprefix("pretrain-"), RunDir(folder).latest()
         steps = ((read_json_object(folder / "config.json") or {}).get("run") or {}).get("steps")
+        if latest is not None and step_number(latest) == steps:
+            complete += 1
+            continue
         of = f" of {steps}" if isinstance(steps, int) else ""
         runs.append(f"{name} at step {step_number(latest)}{of}" if latest else f"{name} without a checkpoint yet")
-    if not runs:
+    if not runs and not complete:
         return f"nothing was trained in {out} yet"
     done = len([*out.glob("transfer/*/summary.json"), *out.glob("hires/*/summary.json")])
-    return f"in {out}: pre-training {', '.join(runs)}; {done} transfer(s) complete"
+    parts = ([f"{complete} pre-training(s) complete"] if complete else []) + \
+        ([f"pre-training {', '.join(runs)}"] if runs else [])
+    return f"in {out}: {'; '.join(parts)}; {done} transfer(s) complete"
