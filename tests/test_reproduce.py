@@ -302,3 +302,30 @@ def test_a_stop_is_passed_on_to_the_jobs_and_the_reproduction_stops_with_them(tm
             assert code == 75 and len(started) == 2 and all(a.endswith(" --resume") for a in started), started
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_reproduction_stopped_before_its_inspection_reports_what_it_judged(tmp_path):
+    """The committed CPU reproduction's results without the inspection, as a run stopped during step 4/4 (a GPU
+    loan's time limit) leaves them: the transfer and resolution claims judged with the same numbers, the
+    inspection's claims named as not judged, and the report says it is partial."""
+    from pathlib import Path
+
+    from vitx.reproduce.claims import judge
+    from vitx.reproduce.report import write_report
+
+    whole = json.loads((Path(__file__).parents[1] / "recipes" / "reproduction" / "results.json").read_text())
+    cut = {**whole, "inspect": {}, "partial": "stopped before step 4/4, inspecting the backbones"}
+    cut["claims"] = judge(cut)
+    assert [c["id"] for c in cut["claims"]] == ["mpp", "hires"]
+    for judged, recorded in zip(cut["claims"], [c for c in whole["claims"] if c["id"] in ("mpp", "hires")]):
+        assert {k: judged["numbers"][k] for k in recorded["numbers"]} == pytest.approx(recorded["numbers"])
+        assert judged["holds"] == recorded["holds"]
+    report = write_report(cut, tmp_path / "REPORT.md").read_text()
+    held = sum(c["holds"] for c in cut["claims"])
+    assert f"**{held} of 2 claims judged so far reproduce.**" in report
+    assert "> **Partial report**: stopped before step 4/4, inspecting the backbones. The claims posemb-supervised, " \
+           "posemb-mpp, distance are not judged." in report
+    assert "## 2-3. Position embeddings and attention distance: not measured" in report
+    assert "inspect/" not in report  # no figure the run did not draw
+    hires = whole["hires"]
+    assert all(f"{100 * r['test_top1']:.2f}%" in report for r in hires.values())

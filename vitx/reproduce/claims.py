@@ -129,9 +129,17 @@ def hires_claim(results: dict[str, Any]) -> dict[str, Any]:
             "numbers": {"low_top1": low, "high_top1": high, "stderr": se}, "holds": high >= low - se}
 
 
+INSPECTION_CLAIMS = ("posemb-supervised", "posemb-mpp", "distance")
+
+
 def judge(results: dict[str, Any]) -> list[dict[str, Any]]:
-    return [transfer_claim(results), position_claim(results, "supervised"), position_claim(results, "mpp"),
-            distance_claim(results), hires_claim(results)]
+    """Every claim the results can decide: a reproduction stopped before its inspection (results.json's
+    `partial`) has only the transfer and resolution claims; the report names the others as not yet judged."""
+    inspected = results.get("inspect") or {}
+    return [transfer_claim(results),
+            *([position_claim(results, "supervised"), position_claim(results, "mpp"), distance_claim(results)]
+              if {"init", "supervised", "mpp"} <= set(inspected) else []),
+            *([hires_claim(results)] if results.get("hires") else [])]
 
 
-__all__ = ["judge"]
+__all__ = ["INSPECTION_CLAIMS", "judge"]

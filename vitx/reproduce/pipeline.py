@@ -286,6 +286,8 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
                                               image_size=plan.hires, sweep=False, lr=chosen_run["lr"],
                                               steps=chosen_run["steps"])
     results["hires"] = _transfers(hires, plan.jobs, console)
+    # a partial report now, so that a stop during the inspection (a GPU loan's time limit) still leaves one
+    _write(results, out, began, plan, console, partial="stopped before step 4/4, inspecting the backbones")
 
     console.rule("4/4 inspecting")
     torch.manual_seed(0)
@@ -297,12 +299,24 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
         results["inspect"][name] = {k: v for k, v in numbers.items() if k != "attention_rollout"}
         results["inspect"][name]["position_similarity"].pop("matrix", None)
 
-    results["seconds"] = time.perf_counter() - began
-    results["machine"] = {"cpu": platform.processor() or platform.machine(), "cores": torch.get_num_threads(),
-                          "processes": plan.jobs, "threads_per_process": max(1, cores() // plan.jobs)
-                          if plan.jobs > 1 else torch.get_num_threads(),
-                          "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-                          "torch": torch.__version__, "vitx": __version__}
+    return _write(results, out, began, plan, console)
+
+
+def machine(plan: Plan) -> dict[str, Any]:
+    """Where the reproduction ran, as its report names it."""
+    return {"cpu": platform.processor() or platform.machine(), "cores": torch.get_num_threads(),
+            "processes": plan.jobs, "threads_per_process": max(1, cores() // plan.jobs)
+            if plan.jobs > 1 else torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "torch": torch.__version__, "vitx": __version__}
+
+
+def _write(results: dict[str, Any], out: Path, began: float, plan: Plan, console: Console,
+           partial: str | None = None) -> dict[str, Any]:
+    """results.json and REPORT.md with the claims judged so far (`partial`: what is not yet done)."""
+    results = {**results, "seconds": time.perf_counter() - began, "machine": machine(plan)}
+    if partial:
+        results["partial"] = partial
     results["claims"] = judge(results)
     atomic_write_text(out / "results.json", json.dumps(results, indent=1))
     write_report(results, out / "REPORT.md", warn=console.print)

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from ..safe_io import atomic_write_text
 from ..plots import COMPUTE, draw_compute, try_draw
-from .claims import mean_top1, start_stats, test_count
+from .claims import INSPECTION_CLAIMS, mean_top1, start_stats, test_count
 
 
 def _pct(x: float) -> str:
@@ -200,6 +200,7 @@ def _summary(results: dict[str, Any], path: Path) -> list[str]:
     """The command, what was trained, and the claims table with each claim's criterion."""
     plan, claims, machine = results["plan"], results["claims"], results["machine"]
     held = sum(c["holds"] for c in claims)
+    partial = results.get("partial")
     threads = (f"{machine['processes']} processes side by side, {machine['threads_per_process']} CPU thread(s) each"
                if machine.get("processes", 1) > 1 else f"{machine['cores']} CPU threads")
     pretrain_seeds = plan.get("pretrain_seeds", [0])
@@ -216,8 +217,10 @@ def _summary(results: dict[str, Any], path: Path) -> list[str]:
         f"with {plan['shots']} labelled images. Pre-trainings: {', '.join(results['pretrain'])}, each with "
         f"pre-training seed{'s' if len(pretrain_seeds) > 1 else ''} {', '.join(map(str, pretrain_seeds))}; each "
         f"pre-training is transferred with seeds {', '.join(map(str, plan['seeds']))}. "
-        f"**{held} of {len(claims)} claims reproduce.**",
+        f"**{held} of {len(claims)} claims {'judged so far ' if partial else ''}reproduce.**",
         "",
+        *([f"> **Partial report**: {partial}. The claims {', '.join(INSPECTION_CLAIMS)} are not judged.", ""]
+          if partial else []),
         *([plan["setting"], ""] if plan.get("setting") else []),
         "| claim | paper | measured here | reproduces |",
         "|---|---|---|---|",
@@ -279,8 +282,29 @@ def _transfer_section(results: dict[str, Any], figure: bool) -> list[str]:
     ]
 
 
+def _not_inspected(results: dict[str, Any]) -> list[str]:
+    """Sections 2-4 of a reproduction stopped before its inspection: what it did not measure, and the
+    higher-resolution runs it finished."""
+    plan = results["plan"]
+    first = plan.get("pretrain_seeds", [0])[0]
+    low = [r for r in results["transfer"]["supervised"] if r.get("pretrain_seed", first) == first]
+    lines = ["## 2-3. Position embeddings and attention distance: not measured", "",
+             f"This reproduction stopped before it inspected the backbones ({results['partial']}), so the claims "
+             f"{', '.join(INSPECTION_CLAIMS)} are not judged here; the same command again runs what is missing.", ""]
+    if results.get("hires"):
+        lines += ["## 4. Fine-tuning at a higher resolution", "",
+                  f"The supervised checkpoint (pre-training seed {first}) fine-tuned at {plan['hires']}px with "
+                  f"interpolated position embeddings, at the lr and steps its {plan['image_size']}px run chose.", "",
+                  f"| seed | {plan['image_size']}px | {plan['hires']}px |", "|---|---|---|",
+                  *[f"| {s} | {_pct(r['test_top1'])} | {_pct(results['hires'][str(s)]['test_top1'])} |"
+                    for s, r in zip(plan["seeds"], low) if str(s) in results["hires"]], ""]
+    return lines
+
+
 def _inspection_sections(results: dict[str, Any]) -> list[str]:
     """Sections 2-4 and the other figures: position embeddings, attention distance, the higher resolution."""
+    if not results.get("inspect"):
+        return _not_inspected(results)
     plan = results["plan"]
     grid = results["inspect"]["supervised"]["grid"]
     first = plan.get("pretrain_seeds", [0])[0]
