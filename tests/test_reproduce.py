@@ -329,3 +329,9 @@ def test_a_reproduction_stopped_before_its_inspection_reports_what_it_judged(tmp
     assert "inspect/" not in report  # no figure the run did not draw
     hires = whole["hires"]
     assert all(f"{100 * r['test_top1']:.2f}%" in report for r in hires.values())
+    from vitx.pages.reproduction import reproduction_page
+
+    (tmp_path / "results.json").write_text(json.dumps(cut))
+    page = reproduction_page(tmp_path)  # its page says it stopped, not that it finished
+    assert f"{held} of 2 claims judged so far reproduce" in page and "partial: stopped before step 4/4" in page
+    assert 'class="status status-stopped"' in page and 'class="status status-finished"' not in page

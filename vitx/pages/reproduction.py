@@ -96,8 +96,11 @@ def reproduction_page(path: Path) -> str:
     claims = results.get("claims") or []
     held = sum(bool(c.get("holds")) for c in claims)
     plan = results.get("plan") or {}
-    status = banner("finished", esc(f"{held} of {len(claims)} claims reproduce · plan {plan.get('name', '?')}, "
-                                    f"{results.get('seconds', 0) / 60:.1f} minutes"))
+    partial = results.get("partial")  # stopped before its inspection: the claims judged so far
+    status = banner("stopped" if partial else "finished",
+                    esc(f"{held} of {len(claims)} claims {'judged so far ' if partial else ''}reproduce · plan "
+                        f"{plan.get('name', '?')}, {results.get('seconds', 0) / 60:.1f} minutes"
+                        + (f" · partial: {partial}" if partial else "")))
     subtitle = f"reproduction · {plan.get('model', '?')} at {plan.get('image_size', '?')}px on {plan.get('data', '?')}"
     return document(title or f"{path.resolve().name}: reproduction", status,
                     [tag("article", body, class_="report", data_source=REPORT_MD), _pretrainings(path)],
