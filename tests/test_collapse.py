@@ -88,7 +88,7 @@ def test_a_tired_head_is_a_note_while_the_features_learn_and_a_collapse_once_the
     said = [f for step, h, kl, rank in healthy for f in watch.observe(step, {
         "rankme": rank, **({"teacher_entropy": h, "teacher_student_kl": kl} if h else {})})]
     assert [(f.kind, f.step) for f in said] == [("head", 300)]  # the second log step in a row at ≥ 0.98 log K
-    assert said[0].line() == ("head at step 300: uniform (6.899); not a collapse while the features improve (RankMe "
+    assert said[0].line() == ("head at step 300: uniform (6.899); not a collapse unless the features stall too (RankMe "
                               "7.18, 4.64 at step 0); to change it: a lower teacher_temp")
     assert said[0].record()["kind"] == "head" and watch.found is None
     # the same head while RankMe stays below its start and stops rising over WINDOW watches: a collapse

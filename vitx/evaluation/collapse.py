@@ -102,7 +102,7 @@ class Finding:
         beside = f" ({self.beside})" if self.beside else ""
         if self.kind == "head":
             assert self.head is not None
-            return (f"head at step {self.step}: {self.head.said}; not a collapse while the features improve{beside}; "
+            return (f"head at step {self.step}: {self.head.said}; not a collapse unless the features stall too{beside}; "
                     f"to change it: {self.head.advice}")
         assert self.reading is not None
         if self.head is not None:
