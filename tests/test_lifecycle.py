@@ -121,7 +121,8 @@ def test_log_format_json_and_quiet(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = [json.loads(line) for line in proc.stdout.splitlines()]  # every line: a JSON object
     assert all(isinstance(r, dict) for r in records)
-    assert [line.split(":")[0] for line in proc.stderr.splitlines()] == ["vitx 0.1.0", "optimisation", "data", "done"]
+    assert [line.split(":")[0] for line in proc.stderr.splitlines()] == ["vitx 0.1.0", "threads", "optimisation", "data",
+                                                                    "done"]
     assert [r["step"] for r in records] == [2, 3, 4, 6]
     assert all(r["run"] == "pretrain" and r["total"] == 6 and r["loss"] > 0 and r["eta_s"] >= 0 for r in records)
     assert records[-1]["eta_s"] == 0 and "val_top1" in records[-1]

@@ -14,6 +14,7 @@ from .. import __version__
 from ..errors import DISK_STATE_ERRNOS, VitxError
 from ..invocation import recording
 from ..runner.preemption import Stop, command_stops, exiting  # (start-up's handlers: vitx/__init__.py)
+from ..runner.threads import wait_briefly
 from ..discovery import load_env_plugins, load_plugin
 from .bench import bench
 from .catalog import adapters, models, objectives, plugins, tasks
@@ -74,6 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     """The console script. `argv` (default: sys.argv[1:]) lets tests and notebooks run a command in-process;
     like the script, it ends in SystemExit with the exit status."""
     script = argv is None
+    if script:  # before any plugin or command loads torch; in-process callers keep their environment
+        wait_briefly()
     try:
         with command_stops():  # a stop signal or Ctrl-C is one line (runner/preemption.py: the rule for every command)
             given = sys.argv[1:] if argv is None else list(argv)

@@ -11,6 +11,7 @@ from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPU
 from ..settings import current_keys, defaults, flags, result_settings, with_default
 from ..settings.groups import LIMITS, LOG_FORMATS, OPTIMIZERS, PRECISIONS
 from ..settings.groups import SCRATCH, Augmentation, Columns, Optimisation, Output, Seeded, Start, Streaming, System
+from .threads import granted_cores
 from .preemption import parse_signals
 
 BETAS = (0.9, 0.999)  # Adam(W)'s β1, β2: the ViT paper's and DINO's (torch's defaults); MAE's are (0.9, 0.95)
@@ -43,14 +44,11 @@ def check_probes(names: list[str]) -> None:
 
 
 def default_workers() -> int:
-    """Loader workers per process: the cores this process may use (its CPU affinity, e.g. a SLURM or container
-    allotment), shared among the machine's local processes, less one for the process itself; at least 1. A GPU
+    """Loader workers per process: the cores this process may use (its CPU affinity, CPU quota or SLURM CPUs per
+    task: threads.py), shared among the machine's local processes, less one for the process itself; at least 1. A GPU
     step needs few host cycles, so decoding gets nearly all of them; training on the CPU keeps the cores for
     compute (at most 4 workers). `--workers` overrides."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 2
+    cores, _ = granted_cores()
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     spare = max(1, cores // local - 1)
     import torch  # here, not at import: the CLI reads this module to print --help

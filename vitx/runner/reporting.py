@@ -15,6 +15,7 @@ from rich.progress import Progress as RichProgress
 
 from ..safe_io import atomic_write_text
 from .config import describe_optimisation
+from .threads import describe as describe_threads
 
 
 class MetricsLog:
@@ -147,6 +148,8 @@ def announce(setup: Any, resume: bool, console: Console) -> None:
     console.print(f"vitx {__version__}: {what} | {cfg.objective} on {cfg.model} ({n_params / 1e6:.2f}M) "
                   f"| {cfg.data} ({size}, {setup.preprocess.image_size}px) "
                   f"| {acc.num_processes} process(es) on {acc.device}", soft_wrap=True)
+    if "threads" in setup.record:
+        console.print(describe_threads(setup.record["threads"]), soft_wrap=True)
     if getattr(setup.objective, "fitted", None) is not None:  # options chosen from the data, and by whose rule
         console.print(setup.objective.fitted.line(setup.objective.name), soft_wrap=True)
     console.print(describe_optimisation(cfg), soft_wrap=True)

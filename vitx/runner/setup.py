@@ -26,10 +26,11 @@ from ..objectives import Fitted, Objective, create_objective, fit_to_data
 from ..registry import OBJECTIVES
 from ..settings.groups import SCRATCH, new_model
 from ..spec import parse_spec
-from .config import BEFORE_RECORDED, PretrainConfig, configured, merge_for_resume, recorded_now
+from .config import BEFORE_RECORDED, PretrainConfig, configured, default_workers, merge_for_resume, recorded_now
 from .ema import load_ema, make_ema
 from .launch import configure_deepspeed, make_accelerator
 from .optim import build_optimizer, build_schedule
+from .threads import fit_threads, training_workers
 from ..runs.ownership import check_output_dir
 from ..runs.rundir import RunDir
 
@@ -119,6 +120,9 @@ def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective
                         f"{accelerator.distributed_type.value} shards; use DDP (or one process) for it")
     for number, view in enumerate(objective.views()):
         view.check(f"{cfg.objective}: view {number}")
+    # torch's threads: this process's share of the granted cores, less the loader workers training will keep busy
+    threads = fit_threads(training_workers(default_workers() if cfg.workers < 0 else cfg.workers, train_source,
+                                           objective.views()))
     optimizer = build_optimizer(objective, cfg.optimizer, cfg.lr, cfg.weight_decay, accelerator.device,
                                 cfg.layer_decay, cfg.decay_tokens, tuple(cfg.betas))
     scheduler = build_schedule(optimizer, cfg.steps, cfg.warmup_steps, cfg.schedule, cfg.warmup_start,
@@ -127,7 +131,7 @@ def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective
     model, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
     start = 0
     saved = read_config(resume_from) if resume_from is not None else None  # read now: pruning will remove it
-    record = {**_commands(saved), **(record or {})}
+    record = {**_commands(saved), **(record or {}), "threads": threads}
     if resume_from is not None:
         try:
             with warnings.catch_warnings():  # a foreign pickle's protocol: torch warns in two lines, then refuses

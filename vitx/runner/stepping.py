@@ -12,13 +12,14 @@ from typing import Any, Iterator
 
 import torch
 
-from ..data import TensorSplit, train_loader
+from ..data import train_loader
 from ..data.loader import close
 from ..data.photometry import Params, apply
 from ..errors import VitxError
 from ..runs.rundir import step_number
 from .optim import clip_per_parameter, set_weight_decay, weight_decay_at
 from .randomness import TRAIN, seed_position
+from .threads import training_workers
 
 
 class Stepping:
@@ -40,7 +41,7 @@ class Stepping:
     def _workers(self, source: Any) -> int:
         """Loader workers for `source`: none for a split held in memory (nothing to decode), unless the
         objective's crops are to be made (multi-crop augmentation is the work workers exist for)."""
-        return 0 if isinstance(source, TensorSplit) and not self.views else self.workers
+        return training_workers(self.workers, source, self.views)
 
     def close(self) -> None:
         """Stop the training stream's loader workers (the end of every run, sweep point and failure)."""

@@ -27,6 +27,7 @@ from rich.console import Console
 from ..safe_io import atomic_write_text
 from ..errors import Preempted, SelectionPending, VitxError
 from ..runner.preemption import adopt, pass_on, stopping
+from ..runner.threads import granted_cores
 from .leases import JOURNAL
 from .config import TransferConfig
 from .items import Item
@@ -35,11 +36,8 @@ TICK = 2.0  # seconds between looks at the children and the leases journal
 
 
 def cores() -> int:
-    """The cores this process may use (its CPU affinity: a SLURM or container allotment)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    """The cores this process may use (its CPU affinity, CPU quota or SLURM CPUs per task: runner/threads.py)."""
+    return granted_cores()[0]
 
 
 def visible_gpus() -> list[str]:

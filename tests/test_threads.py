@@ -1,0 +1,88 @@
+"""Torch's threads fit the cores a process is granted (affinity, cgroup quota, SLURM CPUs per task), less its busy
+loader workers, unless OMP_NUM_THREADS gives them (issue 50, item 5)."""
+import os
+
+import pytest
+import torch
+
+from vitx.data import TensorSplit
+from vitx.runner import threads
+
+
+@pytest.fixture
+def torch_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_the_fewest_granted_cores_win_and_say_why(tmp_path, monkeypatch):
+    v2 = tmp_path / "cpu.max"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    monkeypatch.setattr(threads, "CGROUP_V2", v2)
+    monkeypatch.setattr(threads, "CGROUP_V1", (tmp_path / "q", tmp_path / "p"))
+    assert threads.granted_cores() == (16, "CPU affinity")  # no quota file: unlimited
+    v2.write_text("max 100000\n")
+    assert threads.granted_cores() == (16, "CPU affinity")
+    v2.write_text("250000 100000\n")  # 2.5 CPUs of quota: 3 threads can use it
+    assert threads.granted_cores() == (3, "cgroup CPU quota")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "2")
+    assert threads.granted_cores() == (2, "SLURM_CPUS_PER_TASK")
+    v2.unlink()
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK")
+    (tmp_path / "q").write_text("400000\n")  # cgroup v1: 4 CPUs
+    (tmp_path / "p").write_text("100000\n")
+    assert threads.granted_cores() == (4, "cgroup CPU quota")
+    (tmp_path / "q").write_text("-1\n")  # v1 unlimited
+    assert threads.granted_cores() == (16, "CPU affinity")
+
+
+def test_threads_are_the_share_less_the_busy_workers_unless_omp_gives_them(monkeypatch, torch_threads):
+    monkeypatch.setattr(threads, "granted_cores", lambda: (8, "CPU affinity"))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    fitted = threads.fit_threads(workers=3)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("GOMP_SPINCOUNT", "10000")
+    assert threads.fit_threads(workers=3) == {"threads": 5, "chosen_by": "vitx", "workers": 3, "cores": 8,
+                                              "limited_by": "CPU affinity", "processes_here": 1,
+                                              "openmp_wait": {"GOMP_SPINCOUNT": "10000"}}
+    assert torch.get_num_threads() == 5
+    assert threads.describe(fitted) == "threads: 5 torch threads + 3 loader workers, of 8 cores (CPU affinity)"
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # 4 processes on this machine: 2 cores each, 1 worker busy
+    assert threads.fit_threads(workers=1)["threads"] == 1 and torch.get_num_threads() == 1
+    assert threads.describe(threads.fit_threads(workers=1)).endswith("of 8 cores (CPU affinity) shared by 4 processes")
+    assert threads.fit_threads(workers=6)["threads"] == 1  # never below one
+    torch.set_num_threads(3)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # given (by the user, or by --jobs for its children): kept
+    fitted = threads.fit_threads(workers=1)
+    assert fitted["threads"] == 3 and fitted["chosen_by"] == "OMP_NUM_THREADS" and torch.get_num_threads() == 3
+    assert threads.describe(fitted).startswith("threads: 3 torch threads (OMP_NUM_THREADS) + 1 loader worker")
+
+
+def test_only_a_stream_that_decodes_or_makes_crops_counts_its_workers():
+    held = TensorSplit(torch.zeros(4, 3, 8, 8), torch.zeros(4, dtype=torch.long))
+    assert threads.training_workers(3, held, []) == 0  # in memory, one crop: nothing for workers to do
+    assert threads.training_workers(3, held, ["a view"]) == 3  # multi-crop: the workers make the crops
+    assert threads.training_workers(3, object(), []) == 3  # decoded from files or a stream
+
+
+def test_the_console_script_makes_openmp_spin_briefly_unless_a_policy_is_given(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    threads.wait_briefly()
+    assert os.environ["GOMP_SPINCOUNT"] == "10000"
+    monkeypatch.setenv("GOMP_SPINCOUNT", "300000")  # the user's own spin count is kept
+    threads.wait_briefly()
+    assert os.environ["GOMP_SPINCOUNT"] == "300000"
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # and so is a wait policy: no spin count beside it
+    threads.wait_briefly()
+    assert "GOMP_SPINCOUNT" not in os.environ
+    from vitx.cli import main
+
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    with pytest.raises(SystemExit):
+        main(["--version"])  # in-process (tests, notebooks): the caller's environment is left as it is
+    assert "GOMP_SPINCOUNT" not in os.environ

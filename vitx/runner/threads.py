@@ -1,0 +1,106 @@
+"""The cores a process is granted and the torch threads it computes with, so that processes sharing a machine
+never oversubscribe it.
+
+PyTorch defaults to one thread per core it sees, whatever else runs: a loader worker beside it, the CPU quota of a
+container, a SLURM allotment, other PyTorch processes. On 2 cores a DINO run went from 48 to 85 img/s on one
+thread instead of two (its loader worker needs the other core), and four copies of a small run at once took 2×
+their fair share of time, against about 1× for single-thread neighbours (issue 50). So each run computes with
+the cores it is granted, shared among the machine's local processes, less one per busy loader worker. A thread
+count the user gives (OMP_NUM_THREADS, which `vitx transfer --jobs` and `vitx reproduce` set for their
+children) is kept. Processes the runner cannot see (other commands started beside it) are kept from harming each
+other by OpenMP threads that spin only briefly before they sleep (`wait_briefly`).
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+CGROUP_V2 = Path("/sys/fs/cgroup/cpu.max")
+CGROUP_V1 = (Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
+
+
+def _quota() -> int | None:
+    """Whole CPUs of the container's CPU quota (cgroup v2 `cpu.max`, else v1's CFS quota); None: unlimited or
+    unreadable."""
+    try:
+        quota, period = CGROUP_V2.read_text().split()[:2]
+        return None if quota == "max" else max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass
+    try:
+        quota, period = (int(p.read_text()) for p in CGROUP_V1)
+        return None if quota <= 0 else max(1, math.ceil(quota / period))
+    except (OSError, ValueError):
+        return None
+
+
+SPIN_COUNT = "10000"  # GNU OpenMP's busy-wait before a thread sleeps: a few µs (its default is 300,000)
+
+
+def wait_briefly() -> None:
+    """OpenMP threads that spin only briefly between parallel regions before they sleep (GOMP_SPINCOUNT 10,000,
+    unless the user set GOMP_SPINCOUNT or OMP_WAIT_POLICY): a spinning thread holds a core that a neighbouring
+    process needs. On 2 cores, four 50-shot transfers at once (two threads each) took 449-480 s with GNU OpenMP's
+    default spin (2.1-2.7× their fair share), 175 s with 10,000 (0.89×), and one alone 48.7-49.4 s against
+    48.7-51.5; waiting passively (OMP_WAIT_POLICY=PASSIVE) gave 158 s together but cost a run alone 17%
+    (BENCHMARKS.md). Called by the console script before torch loads (OpenMP reads it once); the processes vitx
+    starts inherit it."""
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)
+
+
+def granted_cores() -> tuple[int, str]:
+    """The cores this process may use and what limits them: its CPU affinity (taskset, a SLURM or container
+    allotment), the container's CPU quota, or the SLURM job's CPUs per task, whichever is fewest."""
+    try:
+        limits = [(len(os.sched_getaffinity(0)), "CPU affinity")]
+    except AttributeError:  # not Linux
+        limits = [(os.cpu_count() or 1, "the machine's cores")]
+    quota = _quota()
+    if quota is not None:
+        limits.append((quota, "cgroup CPU quota"))
+    slurm = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    if slurm.isdigit() and int(slurm) > 0:
+        limits.append((int(slurm), "SLURM_CPUS_PER_TASK"))
+    return min(limits, key=lambda limit: limit[0])
+
+
+def training_workers(workers: int, source: Any, views: list[Any]) -> int:
+    """Loader workers the training stream runs: none for a split held in memory (nothing to decode) unless the
+    objective's crops are to be made (the work multi-crop workers exist for); else `workers`."""
+    from ..data import TensorSplit
+
+    return 0 if isinstance(source, TensorSplit) and not views else workers
+
+
+def fit_threads(workers: int) -> dict[str, Any]:
+    """Set torch's threads to this process's share of the granted cores less its `workers` busy loader workers
+    (at least 1), unless OMP_NUM_THREADS gives them; returns what was decided, for the header and config.json."""
+    import torch  # (here: the CLI reads the settings, which read granted_cores, to print --help)
+
+    cores, limited_by = granted_cores()
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    share = max(1, cores // local)
+    if os.environ.get("OMP_NUM_THREADS", "").strip():
+        threads, chosen_by = torch.get_num_threads(), "OMP_NUM_THREADS"
+    else:
+        threads, chosen_by = max(1, share - workers), "vitx"
+        if threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
+    return {"threads": threads, "chosen_by": chosen_by, "workers": workers, "cores": cores,
+            "limited_by": limited_by, "processes_here": local,
+            "openmp_wait": {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ}}
+
+
+def describe(fitted: dict[str, Any]) -> str:
+    """The header's line: 'threads: 1 torch thread + 1 loader worker, of 2 cores (CPU affinity)'."""
+    t, w = fitted["threads"], fitted["workers"]
+    shared = f" shared by {fitted['processes_here']} processes" if fitted["processes_here"] > 1 else ""
+    given = " (OMP_NUM_THREADS)" if fitted["chosen_by"] == "OMP_NUM_THREADS" else ""
+    return (f"threads: {t} torch thread{'s' if t != 1 else ''}{given} + {w} loader worker{'s' if w != 1 else ''}, "
+            f"of {fitted['cores']} cores ({fitted['limited_by']}){shared}")
+
+
+__all__ = ["describe", "fit_threads", "granted_cores", "training_workers", "wait_briefly"]
