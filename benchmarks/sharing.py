@@ -11,7 +11,8 @@ OpenMP's default spin: what vitx did before).
   transfer  a 50-shot transfer (`vitx transfer --task embedded/digits --shots 50`, 200 steps, no sweep) from the
             main job's run: one alone, then --copies at once, started as separate commands
   dino      the CPU DINO recipe (recipes/cpu/pretrain-dino.toml) alone for 60 steps: img/s over its last 40
-Every run is a separate `python -m vitx` process; the sides alternate (before, after) so drift hits both.
+Every run is a separate `python -m vitx` process; each job runs before, then after (one pass: the machine's
+drift is not averaged out, so repeat a figure that matters).
 """
 from __future__ import annotations
 
@@ -39,14 +40,18 @@ def env(side: dict[str, str]) -> dict[str, str]:
 
 def run_at_once(commands: list[list[str]], side: dict[str, str]) -> float:
     """Wall seconds until every command has finished, all started together."""
+    logs = [tempfile.TemporaryFile() for _ in commands]  # (a pipe left unread could stall a process)
     start = time.perf_counter()
-    procs = [subprocess.Popen(c, cwd=ROOT, env=env(side), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-             for c in commands]
-    for p, c in zip(procs, commands):
-        _, err = p.communicate()
+    procs = [subprocess.Popen(c, cwd=ROOT, env=env(side), stdout=subprocess.DEVNULL, stderr=log)
+             for c, log in zip(commands, logs)]
+    for p in procs:
+        p.wait()
+    took = time.perf_counter() - start
+    for p, c, log in zip(procs, commands, logs):
         if p.returncode != 0:
-            sys.exit(f"{' '.join(c)} failed ({p.returncode}): {err.decode()[-2000:]}")
-    return time.perf_counter() - start
+            log.seek(0)
+            sys.exit(f"{' '.join(c)} failed ({p.returncode}): {log.read().decode()[-2000:]}")
+    return took
 
 
 def vitx(*args: str) -> list[str]:
@@ -62,15 +67,13 @@ def transfer_job(start: Path, out: Path) -> list[str]:
                 "--lr", "0.1", "--steps", "200", "--output-dir", str(out), "--no-curves")
 
 
-def measure(name: str, make: callable, copies: int, tmp: Path) -> list[str]:
-    lines = []
+def measure(name: str, make: callable, copies: int, tmp: Path) -> None:
+    """One alone, then `copies` at once, on each side; a table row each."""
     for label, side in SIDES.items():
         alone = run_at_once([make(tmp / f"{name}-{len(label)}-alone")], side)
         together = run_at_once([make(tmp / f"{name}-{len(label)}-{i}") for i in range(copies)], side)
-        lines.append(f"| {name} | {label} | {alone:.1f} s | {copies} at once: {together:.1f} s | "
-                     f"{together / (copies * alone):.2f} |")
-        print(lines[-1], flush=True)
-    return lines
+        print(f"| {name} | {label} | {alone:.1f} s | {copies} at once: {together:.1f} s | "
+              f"{together / (copies * alone):.2f} |", flush=True)
 
 
 def dino_rate(tmp: Path, side: dict[str, str], label: str) -> float:

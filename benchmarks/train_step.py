@@ -84,7 +84,8 @@ def _vitx_trainer(args: argparse.Namespace, objective: str, out: str, compile: b
     return build_trainer({"model": args.model, "objective": objective, "batch_size": args.batch,
                           "data": f"embedded:shapes(classes={args.classes})", "steps": 10**6, "warmup_steps": 10,
                           "output_dir": out, "log_with": "none", "eval_samples": 0, "watch_every": 0,
-                          "precision": args.precision, "compile": compile})
+                          "precision": args.precision, "compile": compile,
+                          "workers": 0})  # stepped by hand on its own batches: no loader, all the cores compute
 
 
 def compare_objectives(args: argparse.Namespace) -> None:

@@ -75,7 +75,7 @@ def test_gpu_acceptance_reproduction_and_engines_each_fit_one_device_command(tmp
     assert reproduce[1:5] == ["-m", "vitx", "reproduce", "--plan"] and reproduce[5] == "gpu"
     sets = [reproduce[i + 1] for i, a in enumerate(reproduce) if a == "--set"]
     assert sets == ["pretrain_steps=1500", "pretrain_seeds=[0]", "seeds=[0,1,2]", "transfer_lrs=[0.1]",
-                    "hires_seeds=1", "compute_points=[0.3]", 'curve=["mpp","dino"]', "jobs=8"]
+                    "hires_seeds=1", "compute_points=[0.3]", 'curve=["mpp"]', "jobs=8"]
     assert "pre-training seeds [0], seeds [0, 1, 2]" in printed  # the plan's own check passed them
     for engine, (uninterrupted, killed, resumed) in (("fsdp", commands[1:4]), ("deepspeed", commands[4:7])):
         for cmd in (uninterrupted, killed, resumed):

@@ -69,8 +69,9 @@ def test_only_a_stream_that_decodes_or_makes_crops_counts_its_workers():
 
 
 def test_the_console_script_makes_openmp_spin_briefly_unless_a_policy_is_given(monkeypatch):
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):  # set, then removed: monkeypatch's undo removes them again
+        monkeypatch.setenv(name, "x")
+        monkeypatch.delenv(name)
     threads.wait_briefly()
     assert os.environ["GOMP_SPINCOUNT"] == "10000"
     monkeypatch.setenv("GOMP_SPINCOUNT", "300000")  # the user's own spin count is kept

@@ -304,7 +304,7 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
 
 def machine(plan: Plan) -> dict[str, Any]:
     """Where the reproduction ran, as its report names it."""
-    return {"cpu": platform.processor() or platform.machine(), "cores": torch.get_num_threads(),
+    return {"cpu": platform.processor() or platform.machine(), "cores": cores(), "torch_threads": torch.get_num_threads(),
             "processes": plan.jobs, "threads_per_process": max(1, cores() // plan.jobs)
             if plan.jobs > 1 else torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,

@@ -6,7 +6,8 @@ time: supervised 5.6 min, SimCLR 7.3, MAE 10-11, MPP 21, DINO 33, whose loader w
 its 125 transfers take about 50 minutes more: about 2½ hours on a quiet machine, over the 100 minutes it is
 meant to take (trimming it is open: recipes/reproduction/STUDY.md); `GPU` is meant for about 10 minutes on
 one H100 (a 27× larger model on a 16×16 grid, more steps at twice the batch, an lr sweep, transfers run side by
-side; trimmed to one pre-training seed and one lr it took 9 minutes on an H200: REPORT-GPU.md); `QUICK` is the
+side; trimmed to one pre-training seed and one lr it reached its inspection in 8.9 minutes on an H200, where
+the time limit cut it: REPORT-GPU.md); `QUICK` is the
 CPU plan with token budgets, for tests. Grids are at least 8×8 tokens: the smallest where masked patch
 prediction has context to predict a patch from.
 """

@@ -2,9 +2,10 @@
 never oversubscribe it.
 
 PyTorch defaults to one thread per core it sees, whatever else runs: a loader worker beside it, the CPU quota of a
-container, a SLURM allotment, other PyTorch processes. On 2 cores a DINO run went from 48 to 85 img/s on one
-thread instead of two (its loader worker needs the other core), and four copies of a small run at once took 2×
-their fair share of time, against about 1× for single-thread neighbours (issue 50). So each run computes with
+container, a SLURM allotment, other PyTorch processes. On 2 cores the CPU DINO recipe went from 94.5 to 150.7
+img/s on one thread instead of two (its loader worker needs the other core), and four copies of the README's
+main job at once took 1.72× their fair share of time on torch's default threads, 1.02× on these
+(BENCHMARKS.md). So each run computes with
 the cores it is granted, shared among the machine's local processes, less one per busy loader worker. A thread
 count the user gives (OMP_NUM_THREADS, which `vitx transfer --jobs` and `vitx reproduce` set for their
 children) is kept. Processes the runner cannot see (other commands started beside it) are kept from harming each
@@ -21,11 +22,25 @@ CGROUP_V2 = Path("/sys/fs/cgroup/cpu.max")
 CGROUP_V1 = (Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
 
 
+def _own_cgroup_v2() -> Path:
+    """This process's cgroup v2 `cpu.max` (its path from /proc/self/cgroup: a systemd slice or a job's cgroup
+    on a host without a cgroup namespace), else the root one (a container sees its own cgroup as the root)."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                own = CGROUP_V2.parent / line[3:].strip().lstrip("/") / CGROUP_V2.name
+                if own.is_file():
+                    return own
+    except OSError:
+        pass
+    return CGROUP_V2
+
+
 def _quota() -> int | None:
-    """Whole CPUs of the container's CPU quota (cgroup v2 `cpu.max`, else v1's CFS quota); None: unlimited or
+    """Whole CPUs of the process's CPU quota (cgroup v2 `cpu.max`, else v1's CFS quota); None: unlimited or
     unreadable."""
     try:
-        quota, period = CGROUP_V2.read_text().split()[:2]
+        quota, period = _own_cgroup_v2().read_text().split()[:2]
         return None if quota == "max" else max(1, math.ceil(int(quota) / int(period)))
     except (OSError, ValueError):
         pass
@@ -42,9 +57,8 @@ SPIN_COUNT = "10000"  # GNU OpenMP's busy-wait before a thread sleeps: a few µs
 def wait_briefly() -> None:
     """OpenMP threads that spin only briefly between parallel regions before they sleep (GOMP_SPINCOUNT 10,000,
     unless the user set GOMP_SPINCOUNT or OMP_WAIT_POLICY): a spinning thread holds a core that a neighbouring
-    process needs. On 2 cores, four 50-shot transfers at once (two threads each) took 449-480 s with GNU OpenMP's
-    default spin (2.1-2.7× their fair share), 175 s with 10,000 (0.89×), and one alone 48.7-49.4 s against
-    48.7-51.5; waiting passively (OMP_WAIT_POLICY=PASSIVE) gave 158 s together but cost a run alone 17%
+    process needs. On 2 cores, four 50-shot transfers at once (two threads each) took 402-449 s with GNU OpenMP's
+    default spin, 175-189 s with 10,000, and one alone 48.7-49.4 s against 48.7-51.5; waiting passively (OMP_WAIT_POLICY=PASSIVE) gave 158 s together but cost a run alone 17%
     (BENCHMARKS.md). Called by the console script before torch loads (OpenMP reads it once); the processes vitx
     starts inherit it."""
     if "OMP_WAIT_POLICY" not in os.environ:

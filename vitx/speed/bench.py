@@ -132,6 +132,7 @@ def build_trainer(options: dict[str, Any], synthetic: bool = False) -> Any:
     from ..runner import Trainer, build, resolve_config
     from ..runner.loop import epoch_steps
     from ..runner.reporting import make_console
+    from ..runner.threads import fit_threads, training_workers
 
     cfg, _ = resolve_config(options, resume=False)
     setup = build(cfg)
@@ -140,6 +141,8 @@ def build_trainer(options: dict[str, Any], synthetic: bool = False) -> Any:
         setup.train_source = synthetic_split(max(256, 2 * micro), setup.preprocess.image_size, SYNTHETIC_CLASSES,
                                              cfg.seed)
     trainer = Trainer(setup, make_console(quiet=True))
+    if synthetic:  # the threads for the stream it now trains from (held in memory: no decoding workers)
+        setup.record["threads"] = fit_threads(training_workers(trainer.workers, setup.train_source, trainer.views))
     setup.objective.epoch_steps = epoch_steps(setup.train_source, cfg.batch_size)
     setup.objective.on_fit_start(trainer.step_count, cfg.steps)
     return trainer
