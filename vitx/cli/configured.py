@@ -61,7 +61,7 @@ def _evaluation(name: str) -> Any:
 
 
 pretrain = command(PretrainConfig, _pretrain, "pretrain",
-                   "Pre-train a ViT. Defaults: a 3½-minute CPU demo on 2 cores (vit-nano/4, supervised, embedded shapes at 16px).")
+                   "Pre-train a ViT. Defaults: a 2-minute CPU demo on 2 cores (vit-nano/4, supervised, embedded shapes at 16px).")
 transfer = command(TransferConfig, _transfer, "transfer",
                    "Transfer a pre-trained ViT: sweep, retrain, test (VTAB-1k protocol), print and save the results.")
 eval_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate frozen features.")

@@ -58,7 +58,7 @@ def default_workers() -> int:
 
 @dataclass
 class PretrainConfig(Seeded, Start, Columns, Streaming, Augmentation, Optimisation, Output, System):
-    """Defaults run the embedded CPU demo (vit-nano/4, 16px shapes, 1,200 steps: ~3½ minutes on 2 cores; 37.5%
+    """Defaults run the embedded CPU demo (vit-nano/4, 16px shapes, 1,200 steps: ~2 minutes on 2 cores; 35.4%
     validation top-1 against 10% chance, measured). The paper's B/16 settings are in recipes/. Each field is one option of
     `vitx pretrain` (vitx/settings/); the settings other commands share are the groups' (settings/groups.py),
     the fields below are pre-training's own."""
