@@ -282,12 +282,22 @@ def _transfer_section(results: dict[str, Any], figure: bool) -> list[str]:
     ]
 
 
+def _hires_table(results: dict[str, Any]) -> list[str]:
+    """Each seed's supervised transfer at the pre-training resolution beside its fine-tuning at the higher one
+    (the first pre-training seed's runs, the ones fine-tuned at both)."""
+    plan = results["plan"]
+    first = plan.get("pretrain_seeds", [0])[0]
+    low = [r for r in results["transfer"]["supervised"] if r.get("pretrain_seed", first) == first]
+    return [f"| seed | {plan['image_size']}px | {plan['hires']}px |", "|---|---|---|",
+            *[f"| {s} | {_pct(r['test_top1'])} | {_pct(results['hires'][str(s)]['test_top1'])} |"
+              for s, r in zip(plan["seeds"], low) if str(s) in results["hires"]]]
+
+
 def _not_inspected(results: dict[str, Any]) -> list[str]:
     """Sections 2-4 of a reproduction stopped before its inspection: what it did not measure, and the
     higher-resolution runs it finished."""
     plan = results["plan"]
     first = plan.get("pretrain_seeds", [0])[0]
-    low = [r for r in results["transfer"]["supervised"] if r.get("pretrain_seed", first) == first]
     lines = ["## 2-3. Position embeddings and attention distance: not measured", "",
              f"This reproduction stopped before it inspected the backbones ({results['partial']}), so the claims "
              f"{', '.join(INSPECTION_CLAIMS)} are not judged here; the same command again runs what is missing.", ""]
@@ -295,9 +305,7 @@ def _not_inspected(results: dict[str, Any]) -> list[str]:
         lines += ["## 4. Fine-tuning at a higher resolution", "",
                   f"The supervised checkpoint (pre-training seed {first}) fine-tuned at {plan['hires']}px with "
                   f"interpolated position embeddings, at the lr and steps its {plan['image_size']}px run chose.", "",
-                  f"| seed | {plan['image_size']}px | {plan['hires']}px |", "|---|---|---|",
-                  *[f"| {s} | {_pct(r['test_top1'])} | {_pct(results['hires'][str(s)]['test_top1'])} |"
-                    for s, r in zip(plan["seeds"], low) if str(s) in results["hires"]], ""]
+                  *_hires_table(results), ""]
     return lines
 
 
@@ -308,7 +316,6 @@ def _inspection_sections(results: dict[str, Any]) -> list[str]:
     plan = results["plan"]
     grid = results["inspect"]["supervised"]["grid"]
     first = plan.get("pretrain_seeds", [0])[0]
-    low = [r for r in results["transfer"]["supervised"] if r.get("pretrain_seed", first) == first]
     return [
         "## 2. Position embeddings",
         "",
@@ -343,10 +350,7 @@ def _inspection_sections(results: dict[str, Any]) -> list[str]:
         f"{grid[1] * plan['hires'] // plan['image_size']}. It uses the lr and steps that the "
         f"{plan['image_size']}px run chose on validation.",
         "",
-        f"| seed | {plan['image_size']}px | {plan['hires']}px |",
-        "|---|---|---|",
-        *[f"| {s} | {_pct(r['test_top1'])} | {_pct(results['hires'][str(s)]['test_top1'])} |"
-          for s, r in zip(plan["seeds"], low) if str(s) in results["hires"]],
+        *_hires_table(results),
         "",
         "## Also inspected",
         "",

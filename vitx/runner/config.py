@@ -1,7 +1,6 @@
 """Run configuration as data: one dataclass, saved in config.json, compared on --resume."""
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -11,7 +10,7 @@ from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPU
 from ..settings import current_keys, defaults, flags, result_settings, with_default
 from ..settings.groups import LIMITS, LOG_FORMATS, OPTIMIZERS, PRECISIONS
 from ..settings.groups import SCRATCH, Augmentation, Columns, Optimisation, Output, Seeded, Start, Streaming, System
-from .threads import granted_cores
+from .threads import core_share
 from .preemption import parse_signals
 
 BETAS = (0.9, 0.999)  # Adam(W)'s β1, β2: the ViT paper's and DINO's (torch's defaults); MAE's are (0.9, 0.95)
@@ -48,9 +47,7 @@ def default_workers() -> int:
     task: threads.py), shared among the machine's local processes, less one for the process itself; at least 1. A GPU
     step needs few host cycles, so decoding gets nearly all of them; training on the CPU keeps the cores for
     compute (at most 4 workers). `--workers` overrides."""
-    cores, _ = granted_cores()
-    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    spare = max(1, cores // local - 1)
+    spare = max(1, core_share() - 1)
     import torch  # here, not at import: the CLI reads this module to print --help
 
     return spare if torch.cuda.is_available() else min(4, spare)

@@ -81,6 +81,16 @@ def granted_cores() -> tuple[int, str]:
     return min(limits, key=lambda limit: limit[0])
 
 
+def local_processes() -> int:
+    """How many processes of this run share the machine (LOCAL_WORLD_SIZE, which the launchers set; 1 alone)."""
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+
+
+def core_share() -> int:
+    """This process's share of the granted cores: they divided among the run's processes on this machine."""
+    return max(1, granted_cores()[0] // local_processes())
+
+
 def training_workers(workers: int, source: Any, views: list[Any]) -> int:
     """Loader workers the training stream runs: none for a split held in memory (nothing to decode) unless the
     objective's crops are to be made (the work multi-crop workers exist for); else `workers`."""
@@ -95,8 +105,7 @@ def fit_threads(workers: int) -> dict[str, Any]:
     import torch  # (here: the CLI reads the settings, which read granted_cores, to print --help)
 
     cores, limited_by = granted_cores()
-    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-    share = max(1, cores // local)
+    local, share = local_processes(), core_share()
     if os.environ.get("OMP_NUM_THREADS", "").strip():
         threads, chosen_by = torch.get_num_threads(), "OMP_NUM_THREADS"
     else:
@@ -117,4 +126,5 @@ def describe(fitted: dict[str, Any]) -> str:
             f"of {fitted['cores']} cores ({fitted['limited_by']}){shared}")
 
 
-__all__ = ["describe", "fit_threads", "granted_cores", "training_workers", "wait_briefly"]
+__all__ = ["core_share", "describe", "fit_threads", "granted_cores", "local_processes", "training_workers",
+           "wait_briefly"]
