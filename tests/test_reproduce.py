@@ -293,10 +293,13 @@ def test_a_stop_is_passed_on_to_the_jobs_and_the_reproduction_stops_with_them(tm
         head = "stopped: SIGTERM" if signum == "SIGTERM" else "interrupted: Ctrl-C"
         assert (code, line) == ({"SIGTERM": 75, "SIGINT": 130}[signum],
                                 f"{head}: the reproduction stopped, and its 2 job(s) with it; in {out}: "
-                                "pre-training supervised-p0 at step 3 of 10, supervised-p1 at step 3 of 10; 0 transfer(s) "
+                                "pre-training dino-p0 at step 3 of 10, dino-p1 at step 3 of 10; 0 transfer(s) "
                                 "complete; run the same command again to continue from there")
+        # the costliest pre-trainings start first (DINO's: steps × cost); the queued others never started
         assert sorted(a.split("--recipe ")[1].split()[0].rsplit("/", 1)[1] for a in started) == \
-            ["pretrain-supervised-p0.toml", "pretrain-supervised-p1.toml"]  # the queued mpp ones never started
+            ["pretrain-dino-p0.toml", "pretrain-dino-p1.toml"]
+        from vitx.transfer.jobs import cores  # each run's crops made in its own process where it has one core
+        assert f"workers = {max(0, cores() // 2 - 1)}\n" in (out / "pretrain-dino-p0.toml").read_text()
         if signum == "SIGTERM":  # the second call continues the two from their checkpoints
             code, line, started = stopped_call()
             assert code == 75 and len(started) == 2 and all(a.endswith(" --resume") for a in started), started

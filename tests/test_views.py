@@ -108,13 +108,17 @@ def _photos(n: int, size: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("op", ["brightness", "contrast", "saturation", "hue", "gray", "blur", "solarize"])
-def test_batched_photometry_is_torchvision_sample_by_sample(op):
+def test_batched_photometry_is_torchvision_sample_by_sample(op, monkeypatch):
     """Each photometric op, on a micro-batch with per-sample parameters (on a GPU run all samples at once, on a
-    CPU one by one), against torchvision's `transforms.v2` kernel applied to each sample with its parameter:
-    the same bytes, except the blur (separable here, 2D there): within one level of 8 bits."""
+    CPU in chunks of the batch, or one by one for large crops), against torchvision's `transforms.v2` kernel
+    applied to each sample with its parameter: the same bytes, except the blur (separable here, 2D there):
+    within one level of 8 bits."""
     from torchvision.transforms.v2 import functional as TF
 
+    from vitx.data import photometry
     from vitx.data.photometry import Params, apply, blur_kernel_size
+
+    monkeypatch.setattr(photometry, "CPU_CHUNK", 5 * 3 * 40 * 40)  # the CPU's way: chunks of 5, 5 and 2 samples
 
     images = _photos(12, 40)  # (12, 3, 40, 40)
     rng = np.random.default_rng(0)
@@ -142,12 +146,13 @@ def test_batched_photometry_is_torchvision_sample_by_sample(op):
         params.solarize[1::2] = True
         expected = [TF.solarize(x, 128) if s else x for x, s in zip(images, params.solarize)]
     expected = torch.stack(expected)
-    for batched in (True, False):
+    for batched in (True, False, None):
         out = apply(images, params, batched=batched)
         worst = int((out.int() - expected.int()).abs().max())
         assert out.dtype == torch.uint8 and worst <= (1 if op == "blur" else 0), (op, batched, worst)
         assert not torch.equal(out, images)  # the op did something
     assert torch.equal(apply(images, params, batched=True), apply(images, params, batched=False))
+    assert torch.equal(apply(images, params), apply(images, params, batched=False))  # chunked
 
 
 def test_dino_views_are_the_per_sample_transforms_within_one_level():

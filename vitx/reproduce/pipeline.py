@@ -56,8 +56,13 @@ def _last_metrics(run: Path) -> dict[str, Any]:
 
 
 def _pretrain_settings(plan: Plan, name: str, seed: int, run: Path) -> dict[str, Any]:
-    """The `vitx pretrain` settings of pre-training `name` with `seed`, into `run`."""
+    """The `vitx pretrain` settings of pre-training `name` with `seed`, into `run`. Run `plan.jobs` at a time on a
+    CPU, each makes its crops in its own process (no loader workers) when its share of the cores is one: a
+    worker there only takes the core of the run beside it (DINO, two side by side on 2 cores: 130 img/s each
+    without workers, 115 with one each; the batches, and so the run, the same either way)."""
     spec = plan.pretrainings[name]
+    alone = {"workers": max(0, cores() // plan.jobs - 1)} \
+        if plan.jobs > 1 and not torch.cuda.is_available() else {}
     steps = spec.steps_in(plan)
     every = _interval(plan, name)
     monitor = {"monitor": plan.monitor, "monitor_every": every, "monitor_features": plan.monitor_features} \
@@ -69,7 +74,7 @@ def _pretrain_settings(plan: Plan, name: str, seed: int, run: Path) -> dict[str,
             # every checkpoint kept: one that a stop signal adds must not push out a curve's
             "keep_checkpoints": steps, "log_every": max(1, steps // 30),
             "eval_samples": 1024 if name == "supervised" else 0, "output_dir": str(run), "log_with": "none",
-            "seed": seed, **monitor, **spec.settings}
+            "seed": seed, **monitor, **alone, **spec.settings}
 
 
 def _pretrainings(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: Console) -> dict[str, dict[str, Any]]:
@@ -98,8 +103,14 @@ def _pretrainings(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: C
         return {key: run(key) for key in jobs}
     from concurrent.futures import ThreadPoolExecutor
 
+    def cost(key: str) -> float:
+        spec = plan.pretrainings[jobs[key][0]]
+        return -spec.steps_in(plan) * spec.cost
+
+    costliest_first = sorted(jobs, key=cost)  # (stable: the plan's order among equals)
     with ThreadPoolExecutor(plan.jobs) as pool:
-        return dict(zip(jobs, pool.map(run, jobs)))
+        done = dict(zip(costliest_first, pool.map(run, costliest_first)))
+    return {key: done[key] for key in jobs}
 
 
 def _finished(run: Path, steps: int) -> bool:
