@@ -17,7 +17,8 @@ colour fields, occluding discs, sensor noise; ~55 KB each) unless --folder names
                     ratio to the single crop's is the issue-37 figure (goal ≥ 0.5). On a GPU the workers make
                     the geometry and the device the photometry (data/photometry.py), inside the timed loop
   photometry        the photometry alone on one micro-batch of each view (--batch crops): ms on the CPU as a
-                    worker runs it (sample by sample) and, on a GPU, batched on the device
+                    worker runs it (in cache-sized chunks, large crops sample by sample) and, on a GPU,
+                    batched on the device
 The ratio vitx(1 worker) / bare PIL is the issue-13 figure (target ≥ 0.6).
 """
 from __future__ import annotations
@@ -156,7 +157,7 @@ def vitx_loader(folder: Path, workers: int, batch: int, size: int, batches: int,
 
 def photometry_ms(views: list, batch: int, device: torch.device) -> float:
     """ms for the photometry of one micro-batch of every view (uint8 crops of a photo-like image), as the
-    run does it on `device`: sample by sample on a CPU, batched on a GPU; best of 3."""
+    run does it on `device`: in cache-sized chunks on a CPU, batched on a GPU; best of 3."""
     from vitx.data.photometry import Params, apply, draw
 
     rng = np.random.default_rng(0)
@@ -207,7 +208,7 @@ def main() -> None:
     if args.multi_crop:
         views = dino_views(args.multi_crop)
         print(f"photometry of one micro-batch of {args.batch} per view ({args.multi_crop}): "
-              f"CPU {photometry_ms(views, args.batch, torch.device('cpu')):.0f} ms (sample by sample, one core)"
+              f"CPU {photometry_ms(views, args.batch, torch.device('cpu')):.0f} ms (in chunks, one core)"
               + (f", GPU {photometry_ms(views, args.batch, device):.1f} ms (batched)" if device.type == "cuda" else ""),
               flush=True)
     for w in [int(v) for v in args.workers.split(",")]:

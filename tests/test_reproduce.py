@@ -2,6 +2,7 @@
 token budgets) into a report whose figures all exist, and resumes without training again."""
 import json
 import re
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -246,6 +247,31 @@ time.sleep(60)  # a pre-training that would take a minute
 """
 
 
+def test_pretrainings_start_costliest_first_on_one_core_each_and_cost_is_not_the_plan():
+    """Side by side the costliest pre-trainings start first (steps × cost: DINO's 1,000 × 3.6, MPP's 1,500, ...),
+    each seed of a row after the other; a run with one core makes its crops itself (no loader workers); a
+    pre-training's `cost` only orders the runs, so a plan.json without it, or with other costs, is the same plan."""
+    from unittest import mock
+
+    from vitx.reproduce import CPU
+    from vitx.reproduce import pipeline
+
+    rows = {f"{name}-p{seed}": name for name in CPU.pretrainings for seed in (0, 1)}
+    assert pipeline._start_order(CPU, rows) == ["dino-p0", "dino-p1", "mpp-p0", "mpp-p1", "simclr-p0", "simclr-p1",
+                                                "supervised-p0", "supervised-p1", "mae-p0", "mae-p1"]
+    with mock.patch.object(pipeline.torch.cuda, "is_available", return_value=False):
+        for cores, workers in ((2, {"workers": 0}), (8, {})):  # 8 cores, 2 jobs: the run's own default workers
+            with mock.patch.object(pipeline, "cores", return_value=cores):
+                settings = pipeline._pretrain_settings(CPU, "dino", 0, Path("run"))
+                assert {k: settings[k] for k in ("workers",) if k in settings} == workers
+    saved = CPU.to_dict()
+    for row in saved["pretrainings"].values():
+        row.pop("cost")
+    assert pipeline._science("pretrainings", saved["pretrainings"]) == \
+        pipeline._science("pretrainings", CPU.to_dict()["pretrainings"])
+    assert pipeline._science("seeds", [0, 1]) != pipeline._science("seeds", [0, 1, 2])
+
+
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
 def test_a_stop_is_passed_on_to_the_jobs_and_the_reproduction_stops_with_them(tmp_path, monkeypatch, signum):
     """jobs > 1: a stop signal or Ctrl-C to the reproduction is passed on to its running pre-trainings at once
@@ -258,6 +284,11 @@ def test_a_stop_is_passed_on_to_the_jobs_and_the_reproduction_stops_with_them(tm
     import threading
     import time
 
+    pytest.importorskip("vitx_dino")  # (its rows are the costliest: they start first)
+    from vitx.reproduce import pipeline
+
+    monkeypatch.setattr(pipeline, "cores", lambda: 2)  # 2 jobs on 2 cores: one each
+    monkeypatch.setattr(pipeline.torch.cuda, "is_available", lambda: False)
     seen = tmp_path / "seen"
     seen.mkdir()
     fake = tmp_path / "python"  # stands for `python -m vitx pretrain --recipe …`
@@ -298,8 +329,7 @@ def test_a_stop_is_passed_on_to_the_jobs_and_the_reproduction_stops_with_them(tm
         # the costliest pre-trainings start first (DINO's: steps × cost); the queued others never started
         assert sorted(a.split("--recipe ")[1].split()[0].rsplit("/", 1)[1] for a in started) == \
             ["pretrain-dino-p0.toml", "pretrain-dino-p1.toml"]
-        from vitx.transfer.jobs import cores  # each run's crops made in its own process where it has one core
-        assert f"workers = {max(0, cores() // 2 - 1)}\n" in (out / "pretrain-dino-p0.toml").read_text()
+        assert "workers = 0\n" in (out / "pretrain-dino-p0.toml").read_text()  # one core each: crops made in-process
         if signum == "SIGTERM":  # the second call continues the two from their checkpoints
             code, line, started = stopped_call()
             assert code == 75 and len(started) == 2 and all(a.endswith(" --resume") for a in started), started
@@ -311,8 +341,6 @@ def test_a_reproduction_stopped_before_its_inspection_reports_what_it_judged(tmp
     """The committed CPU reproduction's results without the inspection, as a run stopped during step 4/4 (a GPU
     loan's time limit) leaves them: the transfer and resolution claims judged with the same numbers, the
     inspection's claims named as not judged, and the report says it is partial."""
-    from pathlib import Path
-
     from vitx.reproduce.claims import judge
     from vitx.reproduce.report import write_report
 

@@ -61,6 +61,23 @@ def test_threads_are_the_share_less_the_busy_workers_unless_omp_gives_them(monke
     assert threads.describe(fitted).startswith("threads: 3 torch threads (OMP_NUM_THREADS) + 1 loader worker")
 
 
+def test_an_in_process_run_gives_the_caller_its_threads_back(tmp_path, monkeypatch, torch_threads):
+    """A notebook's `pretrain` runs on the threads it fits (here 1 of 1 granted core) and leaves the caller's
+    count (2) as it found it."""
+    import json
+
+    from vitx.runner import pretrain
+
+    from .helpers import tiny
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "granted_cores", lambda: (1, "test"))
+    torch.set_num_threads(2)
+    pretrain(tiny(tmp_path, steps=2, save_every=2, eval_samples=0))
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["threads"]["threads"] == 1
+    assert torch.get_num_threads() == 2
+
+
 def test_only_a_stream_that_decodes_or_makes_crops_counts_its_workers():
     held = TensorSplit(torch.zeros(4, 3, 8, 8), torch.zeros(4, dtype=torch.long))
     assert threads.training_workers(3, held, []) == 0  # in memory, one crop: nothing for workers to do

@@ -118,7 +118,6 @@ def test_batched_photometry_is_torchvision_sample_by_sample(op, monkeypatch):
     from vitx.data import photometry
     from vitx.data.photometry import Params, apply, blur_kernel_size
 
-    monkeypatch.setattr(photometry, "CPU_CHUNK", 5 * 3 * 40 * 40)  # the CPU's way: chunks of 5, 5 and 2 samples
 
     images = _photos(12, 40)  # (12, 3, 40, 40)
     rng = np.random.default_rng(0)
@@ -146,13 +145,17 @@ def test_batched_photometry_is_torchvision_sample_by_sample(op, monkeypatch):
         params.solarize[1::2] = True
         expected = [TF.solarize(x, 128) if s else x for x, s in zip(images, params.solarize)]
     expected = torch.stack(expected)
-    for batched in (True, False, None):
+    # the CPU's way (batched None) with chunks of 1 sample (sample by sample), of 5, 5 and 2, and of all 12
+    ways = [(True, None), (False, None)] + [(None, chunk) for chunk in (4800, 5 * 4800, 10 ** 9)]
+    for batched, chunk in ways:
+        if chunk:
+            monkeypatch.setattr(photometry, "CPU_CHUNK", chunk)
         out = apply(images, params, batched=batched)
         worst = int((out.int() - expected.int()).abs().max())
-        assert out.dtype == torch.uint8 and worst <= (1 if op == "blur" else 0), (op, batched, worst)
+        assert out.dtype == torch.uint8 and worst <= (1 if op == "blur" else 0), (op, batched, chunk, worst)
         assert not torch.equal(out, images)  # the op did something
-    assert torch.equal(apply(images, params, batched=True), apply(images, params, batched=False))
-    assert torch.equal(apply(images, params), apply(images, params, batched=False))  # chunked
+        assert torch.equal(out, apply(images, params, batched=False))  # every way the same bytes
+    assert apply(images[:0], params.rows(slice(0, 0))).shape == (0, 3, 40, 40)
 
 
 def test_dino_views_are_the_per_sample_transforms_within_one_level():
@@ -179,7 +182,8 @@ def test_dino_views_are_the_per_sample_transforms_within_one_level():
     later = deferred.__getitems__(keys)
 
     for v, view in enumerate(views):
-        assert torch.equal(apply(later["views"][v], Params(**later["photometry"][v]), batched=True), made[v])
+        for batched in (True, False):  # the device's way, and sample by sample, as the CPU's (chunked) made it
+            assert torch.equal(apply(later["views"][v], Params(**later["photometry"][v]), batched=batched), made[v])
         for j, (index, position) in enumerate(keys):
             rng = view_rng(4, position, index, v)
             x = make_crop(decode(Shapes(size=48).load(index)[0]), view, "bicubic", rng)

@@ -4,8 +4,9 @@ geometry, so that it can run on a whole micro-batch where that is fastest.
 The loader's workers do the geometry per sample (crop box, resize, flip: irregular, best on the CPU) and draw
 every random parameter from the crop's own seeded generator (`draw`), in the order the per-sample transforms
 draw them. `apply` then makes the pixels: on a GPU run, on the device, each op over the whole batch at once
-(each sample with its own factor, the op's identity where it takes none); on a CPU, in the worker, sample by
-sample with the same kernels.
+(each sample with its own factor, the op's identity where it takes none); on a CPU, where the crops are made
+(a loader worker, or the training process itself), the same over chunks of the batch that stay in the cache,
+or sample by sample for large crops.
 
 The pixels are torchvision's `transforms.v2` kernels' applied sample by sample: brightness, contrast,
 saturation, hue (torchvision's own HSV round trip, which takes a batch), grayscale and solarisation the same
@@ -127,17 +128,19 @@ def apply(images: torch.Tensor, p: Params, batched: bool | None = None) -> torch
     identity (factor 1, a one-tap blur), which leaves its bytes exactly as they were, so the batch runs a fixed
     number of kernels with no gathering, no waiting, and the same bytes as sample by sample. On an accelerator
     the whole batch at once; on a CPU in chunks of `CPU_CHUNK` values (a larger batch's float temporaries leave
-    the cache), or sample by sample where one crop fills half a chunk, with the same kernels (a separable blur:
+    the cache), or sample by sample where one crop fills more than half a chunk, with the same kernels (a separable blur:
     2·K taps, not K²). `batched`: force one way (True: one batch, False: sample by sample; None: by the device
     and the crops' size). Every way gives the same bytes."""
+    if not len(images):
+        return images
     if batched is None:
         rows = len(images) if images.device.type != "cpu" else CPU_CHUNK // max(1, images[:1].numel())
     else:
-        rows = len(images) if batched else 1
-    if not len(images) or rows >= len(images):
-        return _apply_batch(images, p) if len(images) else images
-    if rows <= 1:
+        rows = len(images) if batched else 0
+    if rows <= 1 and not batched:  # sample by sample (a crop larger than half a chunk, or asked for)
         return torch.cat([_apply_each(images[j:j + 1], p.rows(slice(j, j + 1))) for j in range(len(images))])
+    if rows >= len(images):
+        return _apply_batch(images, p)
     return torch.cat([_apply_batch(images[j:j + rows], p.rows(slice(j, j + rows)))
                       for j in range(0, len(images), rows)])
 

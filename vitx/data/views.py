@@ -1,7 +1,7 @@
 """Several crops of each image, as an objective declares them (DINO's 2 global + N local crops, a two-view
 contrastive pair): each its own size, crop scale and photometric augmentation. The loader's workers make the
 geometry on uint8 (crop box, resize, flip) and draw the photometry's parameters; the photometry itself
-(`photometry.py`) runs batched on the GPU of a GPU run, else in the worker.
+(`photometry.py`) runs batched on the GPU of a GPU run, else where the crops are made, in cache-sized chunks.
 
 Every view of every sample draws from its own generator, seeded by (run seed, stream position, view): the
 same crops whichever process or worker loads the sample, so a resumed run and a run on k processes see

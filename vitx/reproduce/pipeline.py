@@ -56,13 +56,12 @@ def _last_metrics(run: Path) -> dict[str, Any]:
 
 
 def _pretrain_settings(plan: Plan, name: str, seed: int, run: Path) -> dict[str, Any]:
-    """The `vitx pretrain` settings of pre-training `name` with `seed`, into `run`. Run `plan.jobs` at a time on a
-    CPU, each makes its crops in its own process (no loader workers) when its share of the cores is one: a
-    worker there only takes the core of the run beside it (DINO, two side by side on 2 cores: 130 img/s each
-    without workers, 115 with one each; the batches, and so the run, the same either way)."""
+    """The `vitx pretrain` settings of pre-training `name` with `seed`, into `run`. Side by side on a CPU with one
+    core each (`plan.jobs` as many as the cores), a run makes its crops in its own process, with no loader
+    workers: a worker would only take the core of the run beside it (DINO, two side by side on 2 cores: 130
+    img/s each without workers, 115 with one each; the batches, and so the run, are the same either way)."""
     spec = plan.pretrainings[name]
-    alone = {"workers": max(0, cores() // plan.jobs - 1)} \
-        if plan.jobs > 1 and not torch.cuda.is_available() else {}
+    alone = {"workers": 0} if plan.jobs > 1 and cores() // plan.jobs <= 1 and not torch.cuda.is_available() else {}
     steps = spec.steps_in(plan)
     every = _interval(plan, name)
     monitor = {"monitor": plan.monitor, "monitor_every": every, "monitor_features": plan.monitor_features} \
@@ -80,7 +79,8 @@ def _pretrain_settings(plan: Plan, name: str, seed: int, run: Path) -> dict[str,
 def _pretrainings(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: Console) -> dict[str, dict[str, Any]]:
     """Run pre-trainings (key → (name, seed, run folder)): in this process one after the other (`plan.jobs` 1),
     else `plan.jobs` at a time as `vitx pretrain` processes with the cores shared out (one thread each on 2
-    cores: a run on one thread repeats bit for bit, STUDY.md). A finished run is kept; a stopped one resumes."""
+    cores: a run on one thread repeats bit for bit, STUDY.md), the costliest first. A finished run is kept; a
+    stopped one resumes."""
     def run(key: str) -> dict[str, Any]:
         name, seed, folder = jobs[key]
         tick = time.perf_counter()
@@ -103,14 +103,21 @@ def _pretrainings(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: C
         return {key: run(key) for key in jobs}
     from concurrent.futures import ThreadPoolExecutor
 
+    order = _start_order(plan, {key: name for key, (name, _, _) in jobs.items()})
+    with ThreadPoolExecutor(plan.jobs) as pool:
+        done = dict(zip(order, pool.map(run, order)))
+    return {key: done[key] for key in jobs}  # in the plan's order
+
+
+def _start_order(plan: Plan, rows: dict[str, str]) -> list[str]:
+    """Pre-trainings (key → row) in the order they start side by side: costliest first (steps × cost, the
+    plan's order among equals), so that the runs side by side end together and no core idles at the end
+    while the last long run finishes alone."""
     def cost(key: str) -> float:
-        spec = plan.pretrainings[jobs[key][0]]
+        spec = plan.pretrainings[rows[key]]
         return -spec.steps_in(plan) * spec.cost
 
-    costliest_first = sorted(jobs, key=cost)  # (stable: the plan's order among equals)
-    with ThreadPoolExecutor(plan.jobs) as pool:
-        done = dict(zip(costliest_first, pool.map(run, costliest_first)))
-    return {key: done[key] for key in jobs}
+    return sorted(rows, key=cost)
 
 
 def _finished(run: Path, steps: int) -> bool:
@@ -225,6 +232,15 @@ def _take(out: Path) -> None:
         raise VitxError(f"{cannot_write(out, exc)}; choose another --output-dir") from None
 
 
+def _science(key: str, value: Any) -> Any:
+    """A plan setting as it bears on the results: a pre-training's `cost` only orders the runs, so it is left out
+    (and a plan.json written before it existed is the same plan)."""
+    if key != "pretrainings" or not isinstance(value, dict):
+        return value
+    return {name: {k: v for k, v in row.items() if k != "cost"} if isinstance(row, dict) else row
+            for name, row in value.items()}
+
+
 def _same_plan(out: Path, plan: Plan) -> None:
     """A second call continues the first only with the same plan (`jobs` may differ): mixing runs of two plans
     in one report would misreport both. The plan is written before anything is trained."""
@@ -233,7 +249,7 @@ def _same_plan(out: Path, plan: Plan) -> None:
     if saved is None:
         atomic_write_text(out / "plan.json", json.dumps(now, indent=1))
         return
-    differ = [k for k in now if k != "jobs" and saved.get(k, UNRECORDED.get(k)) != now[k]]
+    differ = [k for k in now if k != "jobs" and _science(k, saved.get(k, UNRECORDED.get(k))) != _science(k, now[k])]
     if differ:
         was = saved.get(differ[0], UNRECORDED.get(differ[0]))
         raise VitxError(f"{out} holds a reproduction of another plan ({', '.join(differ)} differ: was {was!r}); "

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 CGROUP_V2 = Path("/sys/fs/cgroup/cpu.max")
 CGROUP_V1 = (Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
@@ -117,6 +118,20 @@ def fit_threads(workers: int) -> dict[str, Any]:
             "openmp_wait": {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ}}
 
 
+@contextmanager
+def kept_threads() -> Iterator[None]:
+    """torch's thread count as it was before a run fitted it (`fit_threads`): a notebook or script that calls
+    `pretrain` or `transfer` in its own process gets its threads back afterwards, however the run ends."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
 def describe(fitted: dict[str, Any]) -> str:
     """The header's line: 'threads: 1 torch thread + 1 loader worker, of 2 cores (CPU affinity)'."""
     t, w = fitted["threads"], fitted["workers"]
@@ -126,5 +141,5 @@ def describe(fitted: dict[str, Any]) -> str:
             f"of {fitted['cores']} cores ({fitted['limited_by']}){shared}")
 
 
-__all__ = ["core_share", "describe", "fit_threads", "granted_cores", "local_processes", "training_workers",
-           "wait_briefly"]
+__all__ = ["core_share", "describe", "fit_threads", "granted_cores", "kept_threads", "local_processes",
+           "training_workers", "wait_briefly"]

@@ -151,7 +151,9 @@ def build_trainer(options: dict[str, Any], synthetic: bool = False) -> Any:
 def measure(given: dict[str, Any], bench: BenchConfig) -> Measured | None:
     """Build the run of pre-training settings `given` and time its steps as `bench` says. Under a launcher every
     process steps; the main process alone returns the figures (None elsewhere)."""
-    with on_device(bench.device), tempfile.TemporaryDirectory(prefix="vitx-bench-") as out:
+    from ..runner.threads import kept_threads  # (the caller's torch threads back afterwards)
+
+    with on_device(bench.device), kept_threads(), tempfile.TemporaryDirectory(prefix="vitx-bench-") as out:
         trainer = build_trainer(run_options(given, bench, out), synthetic=bench.data == SYNTHETIC)
         try:
             return _timed(trainer, bench)

@@ -37,6 +37,7 @@ from ..adapters import resolve_adapters
 from ..errors import VitxError
 from ..runner.launch import is_main_process
 from ..runner.reporting import make_console
+from ..runner.threads import kept_threads
 from ..runs.ownership import check_output_dir
 from ..runs.rundir import drop_if_unused
 from ..runs.trained import stopped_early
@@ -116,6 +117,12 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
     `complete`: False and the `missing` items when other processes still have some to run). `page`: called as
     page(cfg, console[, stopped=True]) at the end or a stop (`vitx transfer` passes
     vitx.pages.write_transfer_page: the transfer's report.html)."""
+    with kept_threads():  # the caller's torch threads back afterwards (each training fits them to its cores)
+        return _transfer(cfg, resume, console, page)
+
+
+def _transfer(cfg: TransferConfig, resume: bool, console: Console | None,
+              page: Callable[..., None] | None) -> dict[str, Any]:
     cfg.validate()
     check_output_dir(cfg.output_dir)  # a folder of the user's files is never written over
     console = console or make_console(cfg.quiet, cfg.log_format)
