@@ -118,7 +118,6 @@ def test_batched_photometry_is_torchvision_sample_by_sample(op, monkeypatch):
     from vitx.data import photometry
     from vitx.data.photometry import Params, apply, blur_kernel_size
 
-
     images = _photos(12, 40)  # (12, 3, 40, 40)
     rng = np.random.default_rng(0)
     n = len(images)

@@ -137,7 +137,7 @@ def apply(images: torch.Tensor, p: Params, batched: bool | None = None) -> torch
         rows = len(images) if images.device.type != "cpu" else CPU_CHUNK // max(1, images[:1].numel())
     else:
         rows = len(images) if batched else 0
-    if rows <= 1 and not batched:  # sample by sample (a crop larger than half a chunk, or asked for)
+    if batched is False or (batched is None and images.device.type == "cpu" and rows <= 1):  # sample by sample
         return torch.cat([_apply_each(images[j:j + 1], p.rows(slice(j, j + 1))) for j in range(len(images))])
     if rows >= len(images):
         return _apply_batch(images, p)

@@ -2,7 +2,7 @@
 
 `CPU` pre-trains every row with 3 seeds, two runs at a time on one thread each (the costliest first), and
 transfers each pre-training with 3 seeds: on a fresh clone (2026-11-27, 2 cores) 91.8 minutes, the 15
-pre-trainings 63 of them (DINO 17-19 minutes each, MPP 7-8, SimCLR 6, supervised and MAE 4-5), the 75 transfers
+pre-trainings 63 of them (DINO 17-19 minutes each, MPP 7-8, SimCLR 6-7, supervised and MAE 4-5), the 75 transfers
 23 and the 64px fine-tuning 5, and every non-DINO pre-training and transfer the same to the digit as the plan's
 run before it (recipes/reproduction/STUDY.md, "Fitting the plan to 100 minutes"); `GPU` is meant for about 10
 minutes on one H100 (a 27× larger model on a 16×16 grid, more steps at twice the batch, an lr sweep, transfers
