@@ -133,11 +133,10 @@ def apply(images: torch.Tensor, p: Params, batched: bool | None = None) -> torch
     and the crops' size). Every way gives the same bytes."""
     if not len(images):
         return images
-    if batched is None:
-        rows = len(images) if images.device.type != "cpu" else CPU_CHUNK // max(1, images[:1].numel())
-    else:
-        rows = len(images) if batched else 0
-    if batched is False or (batched is None and images.device.type == "cpu" and rows <= 1):  # sample by sample
+    if batched or (batched is None and images.device.type != "cpu"):
+        return _apply_batch(images, p)
+    rows = CPU_CHUNK // max(1, images[:1].numel()) if batched is None else 1  # samples a chunk holds
+    if rows <= 1:  # sample by sample
         return torch.cat([_apply_each(images[j:j + 1], p.rows(slice(j, j + 1))) for j in range(len(images))])
     if rows >= len(images):
         return _apply_batch(images, p)

@@ -12,17 +12,12 @@ from .setup import build, resolve_config
 from .threads import kept_threads
 
 
+@kept_threads()  # the caller's torch threads back afterwards (the run fits them to its cores)
 def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | None = None,
              page: Callable[..., None] | None = None) -> dict[str, Any]:
     """Run (or resume) a pre-training from explicitly given options; returns the last logged metrics. `page`:
     called as page(cfg, console[, the exception]) at the end or a stop, on the main process (`vitx pretrain`
     passes vitx.pages.write_run_page: the run's report.html, which the pages built above the runner write)."""
-    with kept_threads():  # the caller's torch threads back afterwards (the run fits them to its cores)
-        return _pretrain(explicit, resume, console, page)
-
-
-def _pretrain(explicit: dict[str, Any], resume: bool, console: Console | None,
-              page: Callable[..., None] | None) -> dict[str, Any]:
     with doing("during start-up, before the first step"):  # a stop signal meanwhile: stopped at once, one line
         cfg, resume_from = resolve_config(explicit, resume)
         setup = build(cfg, resume_from)

@@ -110,6 +110,7 @@ def _refuse_jobs_in_a_launch(cfg: TransferConfig) -> None:
                         "launch one transfer per --shard)")
 
 
+@kept_threads()  # the caller's torch threads back afterwards (each training fits them to its cores)
 def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None = None,
              page: Callable[..., None] | None = None) -> dict[str, Any]:
     """Run the protocol on every task `cfg.task` selects (this process's share, with --shard or --jobs); prints a
@@ -117,12 +118,6 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
     `complete`: False and the `missing` items when other processes still have some to run). `page`: called as
     page(cfg, console[, stopped=True]) at the end or a stop (`vitx transfer` passes
     vitx.pages.write_transfer_page: the transfer's report.html)."""
-    with kept_threads():  # the caller's torch threads back afterwards (each training fits them to its cores)
-        return _transfer(cfg, resume, console, page)
-
-
-def _transfer(cfg: TransferConfig, resume: bool, console: Console | None,
-              page: Callable[..., None] | None) -> dict[str, Any]:
     cfg.validate()
     check_output_dir(cfg.output_dir)  # a folder of the user's files is never written over
     console = console or make_console(cfg.quiet, cfg.log_format)
