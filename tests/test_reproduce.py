@@ -366,3 +366,19 @@ def test_a_reproduction_stopped_before_its_inspection_reports_what_it_judged(tmp
     page = reproduction_page(tmp_path)  # its page says it stopped, not that it finished
     assert f"{held} of 2 claims judged so far reproduce" in page and "partial: stopped before step 4/4" in page
     assert 'class="status status-stopped"' in page and 'class="status status-finished"' not in page
+
+
+def test_the_plans_dino_rows_take_the_data_fitted_head_and_the_settings_that_learn_here():
+    """The CPU and GPU plans' DINO rows (recipes/reproduction/DINO.md): K and the teacher temperature left to the
+    data fit (1,024 and 0.02 for the 1,437 digits), and main_dino.py's optimisation replaced by the named
+    deviations measured to learn at this size (global clip 1, weight decay 0.1 on matrices only, no drop path,
+    warm-up from lr/W, cosine to 0)."""
+    from vitx.reproduce import CPU, GPU
+    from vitx.reproduce.plan import DINO_SMALL
+
+    assert DINO_SMALL == {"grad_clip": 1.0, "grad_clip_mode": "global", "weight_decay": 0.1, "weight_decay_end": 0.1,
+                          "decay_tokens": False, "drop_path": 0.0, "warmup_start": "first-step", "min_lr": 0.0}
+    for plan in (CPU, GPU):
+        row = plan.pretrainings["dino"]
+        assert row.settings == DINO_SMALL and row.settings is not DINO_SMALL and row.lr == 5e-4
+        assert not re.search(r"out_dim|teacher_temp", row.objective), row.objective
