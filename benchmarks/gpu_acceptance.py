@@ -15,9 +15,11 @@ so the work is in groups, each one command under 10 minutes, the steps of a grou
                fused one, no host sync per step, flash or cuDNN attention alone, bf16 weights with an fp32 master
                instead of autocast, CUDA graphs (torch.compile mode reduce-overhead); the max-autotune modes are
                left out (minutes of autotuning each)
-    dino       DINO ViT-S/16 (2 × 224 + 8 × 96 crops, 15 workers, photo-like JPEGs) by `vitx bench`: the student's
-               crops unpacked, local crops packed, all crops packed (vitx/backbones/packing.py): img/s (goal ≥ 1.5×
-               the 680 of 2026-11-26 on an H200), MFU and the input wait
+    dino       DINO ViT-S/16 (2 × 224 + 8 × 96 crops, 15 workers, photo-like JPEGs) by `vitx bench`: eager with
+               the student's crops unpacked and its torch.profiler table (dino-profile.txt: the device's busy share
+               of the step), then compiled, unpacked, local crops packed and all crops packed
+               (vitx/backbones/packing.py; eager packings measured 2026-11-27: ×1.008 and ×0.949): img/s (goal ≥
+               1.5× the 680 of 2026-11-26 on an H200), MFU and the input wait
     bench      `vitx bench` as a user runs it: ViT-B/16 bf16 batch 256 eager, its torch.profiler table; and
                `--device cpu` on the GPU machine
   reproduce    `vitx reproduce --plan gpu` trimmed by --set to about 9 minutes: one pre-training seed (3 would
@@ -103,7 +105,9 @@ CPU_VARIANT_SIDES = "plain,plain+unfused,plain+nosync,plain+sdpa=math,plain+bf16
 # three ways (the `packed` option of vitx-dino)
 JPEGS = "/tmp/vitx-bench-jpegs"
 DINO_BENCH = dict(model="vit-s/16", batch_size=256, precision="bf16", workers=15, data=JPEGS, steps=12, warmup=3)
-PACKINGS = ("off", "local", "all")
+# (name, packing, compiled), in the order they decide: the eager baseline (profiled), then compiled
+DINO_CASES = (("off", "off", False), ("off+compile", "off", True), ("local+compile", "local", True),
+              ("all+compile", "all", True))
 # `vitx bench` as a user runs it, with its profile (the operators that take the GPU's time)
 USER_BENCH = dict(model="vit-b/16", batch_size=256, precision="bf16", steps=20, warmup=3)
 CPU_BENCH = dict(model="vit-nano/4", batch_size=16, precision="no", steps=2, warmup=1, device="cpu")
@@ -147,6 +151,12 @@ def dino_objective(packed: str, head: str = "") -> str:
     return f"dino({head}local_crops=8,packed='{packed}')"
 
 
+def dino_bench(packed: str, compiled: bool, profile: Path) -> dict:
+    """The dino step's `vitx bench` settings for one case; the eager baseline also writes its profile."""
+    return {**DINO_BENCH, "objective": dino_objective(packed), **({"compile": True} if compiled else
+                                                                  {"profile": str(profile)})}
+
+
 @dataclass
 class Step:
     name: str
@@ -168,12 +178,12 @@ def plan(out: Path) -> list[Step]:
              [[*train_step, "--sides", MFU_SIDES, "--rounds", "3", "--steps", "8"]]),
         Step("variants", 110, "the plain loop's step with one change at a time",
              [[*train_step, "--sides", VARIANT_SIDES, "--rounds", "2", "--steps", "8"]]),
-        Step("dino", 150, "DINO ViT-S/16 (2×224 + 8×96 crops, 15 workers, JPEGs) by vitx bench: crops unpacked, "
-             "local packed, all packed: img/s, MFU, input wait",
+        Step("dino", 240, "DINO ViT-S/16 (2×224 + 8×96 crops, 15 workers, JPEGs) by vitx bench: eager unpacked "
+             "(profiled), compiled unpacked, local packed, all packed: img/s, MFU, input wait",
              [[PY, "-c", "import sys; sys.path.insert(0, 'benchmarks'); from input_pipeline import write_folder; "
                      f"from pathlib import Path; write_folder(Path('{JPEGS}'), 600)"]]
-             + [bench_command({**DINO_BENCH, "objective": dino_objective(p)}, out / f"dino-{p}.json")
-                for p in PACKINGS]),
+             + [bench_command(dino_bench(packed, compiled, out / "dino-profile.txt"), out / f"dino-{name}.json")
+                for name, packed, compiled in DINO_CASES]),
         Step("bench", 60, "vitx bench: vit-b/16 bf16 batch 256 with its profile; --device cpu on the GPU machine",
              [bench_command({**USER_BENCH, "profile": str(out / "profile.txt")}, out / "bench.json"),
               bench_command(CPU_BENCH, out / "bench-cpu.json")]),
@@ -229,7 +239,7 @@ def validate(out: Path, steps: list[Step], cpu_smoke: bool) -> None:
     from vitx.speed.config import BenchConfig
 
     resolve_config({**RESUME_RUN, "output_dir": str(out / "check")}, resume=False)
-    for options in [USER_BENCH] + [{**DINO_BENCH, "objective": dino_objective(p)} for p in PACKINGS]:
+    for options in [USER_BENCH] + [dino_bench(p, c, out / "dino-profile.txt") for _, p, c in DINO_CASES]:
         BenchConfig(**{k: v for k, v in options.items()}).validate()
     trimmed = PLANS["gpu"].with_settings(parse_sets(REPRODUCE_SETS, Plan))
     print(f"options: pretrain and bench valid; reproduce plan gpu with {' '.join(REPRODUCE_SETS)}: "
@@ -243,8 +253,9 @@ def validate(out: Path, steps: list[Step], cpu_smoke: bool) -> None:
         sides = ",".join(dict.fromkeys(sides + (CPU_VARIANT_SIDES.split(",") if "variants" in names else [])))
         in_process(["train_step.py", "--model", "vit-nano/4", "--batch", "8", "--sides", sides, "--rounds", "1",
                     "--steps", "1", "--warmup", "1", "--peak-tflops", "1"], HERE / "train_step.py")
-    if "dino" in names:
-        for p in PACKINGS:
+    if "dino" in names:  # each packing, eager (inductor's C++ for a CPU takes minutes; tests/test_compile.py
+        # checks that DINO compiles once)
+        for p in dict.fromkeys(p for _, p, _ in DINO_CASES):
             smoke = {**DINO_BENCH, **CPU_BENCH, "objective": dino_objective(p, SMALL_DINO), "data": "synthetic",
                      "workers": 0}
             vitx_main(bench_command(smoke)[3:])
@@ -372,15 +383,17 @@ def run_step(step: Step, out: Path, limit: float) -> dict:
         if path.exists():
             figures = json.loads(path.read_text())
             result[name.removesuffix(".json")] = {k: figures[k] for k in SHOWN if k in figures}
-    if step.name == "dino" and all(f"dino-{p}" in result for p in ("off", "all")):
-        result["all_over_off"] = round(result["dino-all"]["images_per_s"] / result["dino-off"]["images_per_s"], 3)
+    if step.name == "dino" and "dino-off" in result:  # each case against the eager unpacked step
+        result["over_eager_off"] = {name: round(result[f"dino-{name}"]["images_per_s"] /
+                                                result["dino-off"]["images_per_s"], 3)
+                                    for name, _, _ in DINO_CASES[1:] if f"dino-{name}" in result}
     if step.name == "reproduce":
         result["report"] = (out / "reproduce" / "REPORT.md").exists()
         result["output"] = [line for line in said if line.startswith(("reproduces:", "does not reproduce:", "report:"))]
     return result
 
 
-FIGURES = {"dino": tuple(f"dino-{p}.json" for p in PACKINGS), "bench": ("bench.json", "bench-cpu.json")}
+FIGURES = {"dino": tuple(f"dino-{name}.json" for name, _, _ in DINO_CASES), "bench": ("bench.json", "bench-cpu.json")}
 SHOWN = ("device", "images_per_s", "gflop_per_image", "tflops", "mfu", "input_wait", "memory_gib", "warmup_s",
          "loss")
 
@@ -411,7 +424,8 @@ def write_summary(out: Path, results: dict) -> None:
     if dest:  # at most 8 files come back from $OUT: the summaries, then the steps' logs and reports
         bundle = pack_reproduction(out / "reproduce", out / "reproduce.tar.gz")
         kept = [path for path in (out / "summary.json", out / "summary.md", bundle,
-                                  *(out / f"{n}.log" for n in results), out / "profile.txt") if path and path.exists()]
+                                  *(out / f"{n}.log" for n in results), out / "dino-profile.txt", out / "profile.txt")
+                if path and path.exists()]
         for path in kept[:8]:
             shutil.copy(path, Path(dest) / path.name)
 

@@ -37,14 +37,19 @@ def test_gpu_acceptance_measurements_dry_run_and_cpu_smoke(tmp_path, monkeypatch
         "plain", "plain+unfused", "plain+nosync", "plain+sdpa=flash", "plain+sdpa=cudnn", "plain+bf16w",
         "plain+compile=reduce-overhead"]
     assert "write_folder" in folder[-1] and "/tmp/vitx-bench-jpegs" in folder[-1]
-    for cmd, packed in zip(dino, ("off", "local", "all")):
+    cases = [("off", "off", False), ("off+compile", "off", True), ("local+compile", "local", True),
+             ("all+compile", "all", True)]
+    assert len(dino) == len(cases)
+    for cmd, (name, packed, compiled) in zip(dino, cases):
         assert cmd[1:4] == ["-m", "vitx", "bench"] and cmd[cmd.index("--objective") + 1] == \
             f"dino(local_crops=8,packed='{packed}')"
         assert cmd[cmd.index("--model") + 1] == "vit-s/16" and cmd[cmd.index("--workers") + 1] == "15"
-        assert cmd[cmd.index("--data") + 1] == "/tmp/vitx-bench-jpegs" and cmd[-1] == str(out / f"dino-{packed}.json")
+        assert cmd[cmd.index("--data") + 1] == "/tmp/vitx-bench-jpegs" and cmd[-1] == str(out / f"dino-{name}.json")
+        assert ("--compile" in cmd) == compiled and ("--profile" in cmd) == (not compiled)  # the baseline profiled
+    assert dino[0][dino[0].index("--profile") + 1] == str(out / "dino-profile.txt")
     assert bench[bench.index("--profile") + 1] == str(out / "profile.txt") and "--device" not in bench
     assert bench_cpu[bench_cpu.index("--device") + 1] == "cpu"
-    assert "total limit: 470 s (7.8 min) within --deadline 560 s" in printed  # one command, under 10 minutes
+    assert "total limit: 560 s (9.3 min) within --deadline 560 s" in printed  # one command, under 10 minutes
     assert "cpu-smoke: mfu, variants, dino, bench ran CPU-sized" in printed
     for packed in ("off", "local", "all"):  # the DINO benches ran, each with its packing
         assert f"packed='{packed}'), batch 16, precision no; CPU" in printed

@@ -31,10 +31,12 @@ def _losses(run) -> list[float]:
     ("supervised", "aot_eager"),  # dynamo's capture and AOT autograd, in seconds; MPP's graph is checked above
     pytest.param("mpp", "aot_eager", marks=pytest.mark.slow),
     *[pytest.param(o, "inductor", marks=pytest.mark.slow) for o in OBJECTIVES],  # generated C++: ~20 s each
+    pytest.param("dino", "aot_eager", marks=pytest.mark.slow),  # its loss eager after the compiled part (below)
 ])
 def test_compiled_run_has_the_eager_losses(objective, backend, tmp_path, monkeypatch):
+    pytest.importorskip(f"vitx_{objective}") if objective not in OBJECTIVES else None
     monkeypatch.setattr(loop, "COMPILE_BACKEND", backend)
-    opts = dict(objective=objective, model="vit-nano/4", data=OBJECTIVES[objective], batch_size=16, steps=4,
+    opts = dict(objective=objective, model="vit-nano/4", data=OBJECTIVES.get(objective, "embedded:leaves"), batch_size=16, steps=4,
                 warmup_steps=1, save_every=4, log_every=1, eval_samples=0, workers=0, log_with="none",
                 curves=False)
     pretrain({**opts, "output_dir": str(tmp_path / "eager")})
@@ -43,3 +45,31 @@ def test_compiled_run_has_the_eager_losses(objective, backend, tmp_path, monkeyp
     assert len(eager) == len(compiled) == 4
     assert compiled == pytest.approx(eager, rel=1e-4, abs=1e-5)  # MPP's corruption draws too (fallback_random)
     assert eager[-1] < eager[0]  # the steps really trained
+
+
+def _installed(spec: str):
+    from vitx.registry import OBJECTIVES
+
+    name = spec.split("(")[0]
+    return pytest.param(spec, marks=pytest.mark.skipif(name not in OBJECTIVES.names(),
+                                                      reason=f"the {name} plugin is not installed"))
+
+
+@pytest.mark.parametrize("objective", [_installed(o) for o in ("supervised", "mpp", "mae", "simclr", "dino",
+                                                               "dino(ibot=0.5,koleo=0.1)")])
+def test_a_compiled_run_compiles_once(objective, tmp_path, monkeypatch):
+    """After its first step a compiled run never recompiles: an objective whose forward reads a number that
+    changes per step (a schedule's value as a Python float) would be traced again at every step, minutes of
+    compilation each on a GPU, until dynamo's limit sends it back to eager. dynamo's capture alone (backend
+    eager) and its error on any recompilation decide it in seconds."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(loop, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
+    data = "embedded:shapes" if objective == "supervised" else "embedded:leaves"
+    opts = dict(objective=objective, model="vit-nano/4", data=data, batch_size=8, steps=4, warmup_steps=2,
+                save_every=4, log_every=1, eval_samples=0, workers=0, log_with="none", curves=False,
+                watch_every=0, compile=True, output_dir=str(tmp_path / "run"))
+    pretrain(opts)
+    assert len(metrics(tmp_path / "run")) == 4

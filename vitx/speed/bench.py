@@ -233,6 +233,7 @@ def profile(trainer: Any, path: Path) -> None:
     """PROFILED_STEPS more steps under torch.profiler; the operators that took the most time (on the GPU where
     there is one), as its table, to `path`."""
     import torch
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
 
     from .flops import synchronize
@@ -241,16 +242,24 @@ def profile(trainer: Any, path: Path) -> None:
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     cfg = trainer.setup.cfg
+    busy = ""
     try:
         with torch.profiler.profile(activities=activities) as prof:
+            start = time.perf_counter()
             for _ in range(PROFILED_STEPS):
                 trainer.step()
             synchronize(device)
+            wall_ms = (time.perf_counter() - start) * 1e3 / PROFILED_STEPS
         averages = prof.key_averages()
         try:
             table = averages.table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total", row_limit=40)
         except (AttributeError, KeyError):  # a torch from before the device_* names
             table = averages.table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total", row_limit=40)
+        if cuda:  # the kernels' time against the step's: far below 100%, the host (dispatch, syncs) holds it back
+            kernels_ms = sum(e.self_device_time_total for e in averages  # (the table's "Self CUDA time total")
+                             if e.device_type != DeviceType.CPU) / 1e3 / PROFILED_STEPS
+            busy = (f"a step {wall_ms:.1f} ms under the profiler; the GPU's kernels {kernels_ms:.1f} ms of it "
+                    f"({kernels_ms / wall_ms:.0%} busy)\n")
     except RuntimeError as exc:  # the profiler's own failure (no CUPTI, say) costs the table, not the figures
         table = f"the profiler failed: {exc}"
         print(f"warning: --profile: {table}", file=sys.stderr)
@@ -258,7 +267,7 @@ def profile(trainer: Any, path: Path) -> None:
     if not trainer.setup.accelerator.is_main_process:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"{PROFILED_STEPS} steps of {cfg.model}, {cfg.objective}, batch {cfg.batch_size}\n{table}\n")
+    path.write_text(f"{PROFILED_STEPS} steps of {cfg.model}, {cfg.objective}, batch {cfg.batch_size}\n{busy}{table}\n")
 
 
 def write(measured: Measured, path: str) -> None:

@@ -397,7 +397,6 @@ class DINO(Objective):
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         views = batch["views"]  # [(B, 3, S, S)] × global crops + [(B, 3, s, s)] × local crops
         g = self.options["global_crops"]
-        prefix = int(self.backbone.num_prefix_tokens)
         glob = torch.cat(views[:g])  # (g·B, 3, S, S): same-sized crops in one forward, as DINO batches them
         mask = None
         if self.options["ibot"] > 0:  # a random `mask_ratio` of each global crop's patches (torch's seeded RNG)
@@ -414,6 +413,19 @@ class DINO(Objective):
         if l_tokens is not None:
             s_out.append(self.head(self.backbone.forward_head(l_tokens, pre_logits=True)))
         student = list(torch.cat(s_out).chunk(len(views)))  # [(B, out_dim)] per crop, globals first
+        return self.losses(t_out, student, t_tokens, s_tokens, s_cls, mask)
+
+    @torch.compiler.disable
+    def losses(self, t_out: torch.Tensor, student: list[torch.Tensor], t_tokens: torch.Tensor,
+               s_tokens: torch.Tensor, s_cls: torch.Tensor, mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """DINO's loss (with iBOT's and KoLeo's where on) from the teacher's head outputs `t_out` (g·B, out_dim),
+        the student's [(B, out_dim)] per crop, both networks' global-crop tokens (g·B, prefix + N, D), the
+        student's [class] features `s_cls` (g·B, D) and iBOT's `mask` (g·B, N). Eager under --compile (the
+        backbones and heads before it are compiled): the teacher's temperature and the EMA momentum are Python
+        numbers that change each step, as lightly's losses take them, and a traced forward would be compiled
+        again at every step (tests/test_compile.py)."""
+        g = self.options["global_crops"]
+        prefix = int(self.backbone.num_prefix_tokens)
         teacher = list(t_out.chunk(g))  # [(B, out_dim)] per global crop
         temp = self.teacher_temperature()
         center = self.criterion.center.clone()  # (1, out_dim) what the loss centres with (it then moves)
