@@ -259,7 +259,9 @@ def test_console_script_answers_without_the_training_stack():
     script = shutil.which("vitx") or str(ROOT / "no-vitx-script")
     version = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=300)
     assert version.returncode == 0 and version.stdout.startswith("vitx 0."), version.stderr
-    probe = ("import sys; from vitx.cli import main\n"
+    probe = ("import sys; from vitx.cli import main\n"  # (no OpenMP runtime loaded yet: the script's spin setting,
+             "omp = any('libgomp' in line for line in open('/proc/self/maps'))\n"  # read at its load, takes)
+             "print('openmp before main:', omp, file=sys.stderr)\n"
              "try: main(sys.argv[1:])\n"
              "except SystemExit: pass\n"
              "heavy = [m for m in ('torch', 'timm', 'datasets', 'matplotlib', 'lightly') if m in sys.modules]\n"
@@ -268,6 +270,7 @@ def test_console_script_answers_without_the_training_stack():
         proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=300,
                               cwd=ROOT)
         assert proc.stderr.strip().splitlines()[-1] == "heavy: none", (args, proc.stderr[-2000:])
+        assert "openmp before main: False" in proc.stderr
     # the library too: `import vitx` and the registries' listings load the built-ins without torch
     library = ("import sys, vitx; print(len(vitx.BACKBONES.names()), len(vitx.TASKS.names()), "
                "'torch' in sys.modules, 'timm' in sys.modules)")

@@ -74,9 +74,22 @@ CORE = replace(QUICK, pretrainings={k: v for k, v in QUICK.pretrainings.items() 
 
 @pytest.mark.slow  # 50 s with supervised and MPP (core), 60-90 s with the plugins' rows too; the claims' criteria
 @pytest.mark.parametrize("plan", [CORE, QUICK], ids=["core", "with-plugins"])  # and the plan's checks stay fast
-def test_reproduction_pipeline_writes_a_complete_report_and_resumes(tmp_path, plan):
+def test_reproduction_pipeline_writes_a_complete_report_and_resumes(tmp_path, plan, monkeypatch):
+    from vitx.reproduce import pipeline
+
     out = tmp_path / "repro"
+    seen = []
+
+    def inspect(*args, **kwargs):  # when the inspection starts, a partial report is already there (a stop here
+        seen.append((out / "REPORT.md").read_text())  # from a loan's limit leaves it)
+        return inspect_backbone(*args, **kwargs)
+
+    inspect_backbone = pipeline.inspect_backbone
+    monkeypatch.setattr(pipeline, "inspect_backbone", inspect)
     first = reproduce(out, plan)
+    assert len(seen) == 3 and "> **Partial report**: stopped before step 4/4, inspecting the backbones" in seen[0]
+    assert "of 2 claims judged so far reproduce" in seen[0]
+    assert json.loads((out / "results.json").read_text()).get("partial") is None  # the finished run's says so
     report = (out / "REPORT.md").read_text()
     assert [c["id"] for c in first["claims"]] == ["mpp", "posemb-supervised", "posemb-mpp", "distance", "hires"]
     assert report.count("| yes |") + report.count("| **no** |") == 5
