@@ -25,8 +25,8 @@ from .stages import Patches, Resample, add_positions, embed_patches, staged, tim
 
 def block_mask(lengths: Sequence[int], device: torch.device) -> torch.Tensor:
     """(L, L) bool, L = Σ lengths: True where query and key are tokens of the same crop (attention's "take part")."""
-    crop = torch.repeat_interleave(torch.arange(len(lengths), device=device),
-                                   torch.as_tensor(list(lengths), device=device))  # (L,) the crop of each token
+    # (L,) the crop of each token, made on the device: a host list copied there would make the host wait for it
+    crop = torch.cat([torch.full((t,), i, dtype=torch.int64, device=device) for i, t in enumerate(lengths)])
     return crop[:, None] == crop[None, :]
 
 
@@ -107,7 +107,7 @@ def _per_crop(branch: torch.Tensor, drop_path: nn.Module, lengths: Sequence[int]
     kept = branch.new_empty(branch.shape[0], len(lengths)).bernoulli_(keep)  # (B, crops)
     if getattr(drop_path, "scale_by_keep", True):
         kept.div_(keep)
-    scale = kept.repeat_interleave(torch.as_tensor(list(lengths), device=branch.device), dim=1)  # (B, L)
+    scale = torch.cat([kept[:, i:i + 1].expand(-1, t) for i, t in enumerate(lengths)], dim=1)  # (B, L), no wait
     return branch * scale[..., None]
 
 

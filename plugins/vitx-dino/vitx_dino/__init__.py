@@ -439,9 +439,10 @@ class DINO(Objective):
             p = logp.exp()
             dino = self.criterion(teacher, student, teacher_temp=temp)
         out = {"dino_loss": dino.detach()}
-        if self.training:  # the schedules' values at this step (evaluation has none of its own)
-            out["teacher_temp"] = torch.tensor(temp, device=dino.device)
-            out["momentum"] = torch.tensor(self.teacher_momentum(self.step), device=dino.device)
+        if self.training:  # the schedules' values at this step (evaluation has none of its own), filled on the
+            # device: torch.tensor(x, device=...) copies from the host and waits for the device's queue
+            out["teacher_temp"] = torch.full((), temp, device=dino.device)
+            out["momentum"] = torch.full((), self.teacher_momentum(self.step), device=dino.device)
         loss = dino
         if mask is not None:
             with torch.no_grad():
