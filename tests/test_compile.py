@@ -68,8 +68,8 @@ def test_a_compiled_run_compiles_once(objective, tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "COMPILE_BACKEND", "eager")
     monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
     data = "embedded:shapes" if objective == "supervised" else "embedded:leaves"
-    opts = dict(objective=objective, model="vit-nano/4", data=data, batch_size=8, steps=4, warmup_steps=2,
-                save_every=4, log_every=1, eval_samples=0, workers=0, log_with="none", curves=False,
+    opts = dict(objective=objective, model="vit-nano/4", data=data, batch_size=8, steps=3, warmup_steps=2,
+                save_every=3, log_every=1, eval_samples=0, workers=0, log_with="none", curves=False,
                 watch_every=0, compile=True, output_dir=str(tmp_path / "run"))
     pretrain(opts)
-    assert len(metrics(tmp_path / "run")) == 4
+    assert len(metrics(tmp_path / "run")) == 3
