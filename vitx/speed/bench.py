@@ -256,8 +256,9 @@ def profile(trainer: Any, path: Path) -> None:
         except (AttributeError, KeyError):  # a torch from before the device_* names
             table = averages.table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total", row_limit=40)
         if cuda:  # the kernels' time against the step's: far below 100%, the host (dispatch, syncs) holds it back
-            kernels_ms = sum(e.self_device_time_total for e in averages  # (the table's "Self CUDA time total")
-                             if e.device_type != DeviceType.CPU) / 1e3 / PROFILED_STEPS
+            kernels_us = sum(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+                             for e in averages if e.device_type != DeviceType.CPU)  # (the table's "Self CUDA" total)
+            kernels_ms = kernels_us / 1e3 / PROFILED_STEPS
             busy = (f"a step {wall_ms:.1f} ms under the profiler; the GPU's kernels {kernels_ms:.1f} ms of it "
                     f"({kernels_ms / wall_ms:.0%} busy)\n")
     except RuntimeError as exc:  # the profiler's own failure (no CUPTI, say) costs the table, not the figures
