@@ -162,3 +162,12 @@ def test_values_nested_too_deeply_and_bounds_far_above_any_run_are_one_line(tmp_
         assert proc.returncode == 2 and proc.stderr == \
             f"error: {flag} 1e+30 is too large: at most 10, far above any real run (a typo?)\n"
     assert not (tmp_path / "run").exists()
+
+
+def test_a_config_built_in_python_with_text_for_a_list_is_one_line():
+    """TransferConfig(adapters='lora') from Python: one line, not 'unknown adapter l' from the text's characters."""
+    with pytest.raises(VitxError, match=r"^--adapter takes a list, e.g. \['lora'\]; got the text 'lora'$"):
+        TransferConfig(start="scratch", adapters="lora").validate()
+    with pytest.raises(VitxError, match=r"^--monitor-probes takes a list"):
+        PretrainConfig(monitor_probes="knn").validate()
+    assert TransferConfig(start="scratch", adapters=["lora"]).validate().adapters == ["lora"]

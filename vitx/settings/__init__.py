@@ -180,6 +180,9 @@ def _refuse(field: dataclasses.Field, value: Any, what: str, named: Callable[[da
 def check_field(field: dataclasses.Field, value: Any, named: Callable[[dataclasses.Field], str] = flag_of) -> None:
     """One setting's value against its declaration: finite, within its bounds, one of its choices."""
     meta = field.metadata
+    if isinstance(value, str) and str(field.type).startswith("list["):  # (a config built in Python: its items
+        # would otherwise be the text's characters, adapters 'l', 'o', 'r', 'a')
+        raise VitxError(f"{named(field)} takes a list, e.g. [{value!r}]; got the text {value!r}")
     if meta.get("length") is not None and isinstance(value, list) and len(value) != meta["length"]:
         example = meta["example"] or ",".join(["1"] * meta["length"])
         raise VitxError(f"{named(field)} takes {meta['length']} values, e.g. {example}; got {value}")
