@@ -51,3 +51,39 @@ def test_bad_input_is_one_line(args, said):
 def test_device_cuda_without_a_gpu_is_one_line():
     result = vitx_cli("bench", "--device", "cuda")
     assert result.returncode == 2 and "--device cuda: torch sees no GPU here" in result.stderr
+
+
+def test_an_output_or_profile_that_cannot_be_written_is_refused_before_measuring(tmp_path):
+    """--output and --profile are checked before the measurement (minutes on a GPU), not at its last line."""
+    (tmp_path / "file").write_text("")
+    for flag, path, said in [("--output", tmp_path, f"--output {tmp_path} is a folder; give a file to write, e.g. "
+                                                    f"--output {tmp_path / 'bench.json'}"),
+                             ("--profile", tmp_path / "file" / "p.txt", f"--profile {tmp_path / 'file' / 'p.txt'}: "
+                                                                         f"{tmp_path / 'file'} is a file, not a folder")]:
+        result = vitx_cli("bench", "--device", "cpu", flag, str(path))
+        assert result.returncode == 2 and result.stderr == f"error: {said}\n", result.stderr
+        assert "img/s" not in result.stdout  # refused before anything was measured
+
+
+def test_a_pipe_named_as_the_output_is_written_into_never_replaced(tmp_path):
+    """A device or pipe named as a file (/dev/stdout, /dev/null) is written to; the atomic rename would put a
+    regular file in its place (as root, /dev/null itself). A FIFO stands in for the device here."""
+    import os
+    import stat
+    import threading
+
+    import matplotlib.pyplot as plt
+
+    from vitx.plots.canvas import save
+    from vitx.safe_io import atomic_write_text
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for write in (lambda: atomic_write_text(fifo, "figures\n"), lambda: save(plt.figure(), fifo.with_suffix(""))):
+        got = []
+        reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+        reader.start()
+        write()
+        reader.join(timeout=60)
+        assert got and got[0] and stat.S_ISFIFO(fifo.stat().st_mode)  # its bytes came through; still a pipe
+    assert got[0].startswith(b"\x89PNG") and sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]

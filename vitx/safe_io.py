@@ -48,7 +48,12 @@ def aside(path: Path) -> Path:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a kill leaves the old file or the new one, never half."""
+    """Write via a temporary file and rename, so a kill leaves the old file or the new one, never half. A device
+    or a pipe the user names (/dev/stdout, /dev/null) is written to, never replaced by the rename."""
+    if path.exists() and not path.is_file() and not path.is_dir():
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        return
     tmp = aside(path)
     try:
         tmp.write_text(text)

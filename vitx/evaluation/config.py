@@ -3,11 +3,11 @@ each evaluator adds its own settings (vitx/evaluators/). Torch-free: `--help` re
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..errors import VitxError
 from ..settings import DATA, MODEL, OUTPUT, check, setting
 from ..settings.groups import Columns, Input, Seeded, Start, TestDraw
+from ..settings.paths import writable_file
 from . import AUTO, FEATURE_CHOICES
 
 GEOMETRIES = ("start", "big_vision")  # how eval images are resized and cropped (frozen.py)
@@ -43,20 +43,4 @@ class Readout:
     features: str = setting(AUTO, "auto (what the start's objective trains: patch-mean after MPP or MAE, pre-logits otherwise), pre-logits (the paper's: after the pre-training head's tanh layer when it has one), cls-token (the \\[class] token after the final norm) or patch-mean (the mean of the patch tokens).", MODEL, choices=FEATURE_CHOICES)
 
 
-def writable_file(path: str, flag: str, force: bool = False) -> None:
-    """Refuse, before any work, a file path that cannot be written: an existing folder, a file where one of
-    its folders should be (the JSON is written last, after minutes of feature extraction), or, without `force`,
-    a file already there (an earlier result is never replaced unasked)."""
-    target = Path(path).expanduser()
-    if target.is_dir():
-        raise VitxError(f"{flag} {path} is a folder; give a file to write, e.g. {flag} {target / 'results.json'}")
-    if (target.exists() or target.is_symlink()) and not force:
-        raise VitxError(f"{flag} {path} exists; give a new file, or pass --force to replace it")
-    for parent in target.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise VitxError(f"{flag} {path}: {parent} is a file, not a folder")
-            break
-
-
-__all__ = ["FrozenConfig", "GEOMETRIES", "Readout", "writable_file"]
+__all__ = ["FrozenConfig", "GEOMETRIES", "Readout"]

@@ -4,6 +4,7 @@ and an atomic write (a temporary file renamed into place, so a reader never sees
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import os
 import secrets
@@ -63,9 +64,18 @@ def figure_format(path: str | Path) -> str:
 
 
 def save(fig: "Figure", path: str | Path) -> Path:
-    """Write `fig` to `path` (format from the suffix: png, pdf or svg) under a temporary name, then rename."""
+    """Write `fig` to `path` (format from the suffix: png, pdf or svg) under a temporary name, then rename. A
+    device or a pipe the user names (/dev/stdout, /dev/null) is written to, never replaced by the rename."""
     path = Path(path)
     fmt = figure_format(path)
+    if path.exists() and not path.is_file() and not path.is_dir():
+        drawn = io.BytesIO()  # (matplotlib's writers seek: a pipe cannot)
+        fig.savefig(drawn, format=fmt, dpi=DPI)
+        try:
+            path.write_bytes(drawn.getvalue())
+        except OSError as exc:
+            raise VitxError(f"cannot write {path}: {exc.strerror or exc}") from None
+        return path
     tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(8)}")  # unique on a shared disk, not a pid
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -267,16 +267,25 @@ def profile(trainer: Any, path: Path) -> None:
     trainer.pop_metrics()
     if not trainer.setup.accelerator.is_main_process:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"{PROFILED_STEPS} steps of {cfg.model}, {cfg.objective}, batch {cfg.batch_size}\n{busy}{table}\n")
+    from ..safe_io import atomic_write_text, cannot_write
+
+    try:  # (checked writable before the measurement; a disk that fills since costs the table, not the figures)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, f"{PROFILED_STEPS} steps of {cfg.model}, {cfg.objective}, batch {cfg.batch_size}\n"
+                                f"{busy}{table}\n")
+    except OSError as exc:
+        print(f"warning: --profile: {cannot_write(path, exc)}", file=sys.stderr)
 
 
 def write(measured: Measured, path: str) -> None:
     """The figures as JSON (--output)."""
-    from ..safe_io import atomic_write_text
+    from ..safe_io import atomic_write_text, cannot_write
 
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(Path(path), json.dumps(measured.to_dict(), indent=2) + "\n")
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(path), json.dumps(measured.to_dict(), indent=2) + "\n")
+    except OSError as exc:  # (the figures are printed already)
+        raise cannot_write(path, exc) from None
 
 
 __all__ = ["Measured", "build_trainer", "measure", "on_device", "run_options", "synthetic_split", "write"]

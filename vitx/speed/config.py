@@ -9,6 +9,7 @@ from typing import Any
 
 from ..runner.config import PretrainConfig
 from ..settings import DATA, OUTPUT, SCHEDULE, SYSTEM, check, defaults, setting, with_default
+from ..settings.paths import writable_file
 
 DEVICES = ("auto", "cuda", "cpu")
 SYNTHETIC = "synthetic"
@@ -54,6 +55,10 @@ class BenchConfig:
 
     def validate(self) -> "BenchConfig":
         check(self)  # every bound and choice, as declared, in one line naming the option
+        for flag, path, example in (("--output", self.output, "bench.json"), ("--profile", self.profile,
+                                                                             "profile.txt")):
+            if path:  # refused now, not after the measurement (a file there is replaced: it is a measurement)
+                writable_file(path, flag, force=True, example=example)
         return self
 
     def run_settings(self, given: dict[str, Any]) -> dict[str, Any]:
