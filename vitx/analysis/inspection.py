@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 from rich.progress import Progress
 
-from ..safe_io import atomic_write_text
+from ..safe_io import atomic_write_text, cannot_write
 from ..data import DataOptions, EncodedImage, Preprocess, decode, open_data
 from ..errors import VitxError
 from .attention import mean_attention_distance, recording, rollout, uniform_distance
@@ -120,7 +120,10 @@ def inspect_backbone(backbone: nn.Module, out_dir: str | Path, data: str = "embe
     size, grid = _image_size(backbone), patch_grid(backbone)
     shown, pictures = load_images(image_paths, size, normal) if image_paths else sample_images(data, size, 6, 1, normal)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where the folder (or one above it) should be, a read-only folder
+        raise cannot_write(out, exc) from None
     result: dict[str, Any] = {"image_size": size, "grid": list(grid),
                               "pixels_per_patch": _pixels_per_token(backbone), "data": data, "samples": samples,
                               "input": dict(normal or {})}

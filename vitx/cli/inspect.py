@@ -22,15 +22,17 @@ def inspect(
     from ..analysis import FIGURES, inspect_backbone
     from ..runner.launch import is_main_process, process_device
     from ..runs.start import load_start, start_data, start_input
+    from ..settings.paths import writable_folder
 
     if not is_main_process():  # under a launcher: one process inspects, on its own device
         return
-    backbone = load_start(start, model).to(process_device())
-    given = start_input(start, backbone)  # the start's own normalisation
-    normal = {"mean": tuple(given["mean"]), "std": tuple(given["std"]), "interpolation": given["interpolation"]}
     name = start if start != "scratch" else f"scratch-{model}"
     out = Path(output_dir) if output_dir else (
         Path(start) / "inspect" if Path(start).is_dir() else Path("runs/inspect") / name.replace("/", "-").replace(":", "-"))
+    writable_folder(out)  # (a refusal before the progress bar, whose end would print first)
+    backbone = load_start(start, model).to(process_device())
+    given = start_input(start, backbone)  # the start's own normalisation
+    normal = {"mean": tuple(given["mean"]), "std": tuple(given["std"]), "interpolation": given["interpolation"]}
     data = data or start_data(start)
     console = Console(stderr=True)
     with Progress(console=console, transient=True) as progress:

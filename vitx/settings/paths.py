@@ -28,4 +28,17 @@ def writable_file(path: str, flag: str, force: bool = False, example: str = "res
             break
 
 
-__all__ = ["writable_file"]
+def writable_folder(path: str | Path) -> None:
+    """Refuse, before any work and without creating anything, a folder path that cannot be made: a file of
+    that name, or a file where one of the folders above it should be."""
+    target = Path(path).expanduser()
+    if target.exists() and not target.is_dir():
+        raise VitxError(f"cannot write {path}: a file of that name is in the way")
+    for parent in target.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise VitxError(f"cannot write {path}: part of the path is a file, not a folder")
+            break
+
+
+__all__ = ["writable_file", "writable_folder"]
