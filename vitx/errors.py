@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import errno
+import os
+import re
+from pathlib import Path
 
 # OS errors that are the disk's state, not a bug: whatever writes, they are one line for the user
 DISK_STATE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
@@ -20,6 +23,34 @@ class VitxError(Exception):
         if "Original Traceback" in text:
             text = [line for line in text.strip().splitlines() if line.strip()][-1].split(": ", 1)[-1]
         return text.strip().splitlines()[0] if text.strip() else type(self).__name__
+
+
+# why a write failed, in a few plain words, by the OS error
+_REASONS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is used up",
+            errno.EROFS: "the filesystem is read-only", errno.EACCES: "permission denied",
+            errno.EPERM: "permission denied", errno.ENOTDIR: "part of the path is a file, not a folder",
+            errno.EEXIST: "a file of that name is in the way", errno.EISDIR: "a folder of that name is in the way"}
+
+
+def write_reason(exc: Exception) -> str:
+    """Why a write failed, in a few plain words ("no space left on the device"): an OSError's, or the OS error a
+    library reports only in its text (safetensors: "os error 28")."""
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code is None:
+        found = re.search(r"os error (\d+)", str(exc))
+        code = int(found.group(1)) if found else None
+    return _REASONS.get(code) or (os.strerror(code).lower() if code else "an input/output error")
+
+
+def cannot_write(path: Path | str, exc: Exception) -> VitxError:
+    """A failed write (full disk, read-only folder, a file where a folder should be) as one plain line: these are
+    the machine's state, not a bug, and the user can fix them. A file in the way of one of the folders above
+    `path` (mkdir's EEXIST names that folder) is said as such."""
+    reason = write_reason(exc)
+    found = getattr(exc, "filename", None)
+    if getattr(exc, "errno", None) == errno.EEXIST and found and Path(found) != Path(path):
+        reason = _REASONS[errno.ENOTDIR]
+    return VitxError(f"cannot write {path}: {reason}")
 
 
 def first_line(exc: BaseException, limit: int = 200) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import secrets
 import socket
 from pathlib import Path
@@ -86,22 +85,6 @@ def create_whole(path: Path, text: str) -> bool:
         tmp.unlink(missing_ok=True)
 
 
-_REASONS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is used up",
-            errno.EROFS: "the filesystem is read-only", errno.EACCES: "permission denied",
-            errno.EPERM: "permission denied", errno.ENOTDIR: "part of the path is a file, not a folder",
-            errno.EEXIST: "a file of that name is in the way", errno.EISDIR: "a folder of that name is in the way"}
-
-
-def write_reason(exc: OSError | SafetensorError) -> str:
-    """Why a write failed, in a few plain words ("no space left on the device"). safetensors reports the OS error
-    only in its text."""
-    code = exc.errno if isinstance(exc, OSError) else None
-    if code is None:
-        found = re.search(r"os error (\d+)", str(exc))
-        code = int(found.group(1)) if found else None
-    return _REASONS.get(code) or (os.strerror(code).lower() if code else "an input/output error")
-
-
 # how torch.save says a write was cut short (it gives no OS error: a full disk reads "[enforce fail at
 # inline_container.cc:672] . unexpected pos ...", or "PytorchStreamWriter failed writing file ...")
 TORCH_WRITE_FAILED = ("inline_container.cc", "PytorchStreamWriter failed", "unexpected pos", "file write failed")
@@ -123,12 +106,6 @@ def torch_write_failure(exc: BaseException, path: Path | str) -> OSError | None:
         full = False
     code = errno.ENOSPC if full else errno.EIO
     return OSError(code, os.strerror(code), str(path))
-
-
-def cannot_write(path: Path | str, exc: OSError | SafetensorError) -> VitxError:
-    """A failed write (full disk, read-only folder, a file where a folder should be) as one plain line: these are
-    the machine's state, not a bug, and the user can fix them."""
-    return VitxError(f"cannot write {path}: {write_reason(exc)}")
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:

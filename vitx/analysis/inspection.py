@@ -11,9 +11,9 @@ import torch
 import torch.nn as nn
 from rich.progress import Progress
 
-from ..safe_io import atomic_write_text, cannot_write
+from ..safe_io import atomic_write_text
+from ..errors import VitxError, cannot_write
 from ..data import DataOptions, EncodedImage, Preprocess, decode, open_data
-from ..errors import VitxError
 from .attention import mean_attention_distance, recording, rollout, uniform_distance
 from .embeddings import filter_components, patch_grid, position_embeddings, position_similarity, row_column_structure
 from .figures import distance_figure, filter_figure, position_figure, rollout_figure

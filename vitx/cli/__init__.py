@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         if exc.errno not in DISK_STATE_ERRNOS:  # the machine's state, whatever command
             raise
-        from ..safe_io import cannot_write
+        from ..errors import cannot_write
 
         print(f"error: {cannot_write(exc.filename or 'a file', exc).user_message()}", file=sys.stderr)
         sys.exit(2)

@@ -26,8 +26,8 @@ import torch
 from safetensors import SafetensorError
 
 from .. import __version__
-from ..safe_io import atomic_write_text, fsync_path, read_weights, save_weights, write_reason
-from ..errors import VitxError
+from ..safe_io import atomic_write_text, fsync_path, read_weights, save_weights
+from ..errors import VitxError, write_reason
 from ..runs.ownership import held, shown
 from ..runs.trained import TrainedRun, classifier_heads, resolve_run
 from .card import model_card

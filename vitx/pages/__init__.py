@@ -75,7 +75,8 @@ def page(paths: Sequence[Path], figures: bool = True) -> tuple[str, str]:
 
 def write(html: str, output: Path) -> Path:
     """The page to `output`, atomically (a reader never sees half of it)."""
-    from ..safe_io import atomic_write_text, cannot_write
+    from ..safe_io import atomic_write_text
+    from ..errors import cannot_write
 
     try:
         output.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from ..errors import VitxError
+from ..errors import VitxError, cannot_write
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -74,7 +74,7 @@ def save(fig: "Figure", path: str | Path) -> Path:
         try:
             path.write_bytes(drawn.getvalue())
         except OSError as exc:
-            raise VitxError(f"cannot write {path}: {exc.strerror or exc}") from None
+            raise cannot_write(path, exc) from None
         return path
     tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(8)}")  # unique on a shared disk, not a pid
     try:
@@ -82,7 +82,7 @@ def save(fig: "Figure", path: str | Path) -> Path:
         fig.savefig(tmp, format=fmt, dpi=DPI)
         os.replace(tmp, path)
     except OSError as exc:  # a read-only folder, a file where a folder should be, a full disk
-        raise VitxError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise cannot_write(path, exc) from None
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)

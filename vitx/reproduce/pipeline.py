@@ -16,7 +16,8 @@ from rich.console import Console
 from .. import __version__
 from ..analysis import inspect_backbone
 from ..backbones import create_backbone
-from ..safe_io import atomic_write_text, cannot_write, read_json_object
+from ..safe_io import atomic_write_text, read_json_object
+from ..errors import VitxError, cannot_write
 from ..runs.folder import load_backbone
 from ..plots.series import read_metrics
 from ..runner import pretrain
@@ -28,7 +29,6 @@ from ..transfer import TransferConfig, transfer
 from ..runs.rundir import step_number
 from ..transfer.jobs import cores, start_vitx, write_recipe
 from .claims import judge, start_stats, test_count
-from ..errors import VitxError
 from ..spec import parse_spec
 from .plan import CPU, Plan, Pretraining
 from .report import write_report

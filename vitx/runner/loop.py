@@ -21,8 +21,7 @@ from accelerate.utils import DistributedType
 from rich.console import Console
 
 from ..data.views import expand
-from ..errors import DISK_STATE_ERRNOS, Collapsed, Preempted, VitxError
-from ..safe_io import cannot_write
+from ..errors import Collapsed, DISK_STATE_ERRNOS, Preempted, VitxError, cannot_write
 from ..evaluation.monitor import Probe
 from .agreement import Agreement
 from .config import default_workers

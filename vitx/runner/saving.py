@@ -14,8 +14,8 @@ import torch
 from accelerate import Accelerator
 from safetensors import SafetensorError
 
-from ..safe_io import cannot_write, export_state, save_weights, torch_write_failure
-from ..errors import VitxError
+from ..safe_io import export_state, save_weights, torch_write_failure
+from ..errors import VitxError, cannot_write
 from ..runs.rundir import PREFIX, RunDir, write_weights
 from .ema import RAW as EMA_RAW
 from .setup import config_record

@@ -35,8 +35,8 @@ from typing import Any, Iterator
 
 from safetensors import SafetensorError, safe_open
 
-from ..safe_io import atomic_write_text, cannot_write, fsync_path, fsync_tree, read_json, save_weights
-from ..errors import VitxError
+from ..safe_io import atomic_write_text, fsync_path, fsync_tree, read_json, save_weights
+from ..errors import VitxError, cannot_write
 
 PREFIX = "step_"
 NAME = re.compile(rf"{PREFIX}(\d+)")  # exactly step_<digits>: a user's step_old or step_00000020.bak is not ours

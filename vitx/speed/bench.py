@@ -267,7 +267,8 @@ def profile(trainer: Any, path: Path) -> None:
     trainer.pop_metrics()
     if not trainer.setup.accelerator.is_main_process:
         return
-    from ..safe_io import atomic_write_text, cannot_write
+    from ..safe_io import atomic_write_text
+    from ..errors import cannot_write
 
     try:  # (checked writable before the measurement; a disk that fills since costs the table, not the figures)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -279,7 +280,8 @@ def profile(trainer: Any, path: Path) -> None:
 
 def write(measured: Measured, path: str) -> None:
     """The figures as JSON (--output)."""
-    from ..safe_io import atomic_write_text, cannot_write
+    from ..safe_io import atomic_write_text
+    from ..errors import cannot_write
 
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)

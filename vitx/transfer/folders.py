@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..safe_io import atomic_write_text, cannot_write, create_whole, read_json_object
-from ..errors import VitxError
+from ..safe_io import atomic_write_text, create_whole, read_json_object
+from ..errors import VitxError, cannot_write
 from ..runs.rundir import mark_run
 from ..settings import current_values, flags
 from ..tasks import Task
