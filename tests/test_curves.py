@@ -94,9 +94,15 @@ def test_plot_errors_are_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "steps").mkdir()
     (tmp_path / "steps" / "metrics.jsonl").write_text('{"step": 1, "images_per_s": 3.0}\n')
+    (tmp_path / "file").write_text("")
+    (tmp_path / "loss").mkdir()
+    (tmp_path / "loss" / "metrics.jsonl").write_text('{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.0}\n')
+    through = tmp_path / "file" / "x.png"
     for args, says in [([str(tmp_path / "empty")], "no metrics.jsonl in"),
                        ([str(tmp_path / "steps")], "nothing to plot"),
-                       ([str(tmp_path / "steps"), "--output", str(tmp_path / "x.gif")], "cannot write a figure")]:
+                       ([str(tmp_path / "steps"), "--output", str(tmp_path / "x.gif")], "cannot write a figure"),
+                       ([str(tmp_path / "loss"), "--output", str(through)],  # the wording every write failure has
+                        f"error: cannot write {through}: part of the path is a file, not a folder\n")]:
         proc = vitx_cli("plot", *args)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
 
