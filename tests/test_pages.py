@@ -424,3 +424,36 @@ def test_report_errors_are_one_line(tmp_path, pretrained_run, two_task_suite):
         proc = vitx_cli("report", *args, "--output", str(tmp_path / "x.html"))
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and fragment in proc.stderr, proc.stderr
     assert not (tmp_path / "x.html").exists()
+
+
+def test_report_reads_damaged_records_as_one_line_and_replaces_only_its_own_pages(tmp_path, pretrained_run,
+                                                                                   two_task_suite):
+    """A config.json or summary.json edited into nonsense is one line naming it, never a traceback or a page
+    that misreads it; --output over a file that is not a vitx page (a user's own, a run's weights) is refused
+    unless --force, and a vitx page is replaced."""
+    import shutil
+
+    run, suite = tmp_path / "run", tmp_path / "suite"
+    shutil.copytree(pretrained_run, run, ignore=shutil.ignore_patterns("checkpoints"))
+    shutil.copytree(two_task_suite, suite)
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "step": "many"}))
+    summary = json.loads((suite / "summary.json").read_text())
+    (suite / "summary.json").write_text(json.dumps({**summary, "tasks": "oops"}))
+    for folder, said in ((run, f"{run}/config.json: step must be a whole number of steps, got \"many\""),
+                         (suite, f"{suite / 'summary.json'} is damaged: its tasks are not the task results vitx "
+                                 "writes")):
+        proc = vitx_cli("report", str(folder), "--output", str(tmp_path / "x.html"))
+        assert proc.returncode == 2 and proc.stderr == f"error: {said}\n", proc.stderr
+    (run / "config.json").write_text(json.dumps(config))
+    weights = (run / "model.safetensors").read_bytes()
+    proc = vitx_cli("report", str(run), "--output", str(run / "model.safetensors"))
+    assert proc.returncode == 2 and proc.stderr == f"error: --output {run / 'model.safetensors'} exists and is not a " \
+                                                   "vitx page; give a new file, or --force to replace it\n"
+    assert (run / "model.safetensors").read_bytes() == weights
+    for extra in ([], ["--force"]):  # its own page again, and a user's file with --force
+        target = run / "report.html" if not extra else tmp_path / "mine.html"
+        if extra:
+            target.write_text("mine")
+        proc = vitx_cli("report", str(run), "--output", str(target), *extra)
+        assert proc.returncode == 0 and target.read_text().startswith("<!doctype html>"), proc.stderr

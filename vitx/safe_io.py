@@ -151,6 +151,17 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
         raise VitxError(f"{path} is not a readable safetensors file ({exc})") from None
 
 
+def read_record(path: Path) -> dict[str, Any] | None:
+    """A JSON object vitx wrote (atomically: never torn), None when the file is absent; a damaged one (not JSON,
+    not an object) is one line naming it, never a page or a result that misreads it."""
+    if not Path(path).exists():
+        return None
+    found = read_json(path)
+    if not isinstance(found, dict):
+        raise VitxError(f"{path} is damaged: not the JSON object vitx writes")
+    return found
+
+
 def read_json(path: Path) -> Any:
     """A JSON file vitx wrote, read as untrusted input: unreadable, not JSON or nested beyond what Python parses
     (a damaged or hostile file) is one line, never a traceback."""

@@ -9,15 +9,17 @@ import typer
 
 def report(
     paths: List[str] = typer.Argument(..., metavar="PATH...", help="A pre-training run, a transfer's --output-dir (one task or a suite, or a task's folder) or a reproduction's output folder; several runs (or several transfers) for one page comparing them."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", metavar="FILE", help="The page to write. Default: PATH/report.html for one folder (what the run itself writes at its end), comparison.html here for several."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", metavar="FILE", help="The page to write. Default: PATH/report.html for one folder (what the run itself writes at its end), comparison.html here for several. A file there is replaced only when it is a vitx page."),
+    force: bool = typer.Option(False, "--force", help="Replace the --output file even when it is not a vitx page."),
 ) -> None:
     """Write one HTML page: figures inline, no network, no scripts; it opens anywhere and prints."""
-    from ..pages import page, write  # (matplotlib loads at the first figure)
+    from ..pages import page, replaceable, write  # (matplotlib loads at the first figure)
 
     folders = [Path(p).expanduser() for p in paths]
-    kind, html = page(folders)
     target = Path(output).expanduser() if output else \
         folders[0] / "report.html" if len(folders) == 1 else Path("comparison.html")
+    replaceable(target, "--output" if output else "the page", force)  # before the page is built: nothing is lost
+    kind, html = page(folders)
     write(html, target)
     what = f"a comparison of {len(folders)} folders" if kind == "comparison" else \
         {"run": "a run", "suite": "a transfer", "reproduction": "a reproduction"}[kind]

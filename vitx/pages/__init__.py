@@ -73,6 +73,23 @@ def page(paths: Sequence[Path], figures: bool = True) -> tuple[str, str]:
     return kind, reproduction_page(path)
 
 
+GENERATOR = '<meta name="generator" content="vitx '  # what every page vitx writes has in its head (html.py)
+
+
+def replaceable(target: Path, named: str, force: bool = False) -> None:
+    """Refuse to write a page over a file that is not one of vitx's pages (a user's own file, a run's weights)
+    unless `force`: a page vitx wrote before is what rerunning `vitx report` replaces."""
+    if force or not target.is_file():
+        return
+    try:
+        with open(target, "rb") as stream:
+            head = stream.read(4096)
+    except OSError:
+        return  # (the write itself then says why it cannot)
+    if GENERATOR.encode() not in head:
+        raise VitxError(f"{named} {target} exists and is not a vitx page; give a new file, or --force to replace it")
+
+
 def write(html: str, output: Path) -> Path:
     """The page to `output`, atomically (a reader never sees half of it)."""
     from ..safe_io import atomic_write_text

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..safe_io import read_json_object
+from ..safe_io import read_record
 from ..errors import VitxError
 from ..plots.series import read_metrics
 from ..runs.rundir import EMA, MARKER, TEACHER, RunDir
@@ -174,7 +174,11 @@ class Run:
 
 def open_run(path: Path) -> Run:
     """A run folder's config.json and metrics.jsonl; one line when it is not a run."""
-    config = read_json_object(path / "config.json")
+    config = read_record(path / "config.json")
+    if config is not None:
+        from ..runs.trained import check_recorded
+
+        check_recorded(f"{path}/config.json", config)  # (its step and settings, as export checks them)
     records = read_metrics(path) if (path / "metrics.jsonl").is_file() else []
     if config is None and records:  # a run before its first checkpoint: its metrics, not yet its config.json
         config = {"run": {}}

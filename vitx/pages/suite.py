@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..safe_io import read_json_object
+from ..safe_io import read_json_object, read_record
 from ..errors import VitxError
 from .html import (Html, banner, code, command_block, data_json, details, document, esc, number, pairs, para, pct, pm,
                    section, table, tag)
@@ -43,7 +43,7 @@ def _task_folders(path: Path) -> dict[str, Path]:
     candidates = [path] if (path / "transfer.json").is_file() else sorted(p for p in path.iterdir() if p.is_dir())
     folders = {}
     for folder in candidates:
-        record = read_json_object(folder / "transfer.json")
+        record = read_record(folder / "transfer.json")
         if record is not None:
             folders[str(record.get("task", folder.name))] = folder
     return folders
@@ -52,23 +52,29 @@ def _task_folders(path: Path) -> dict[str, Path]:
 def open_transfer(path: Path) -> Transfer:
     folders = _task_folders(path)
     one_task = (path / "transfer.json").is_file()
-    suite = read_json_object(path / "suite.json") if not one_task else None
-    summary = read_json_object(path / "summary.json") if not one_task else None
+    suite = read_record(path / "suite.json") if not one_task else None
+    summary = read_record(path / "summary.json") if not one_task else None
+    for name, record, item in (("suite.json", suite, str), ("summary.json", summary, dict)):
+        listed = (record or {}).get("tasks", [])
+        if not isinstance(listed, list) or not all(isinstance(t, item) and (item is str or "task" in t)
+                                                   for t in listed):
+            raise VitxError(f"{path / name} is damaged: its tasks are not the "
+                            f"{'task names' if item is str else 'task results'} vitx writes")
     tasks = [str(t) for t in (suite or {}).get("tasks", [])] or \
         [r["task"] for r in (summary or {}).get("tasks", [])] or list(folders)
     if not tasks:
         raise VitxError(f"{path} holds no transferred task (no suite.json, summary.json or task folders)")
     settings = dict((suite or {}).get("settings") or {})
     if not settings:
-        first = read_json_object(folders[tasks[0]] / "transfer.json") if tasks[0] in folders else None
+        first = read_record(folders[tasks[0]] / "transfer.json") if tasks[0] in folders else None
         settings = {k: v for k, v in (first or {}).items() if k != "task"}
     if summary is not None:
         results = {r["task"]: r for r in summary.get("tasks", [])}
     else:
-        results = {t: r for t in tasks if t in folders and (r := read_json_object(folders[t] / "result.json"))}
+        results = {t: r for t in tasks if t in folders and (r := read_record(folders[t] / "result.json"))}
     if one_task and tasks[0] in results:
         summary = None  # one task's folder: its result alone
-    selection = read_json_object((path if not one_task else path.parent) / "selection.json")
+    selection = read_record((path if not one_task else path.parent) / "selection.json")
     return Transfer(path, settings, tasks, folders, results, summary, selection, _leases(path))
 
 

@@ -48,7 +48,7 @@ def read_metrics(path: str | Path) -> Records:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(record, dict) and isinstance(record.get("step"), (int, float)):
+        if isinstance(record, dict) and _finite(record.get("step")):  # (a step of 1e400 reads as inf: no step)
             records.append(record)
     return records
 
