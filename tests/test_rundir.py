@@ -347,6 +347,26 @@ def test_a_folder_of_the_users_files_is_never_written_over(tmp_path):
     assert (tmp_path / "empty" / "NOTES.md").read_text() == "the user's notes, in their run"
 
 
+def test_a_transfer_and_a_pre_training_never_share_a_folder(tmp_path):
+    """A transfer into the pre-training run it starts from (or any run's folder), and a pre-training into a
+    transfer's folder, are refused in one line: each would write its report.html and folders among the other's."""
+    run = tmp_path / "run"
+    pretrain(tiny(tmp_path, output_dir=str(run), **SHORT))
+    before = _tree(run)
+    transfer = ["transfer", "--task", "embedded/digits", "--from", str(run), "--shots", "10", "--no-sweep",
+                "--steps", "2", "--batch-size", "8", "--workers", "0", "--log-with", "none", "--no-curves"]
+    proc = vitx_cli(*transfer, "--output-dir", str(run))
+    assert proc.returncode == 2 and _errors(proc) == [
+        f"error: --output-dir {run} holds a pre-training run; a transfer goes into a folder of its own: give a new "
+        "one"], proc.stderr
+    assert _tree(run) == before
+    assert vitx_cli(*transfer, "--output-dir", str(tmp_path / "t")).returncode == 0
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, output_dir=str(tmp_path / "t"), **SHORT)))
+    assert proc.returncode == 2 and _errors(proc) == [
+        f"error: --output-dir {tmp_path / 't'} holds a transfer; a pre-training run goes into a folder of its own: "
+        "give a new one"], proc.stderr
+
+
 def test_runs_written_before_the_marker_are_still_vitx_s(tmp_path):
     """A run folder written before `.vitx-run` existed is known by its complete checkpoint, or, killed before the
     first one, by its lock holding a pid; a `.lock` of someone else's (not a pid) is not."""

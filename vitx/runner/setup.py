@@ -31,7 +31,7 @@ from .ema import load_ema, make_ema
 from .launch import configure_deepspeed, make_accelerator
 from .optim import build_optimizer, build_schedule
 from .threads import fit_threads, training_workers
-from ..runs.ownership import check_output_dir
+from ..runs.ownership import PRETRAINING, check_output_dir
 from ..runs.rundir import RunDir
 
 
@@ -68,7 +68,7 @@ def resolve_config(explicit: dict[str, Any], resume: bool) -> tuple[PretrainConf
     latest = run.latest()
     if latest is None:
         run.check_writable()
-        check_output_dir(run.path)  # a folder of the user's files is never written over
+        check_output_dir(run.path, writes=PRETRAINING)  # a folder of the user's files is never written over
         return cfg, None
     if not resume:
         raise VitxError(f"{cfg.output_dir} already holds a run (last checkpoint {latest.name}); "

@@ -54,17 +54,35 @@ def shown(names: list[str]) -> str:
     return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
 
 
-def check_output_dir(folder: str | Path, flag: str = "--output-dir") -> None:
+PRETRAINING, TRANSFER = "a pre-training run", "a transfer"  # what a vitx folder holds (`holds`)
+
+
+def holds(folder: Path) -> str | None:
+    """What the vitx folder `folder` holds: a pre-training run (its checkpoints or weights at the top), a transfer
+    (suite.json, or a task's folder with its transfer.json), or None (neither yet)."""
+    if (folder / "checkpoints").is_dir() or (folder / "model.safetensors").is_file():
+        return PRETRAINING
+    if (folder / "suite.json").is_file() or any((p / "transfer.json").is_file() for p in _children(folder)):
+        return TRANSFER
+    return None
+
+
+def check_output_dir(folder: str | Path, flag: str = "--output-dir", writes: str | None = None) -> None:
     """Refuse, before any work, an output folder that holds files and is not vitx's: a run would write its own
-    files over the user's. New, empty and vitx's own folders pass (resuming, or a transfer adding tasks)."""
+    files over the user's. New, empty and vitx's own folders pass (resuming, or a transfer adding tasks), unless
+    `writes` (PRETRAINING or TRANSFER) says the command would write another kind of folder into one: a transfer
+    into the pre-training run it starts from would write its report.html and task folders among the run's."""
     folder = Path(folder).expanduser()
     if not folder.is_dir():  # new (a file in the way: RunDir.check_writable says so)
         return
     names = held(folder, flag)
+    if names and writes is not None and holds(folder) not in (None, writes):
+        raise VitxError(f"{flag} {folder} holds {holds(folder)}; {writes} goes into a folder of its own: give a "
+                        "new one")
     if not names or is_vitx_folder(folder):
         return
     raise VitxError(f"{flag} {folder} is not empty and holds no vitx run (it holds {shown(names)}); vitx would write "
                     "over files there: give a new or empty folder")
 
 
-__all__ = ["check_output_dir", "held", "is_vitx_folder", "shown"]
+__all__ = ["PRETRAINING", "TRANSFER", "check_output_dir", "held", "holds", "is_vitx_folder", "shown"]

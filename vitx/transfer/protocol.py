@@ -38,7 +38,7 @@ from ..errors import VitxError
 from ..runner.launch import is_main_process
 from ..runner.reporting import make_console
 from ..runner.threads import kept_threads
-from ..runs.ownership import check_output_dir
+from ..runs.ownership import TRANSFER, check_output_dir
 from ..runs.rundir import drop_if_unused
 from ..runs.trained import stopped_early
 from ..data.opener import DataOptions
@@ -119,7 +119,7 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
     page(cfg, console[, stopped=True]) at the end or a stop (`vitx transfer` passes
     vitx.pages.write_transfer_page: the transfer's report.html)."""
     cfg.validate()
-    check_output_dir(cfg.output_dir)  # a folder of the user's files is never written over
+    check_output_dir(cfg.output_dir, writes=TRANSFER)  # a folder of the user's files is never written over
     console = console or make_console(cfg.quiet, cfg.log_format)
     resolve_adapters(cfg.adapters)  # name errors now, not after the data is opened
     tasks = select_tasks(cfg.task, DataOptions(label_key=cfg.label_key or None, image_key=cfg.image_key or None,
