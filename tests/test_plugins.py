@@ -86,6 +86,25 @@ def test_a_plugin_file_that_raises_is_one_line(tmp_path):
     assert lines == [f"warning: vitx plugin '{bad}' failed to load: RuntimeError: this plugin is broken"]
 
 
+def test_a_plugin_backbone_that_fails_to_build_is_one_line(tmp_path):
+    """A backbone factory that raises, or returns no module: `vitx models` lists it with "?" and one warning,
+    and a command that builds it ends in one line naming the plugin."""
+    from .helpers import vitx_cli
+
+    plugin = tmp_path / "bb.py"
+    plugin.write_text("from vitx.registry import register_backbone\n"
+                      "@register_backbone('broken-bb')\ndef broken(**kw):\n    raise ValueError('factory exploded')\n"
+                      "@register_backbone('number-bb')\ndef number(**kw):\n    return 42\n")
+    proc = vitx_cli("models", "--plugin", str(plugin))
+    assert proc.returncode == 0 and "vit-b/16" in proc.stdout and "Traceback" not in proc.stderr, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith("warning")] == [
+        f"warning: backbone 'broken-bb' (file {plugin}) failed to build: ValueError: factory exploded",
+        f"warning: backbone 'number-bb' (file {plugin}): its factory returned int, not a torch module"]
+    proc = vitx_cli("bench", "--plugin", str(plugin), "--model", "broken-bb", "--device", "cpu")
+    assert proc.returncode == 2 and proc.stderr == \
+        f"error: backbone 'broken-bb' (file {plugin}) failed to build: ValueError: factory exploded\n", proc.stderr
+
+
 def test_vitx_plugins_lists_origins_and_components(tmp_path):
     from .helpers import vitx_cli
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..errors import VitxError, first_line
 from ..registry import BACKBONES
 from . import vit, hybrid  # noqa: F401,I001  (registers the built-in names, paper ViTs first)
 from .spec import BackboneSpec, check_image_size
@@ -39,12 +40,30 @@ def create_backbone(name: str, **overrides: Any) -> "nn.Module":
             model = entry.obj.build(**overrides)
             arch, timm_args = entry.obj.timm_arch, entry.obj.timm_kwargs(**overrides)
         else:  # a user factory
-            model, arch, timm_args = entry.obj(**overrides), None, None
+            model, arch, timm_args = _from_factory(name, entry, overrides), None, None
     if grad_ckpt:
         model.set_grad_checkpointing(True)
     # the weights travel in model.safetensors: rebuilding a saved model must never fetch them again (offline)
     kept = {k: v for k, v in overrides.items() if k != "pretrained"}
     model.vitx_record = {"name": name, "overrides": kept, "timm_arch": arch, "timm_kwargs": timm_args}
+    return model
+
+
+def _from_factory(name: str, entry: Any, overrides: dict[str, Any]) -> "nn.Module":
+    """A plugin's backbone factory called; its failure, or something other than a module, is one line naming
+    the plugin (vitx's errors from inside it pass as they are)."""
+    import torch.nn as nn
+
+    try:
+        model = entry.obj(**overrides)
+    except VitxError:
+        raise
+    except Exception as exc:  # the plugin's own failure: the user's to fix there, not a vitx traceback
+        raise VitxError(f"backbone '{name}' ({entry.source}) failed to build: {type(exc).__name__}: "
+                        f"{first_line(exc)}") from exc
+    if not isinstance(model, nn.Module):
+        raise VitxError(f"backbone '{name}' ({entry.source}): its factory returned {type(model).__name__}, not a "
+                        "torch module")
     return model
 
 

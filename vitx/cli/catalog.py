@@ -42,9 +42,15 @@ def models(pattern: str = typer.Argument("*", help="fnmatch filter, e.g. 'vit-b*
             params = spec.num_parameters()  # from the table row: no network is built
         else:  # a user factory: built on the meta device
             from ..backbones import count_parameters
+            from ..errors import VitxError
 
-            cells, params = ["-"] * 6, count_parameters(name)
-        table.add_row(name, *map(str, cells), f"{params / 1e6:.1f}M")
+            cells = ["-"] * 6
+            try:
+                params = count_parameters(name)
+            except VitxError as exc:  # the listing goes on; the broken entry says why
+                typer.echo(f"warning: {exc}", err=True)
+                params = None
+        table.add_row(name, *map(str, cells), f"{params / 1e6:.1f}M" if params is not None else "?")
     table.caption = "also: timm:<any timm ViT name>, e.g. timm:vit_small_patch16_224 (params: backbone, no head)"
     Console().print(table)
 
