@@ -41,6 +41,9 @@ def test_a_cpu_has_no_known_peak():
     (("--device", "tpu"), "--device must be one of auto, cuda, cpu, got 'tpu'"),
     (("--peak-tflops", "-1"), "--peak-tflops must be positive"),
     (("--model", "vit-nope"), "vit-nope"),
+    (("--set", "steps=-5"), "--set steps: vitx bench sets --steps (the steps it times, after --warmup's); give "
+                            "--steps instead"),  # (the run's length is the measurement's: it was ignored unsaid)
+    (("--set", "data=embedded:digits"), "--set data: vitx bench sets --data"),
 ])
 def test_bad_input_is_one_line(args, said):
     result = vitx_cli("bench", "--device", "cpu", *args)

@@ -16,11 +16,23 @@ DOC = ("Measure a run's training step here: img/s, TFLOP/s, MFU and the input wa
        "--data. E.g. vitx bench --model vit-b/16 --batch-size 256 --precision bf16 --compile.")
 
 
+# pre-training settings the measurement replaces with its own (a recipe's are replaced silently: it is a run's)
+OWN = {"steps": "--steps (the steps it times, after --warmup's)", "data": "--data (synthetic or your images)",
+       "output_dir": "--output (its figures; the run itself goes to a temporary folder)"}
+
+
 def _bench(options: dict[str, Any], resume: bool, recipe: Optional[str], sets: list[str]) -> None:
     from ..recipe import resolve
     from ..runner.config import PretrainConfig
 
+    from ..errors import VitxError
+    from ..recipe import parse_sets
+
     bench = BenchConfig(**options).validate()
+    replaced = sorted(set(parse_sets(sets, PretrainConfig)) & set(OWN))  # the measurement's own, not the run's
+    if replaced:
+        key = replaced[0]
+        raise VitxError(f"--set {key}: vitx bench sets {OWN[key]}; give {OWN[key].split()[0]} instead")
     run = {**resolve(PretrainConfig, "pretrain", recipe, sets, bench.run_settings(options)), "data": bench.data}
     from ..speed.bench import measure, write  # torch, timm, accelerate: seconds, so only here
 
