@@ -17,6 +17,18 @@ def _one_line_error(result, needle):
     assert needle in lines[0]
 
 
+@pytest.mark.parametrize("args,said", [
+    (["predict", "--bogus"], "no such option: --bogus (see vitx predict --help)"),
+    (["eval", "knn", "--k"], "option '--k' requires an argument (see vitx eval knn --help)"),
+    (["frobnicate"], "no such command 'frobnicate' (see vitx --help)"),
+    (["pretrain", "--steps", "abc"], "invalid value for '--steps': "),
+    (["predict"], "missing argument 'RUN' (see vitx predict --help)"),
+])
+def test_usage_errors_are_one_line_naming_the_help(args, said):
+    """click's usage errors (an unknown option or command, a missing value) as every other error: one line."""
+    _one_line_error(vitx_cli(*args), said)
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--model", "vit-b/17"], "unknown backbone 'vit-b/17'; did you mean vit-b/16"),
     (["--model", "vit-nano/4(depth='x')"], "--model: depth must be an integer from 1 to 256, got \"x\""),

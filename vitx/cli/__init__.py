@@ -11,7 +11,7 @@ from typing import List
 import typer
 
 from .. import __version__
-from ..errors import DISK_STATE_ERRNOS, VitxError
+from ..errors import DISK_STATE_ERRNOS, Interrupted, VitxError
 from ..invocation import recording
 from ..runner.preemption import Stop, command_stops, exiting  # (start-up's handlers: vitx/__init__.py)
 from ..runner.threads import wait_briefly
@@ -71,6 +71,41 @@ def _take_plugins(argv: list[str]) -> tuple[list[str], list[str]]:
     return rest, plugins
 
 
+def _command_path(argv: list[str]) -> str:
+    """`vitx eval knn`: the command (and subcommand) that `argv` names, as far as they are commands."""
+    group, path = typer.main.get_command(app), ["vitx"]
+    for token in argv:
+        found = getattr(group, "commands", {}).get(token)
+        if found is None:
+            break
+        path.append(token)
+        group = found
+    return " ".join(path)
+
+
+def _run_app(argv: list[str]) -> int:
+    """The app on `argv`, its exit status returned; a usage error (an unknown option, a missing value, a bad
+    choice: click's) is one line like every other error, naming the help to read, not click's framed block."""
+    import typer.core
+
+    click = getattr(typer.core, "_click", None)  # (typer 0.29 runs on its own copy of click; earlier, on click)
+    if click is None:
+        import click
+    try:
+        code = app(args=argv, prog_name="vitx", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as shown:  # `vitx` or `vitx eval` alone: the help, as before
+        click.echo(shown.ctx.get_help() if shown.ctx else "", err=True)
+        return 2
+    except click.exceptions.UsageError as exc:
+        message = " ".join(exc.format_message().split()).rstrip(".")  # (click's text may wrap)
+        raise VitxError(f"{message[:1].lower()}{message[1:]} (see {_command_path(argv)} --help)") from None
+    except click.exceptions.ClickException as exc:  # (click's other errors: a bad file argument, say)
+        raise VitxError(" ".join(exc.format_message().split())) from None
+    except typer.Abort:  # (click's Abort, under either)
+        raise Interrupted("Ctrl-C") from None
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
+
+
 def main(argv: list[str] | None = None) -> None:
     """The console script. `argv` (default: sys.argv[1:]) lets tests and notebooks run a command in-process;
     like the script, it ends in SystemExit with the exit status."""
@@ -86,7 +121,8 @@ def main(argv: list[str] | None = None) -> None:
                 load_plugin(target)
             add_evaluators()  # vitx eval NAME for every evaluator, a plugin's included
             with recording(given):  # config.json records the command line (model cards show it)
-                app(args=argv, prog_name="vitx")
+                code = _run_app(argv)
+        sys.exit(code)  # (as the script ends: SystemExit with the status, 0 too)
     except (VitxError, Stop) as caught:
         exc = caught.error if isinstance(caught, Stop) else caught
         print(f"{exc.label}: {exc.user_message()}", file=sys.stderr)
