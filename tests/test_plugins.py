@@ -84,6 +84,11 @@ def test_a_plugin_file_that_raises_is_one_line(tmp_path):
     assert proc.returncode == 0 and "supervised" in proc.stdout
     lines = [line for line in proc.stderr.splitlines() if "bad.py" in line]
     assert lines == [f"warning: vitx plugin '{bad}' failed to load: RuntimeError: this plugin is broken"]
+    exits = tmp_path / "exits.py"  # a script's habit, not a plugin's: it must not end vitx without a word
+    exits.write_text("import sys\nsys.exit(0)\n")
+    proc = vitx_cli("objectives", "--plugin", str(exits))
+    assert proc.returncode == 0 and "supervised" in proc.stdout
+    assert f"warning: vitx plugin '{exits}' failed to load: it called sys.exit(0)" in proc.stderr
 
 
 def test_a_plugin_backbone_that_fails_to_build_is_one_line(tmp_path):

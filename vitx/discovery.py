@@ -60,8 +60,9 @@ def _load(name: str, origin: str, load: Callable[[], object]) -> bool:
             load()
         loaded[name] = origin
         return True
-    except Exception as exc:  # a broken plugin must not take the toolkit down
-        failed[name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    except (Exception, SystemExit) as exc:  # a broken plugin (or one that exits) must not take the toolkit down
+        failed[name] = f"it called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else \
+            f"{type(exc).__name__}: {exc}".splitlines()[0]
         print(f"warning: vitx plugin '{name}' failed to load: {failed[name]}", file=sys.stderr)
         return False
 
