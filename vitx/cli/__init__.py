@@ -91,9 +91,10 @@ def _run_app(argv: list[str]) -> int:
     click = getattr(typer.core, "_click", None)  # (typer 0.29 runs on its own copy of click; earlier, on click)
     if click is None:
         import click
+    no_args = getattr(click.exceptions, "NoArgsIsHelpError", ())  # (click 8.2 on; before, it printed and exited)
     try:
         code = app(args=argv, prog_name="vitx", standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as shown:  # `vitx` or `vitx eval` alone: the help, as before
+    except no_args as shown:  # `vitx` or `vitx eval` alone: the help, as before
         click.echo(shown.ctx.get_help() if shown.ctx else "", err=True)
         return 2
     except click.exceptions.UsageError as exc:
