@@ -304,3 +304,12 @@ def test_every_start_that_cannot_be_used_is_one_line(mae_run, dino_checkpoint, t
         assert line.startswith("error: --from ") and needle in line, line
     line = one_line(vitx_cli("pretrain", "--from", str(pth), *run))
     assert "torch.load('" in line and "weights_only=True" in line and "st.save_file(" in line
+    odd = tmp_path / "odd-cfg"  # a timm folder whose pretrained_cfg was edited: two means, zero stds
+    shutil.copytree(timm_folder, odd)
+    config = json.loads((odd / "config.json").read_text())
+    for key, value, said in (("mean", [0.5, 0.5], "mean must be a list of 3 finite numbers, got [0.5, 0.5]"),
+                             ("std", [0, 0, 0], "std must be a list of 3 positive finite numbers, got [0, 0, 0]")):
+        (odd / "config.json").write_text(json.dumps({**config, "pretrained_cfg": {**config["pretrained_cfg"],
+                                                                                  key: value}}))
+        line = one_line(vitx_cli("pretrain", "--from", str(odd), *run))
+        assert line == f"error: --from {odd}: {odd}/config.json: pretrained_cfg: {said}", line

@@ -82,3 +82,19 @@ def test_bad_options_are_one_line_errors():
     for options in [{"proj_dim": -1}, {"temperature": "x"}, {"crop_scale": 0}]:
         with pytest.raises(vitx.VitxError, match="simclr"):
             simclr(**options)
+
+
+def test_a_batch_without_negatives_or_a_temperature_lightly_refuses_is_one_line(tmp_path):
+    """One image per micro-batch has no negative (and the head's BatchNorm one value per channel); a temperature
+    under 1e-8 is lightly's ValueError: each refused before the run starts, in one line."""
+    from .helpers import vitx_cli
+
+    run = ["--model", "vit-nano/4", "--steps", "2", "--workers", "0", "--output-dir", str(tmp_path / "run")]
+    for args, said in ((["--objective", "simclr", "--batch-size", "1"],
+                        "error: --objective simclr needs at least 2 images in each process's micro-batch; "
+                        "--batch-size 1 gives 1 (over 1 process(es) × 1 accumulation step(s))"),
+                       (["--objective", "simclr(temperature=1e-30)"],
+                        "error: simclr temperature must be at least 1e-08, got 1e-30")):
+        proc = vitx_cli("pretrain", *args, *run)
+        assert proc.returncode == 2 and proc.stderr == said + "\n", proc.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()

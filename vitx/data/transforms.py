@@ -67,7 +67,7 @@ def _big_vision_eval(image: torch.Tensor, size: int) -> torch.Tensor:
     return out.contiguous()  # (3, S, S)
 
 
-def _finite_numbers(value: object, count: int, positive: bool, what: str) -> tuple[float, ...]:
+def finite_numbers(value: object, count: int, positive: bool, what: str) -> tuple[float, ...]:
     """`count` finite numbers (above 0 when `positive`) from a JSON list, as a tuple."""
     ok = isinstance(value, (list, tuple)) and len(value) == count and all(
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v > 0 or not positive)
@@ -125,7 +125,7 @@ class Preprocess:
             raise VitxError(f"{where}: image_size must be from 1 to {MAX_IMAGE_SIDE}, got {values['image_size']}")
         for key, count, positive in (("mean", 3, False), ("std", 3, True), ("crop_ratio", 2, True)):
             if key in values:
-                values[key] = _finite_numbers(values[key], count, positive, f"{where}: {key}")
+                values[key] = finite_numbers(values[key], count, positive, f"{where}: {key}")
         if "crop_ratio" in values and values["crop_ratio"][0] > values["crop_ratio"][1]:
             raise VitxError(f"{where}: crop_ratio must be [low, high] with low <= high")
         for key, choices in (("eval_resize", EVAL_RESIZES), ("interpolation", INTERPOLATIONS),

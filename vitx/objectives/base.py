@@ -47,6 +47,9 @@ class Objective(nn.Module):
     kept out of the exported backbone (`teacher_backbone` names a teacher a user may export instead)."""
 
     needs_labels: ClassVar[bool] = False
+    # the fewest images one process's micro-batch may hold (a contrastive loss needs other images as negatives, a
+    # BatchNorm in a head more than one value per channel): a smaller --batch-size is refused before the run starts
+    min_batch: ClassVar[int] = 1
     # the representation this objective trains, which frozen-feature evaluation reads unless told otherwise
     # (one of evaluation.FEATURES): masked modelling trains the patch tokens, never the [class] token
     features: ClassVar[str] = "pre-logits"

@@ -263,6 +263,12 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     obj_name, obj_opts = parse_spec(cfg.objective)
     if getattr(OBJECTIVES.get(obj_name).obj, "needs_labels", False):
         require_labels(train_source, f"--objective {obj_name}")
+    fewest = getattr(OBJECTIVES.get(obj_name).obj, "min_batch", 1)
+    micro = cfg.batch_size // (accelerator.num_processes * cfg.grad_accum)
+    if micro < fewest:
+        raise VitxError(f"--objective {obj_name} needs at least {fewest} images in each process's micro-batch; "
+                        f"--batch-size {cfg.batch_size} gives {micro} (over {accelerator.num_processes} process(es) × "
+                        f"{cfg.grad_accum} accumulation step(s))")
     fitted = _fitted(obj_name, obj_opts, train_source, saved if resume_from is not None else None)
     objective = create_objective(obj_name, backbone, train_source.num_classes, **obj_opts,
                                  **(fitted.values if fitted else {}))

@@ -113,11 +113,20 @@ def start_input(start: str, backbone: nn.Module) -> dict[str, Any]:
                 "source": "the run's recorded preprocessing"}
     from timm.data import resolve_data_config
 
+    from ..data.transforms import finite_numbers
+
     config = resolve_data_config({}, model=backbone)
     interpolation = config.get("interpolation", "bicubic")
-    return {"mean": [float(v) for v in config["mean"]], "std": [float(v) for v in config["std"]],
+    where = f"{start}/config.json: pretrained_cfg"  # (a folder's config.json may have been edited: one line, not a traceback)
+    crop_pct = config.get("crop_pct", 1.0)
+    if isinstance(crop_pct, bool) or not isinstance(crop_pct, (int, float)) or not 0 < crop_pct <= 1:
+        raise VitxError(f"{where}: crop_pct must be a number in (0, 1], got {crop_pct!r}")
+    return {"mean": list(finite_numbers(list(config["mean"]) if isinstance(config["mean"], (list, tuple))
+                                        else config["mean"], 3, False, f"{where}: mean")),
+            "std": list(finite_numbers(list(config["std"]) if isinstance(config["std"], (list, tuple))
+                                       else config["std"], 3, True, f"{where}: std")),
             "interpolation": interpolation if interpolation in ("bicubic", "bilinear", "nearest") else "bicubic",
-            "crop_pct": float(config.get("crop_pct", 1.0)), "eval_resize": "timm", "source": "timm's pretrained_cfg"}
+            "crop_pct": float(crop_pct), "eval_resize": "timm", "source": "timm's pretrained_cfg"}
 
 
 def start_features(start: str) -> str:

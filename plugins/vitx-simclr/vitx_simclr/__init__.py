@@ -31,7 +31,7 @@ from vitx import Objective, option, register_objective
 @dataclass
 class SimCLROptions:
     temperature: float = option(0.5, "NT-Xent temperature (SimCLR's CIFAR-10 run's 0.5; its ImageNet run at batch "
-                                "4096 takes 0.1).", above=0)
+                                "4096 takes 0.1; at least 1e-8, lightly's bound).", min=1e-8)
     proj_dim: int = option(128, "Output width of the projection head (SimCLR's 128).", min=1, max=65536)
     crop_scale: float = option(0.08, "Smallest share of the image a view's random resized crop keeps (SimCLR's "
                                "area_range 0.08–1).", above=0, max=1)
@@ -43,6 +43,7 @@ class SimCLROptions:
 @register_objective("simclr", description="SimCLR (lightly): two augmented views, projection head, NT-Xent loss")
 class SimCLR(Objective):
     Options = SimCLROptions  # each option with its type, bounds and help: vitx checks them before __init__ runs
+    min_batch = 2  # each image's other view is its positive, the batch's other images its negatives
     # SimCLR's schedule (google-research/simclr model_util.py; docs/recipes.md): a linear warm-up from 0, cosine to 0.
     # Not its: AdamW where its ResNets take LARS (the module's docstring)
     recipe = {"warmup_start": "zero", "schedule": "cosine", "min_lr": 0.0}
