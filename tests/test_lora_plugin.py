@@ -117,9 +117,11 @@ def test_exported_weights_are_a_plain_backbone_with_the_same_outputs():
 
 
 def test_bad_options_are_one_line_errors():
-    for spec, message in [("lora(rank=0)", "rank must be a positive integer"),
-                          ("lora(rank=True)", "rank must be a positive integer"),
-                          ("lora(alpha='x')", "alpha must be a positive number"),
+    for spec, message in [("lora(rank=0)", "rank must be an integer from 1 to 4096, got 0"),
+                          ("lora(rank=True)", "rank must be an integer from 1 to 4096"),
+                          ("lora(rank=100000)", "rank must be an integer from 1 to 4096, got 100000"),  # (memory)
+                          ("lora(alpha='x')", "alpha must be a positive finite number"),
+                          ("lora(alpha=1e400)", "alpha must be a positive finite number, got inf"),
                           ("lora(targets='nothing')", "found no nn.Linear named nothing"),
                           ("lora(dropout=1)", "dropout must be a number in \\[0, 1\\)")]:
         with pytest.raises(vitx.VitxError, match=message):

@@ -112,7 +112,8 @@ def test_the_peft_protocol_fills_what_is_not_given():
 
 
 @pytest.mark.parametrize("spec,needle", [
-    ("vpt(tokens=0)", "vpt tokens must be a positive integer, got 0"),
+    ("vpt(tokens=0)", "vpt tokens must be an integer from 1 to 1024 (VPT sweeps up to 200), got 0"),
+    ("vpt(tokens=100000)", "vpt tokens must be an integer from 1 to 1024"),  # (it grew to 9 GB, deaf to SIGTERM)
     ("vpt(deep=2)", "vpt deep must be True or False, got 2"),
     ("bitfit(rank=2)", "bad options for adapter 'bitfit': it takes none, got rank"),
 ])

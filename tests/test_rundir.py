@@ -367,6 +367,22 @@ def test_a_transfer_and_a_pre_training_never_share_a_folder(tmp_path):
         "give a new one"], proc.stderr
 
 
+def test_a_run_whose_checkpoints_are_gone_is_never_replaced_by_a_new_one(tmp_path):
+    """A finished run whose checkpoints/ was removed (or damaged past use): --resume found nothing to resume and
+    started a new run over its model.safetensors and metrics.jsonl; now one line, and the weights stay."""
+    run = tmp_path / "run"
+    pretrain(tiny(tmp_path, output_dir=str(run), **SHORT))
+    shutil.rmtree(run / "checkpoints")
+    weights = (run / "model.safetensors").read_bytes()
+    for extra in (["--resume"], []):
+        proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, output_dir=str(run), **SHORT)), *extra)
+        assert proc.returncode == 2 and _errors(proc) == [
+            f"error: {run} holds a run's weights (model.safetensors) but no complete checkpoint to "
+            f"{'resume' if extra else 'continue'} from (checkpoints/ missing or damaged); a new run would replace "
+            "them: choose another --output-dir, or move the folder aside"], proc.stderr
+    assert (run / "model.safetensors").read_bytes() == weights
+
+
 def test_runs_written_before_the_marker_are_still_vitx_s(tmp_path):
     """A run folder written before `.vitx-run` existed is known by its complete checkpoint, or, killed before the
     first one, by its lock holding a pid; a `.lock` of someone else's (not a pid) is not."""

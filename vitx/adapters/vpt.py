@@ -43,6 +43,9 @@ def _prompt(block: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
     return (torch.cat([x[:, :after], prompts, rest], dim=1), *args[1:])
 
 
+MAX_TOKENS = 1024  # prompt tokens: each is a sequence position in every block (memory grows with the square)
+
+
 @register_adapter("vpt", description="frozen backbone; learned prompt tokens before the first block (shallow) "
                                      "or every block (deep=True); the head trains")
 class VPT(Adapter):
@@ -53,8 +56,9 @@ class VPT(Adapter):
                         "64, 100 epochs; VPT's own runs choose SGD's lr per task)")
 
     def __init__(self, tokens: int = 10, deep: bool = False, dropout: float = 0.1) -> None:
-        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
-            raise VitxError(f"vpt tokens must be a positive integer, got {tokens!r}")
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 < tokens <= MAX_TOKENS:
+            raise VitxError(f"vpt tokens must be an integer from 1 to {MAX_TOKENS} (VPT sweeps up to 200), got "
+                            f"{tokens!r}")
         if not isinstance(deep, bool):
             raise VitxError(f"vpt deep must be True or False, got {deep!r}")
         if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0 <= dropout < 1:

@@ -69,6 +69,10 @@ def resolve_config(explicit: dict[str, Any], resume: bool) -> tuple[PretrainConf
     if latest is None:
         run.check_writable()
         check_output_dir(run.path, writes=PRETRAINING)  # a folder of the user's files is never written over
+        if (run.path / "model.safetensors").is_file():  # a run that saved weights, its checkpoints gone or damaged
+            raise VitxError(f"{cfg.output_dir} holds a run's weights (model.safetensors) but no complete checkpoint "
+                            f"to {'resume' if resume else 'continue'} from (checkpoints/ missing or damaged); a new "
+                            "run would replace them: choose another --output-dir, or move the folder aside")
         return cfg, None
     if not resume:
         raise VitxError(f"{cfg.output_dir} already holds a run (last checkpoint {latest.name}); "

@@ -55,6 +55,7 @@ def init_factors(a: torch.Tensor, b: torch.Tensor, init: str) -> None:
     nn.init.zeros_(b)
 
 
+
 class LoRALinear(nn.Linear):
     """A frozen `nn.Linear` plus a trainable rank-`rank` update; keeps the layer's own `weight`/`bias` keys."""
 
@@ -89,6 +90,9 @@ class LoRALinear(nn.Linear):
         state[f"{prefix}weight"] = (weight.float() + (b.float() @ a.float()) * self.scale).to(weight.dtype)
 
 
+MAX_RANK = 4096  # above any layer's width in the registered ViTs (H/14: 1,280; its MLP 5,120 in, 1,280 out)
+
+
 @register_adapter("lora", description="frozen backbone; trainable rank-r updates of the fused attention qkv, as "
                                       "NOAH runs the published LoRA-8 (targets='qkv,proj' adds proj; init='peft' is "
                                       "loralib's), merged into the saved weights")
@@ -102,10 +106,11 @@ class LoRA(Adapter):
 
     def __init__(self, rank: int = 8, alpha: float | None = None, targets: str = "qkv", init: str = "noah",
                  dropout: float = 0.1) -> None:
-        if not isinstance(rank, int) or isinstance(rank, bool) or rank <= 0:
-            raise VitxError(f"lora rank must be a positive integer, got {rank!r}")
-        if alpha is not None and (not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or alpha <= 0):
-            raise VitxError(f"lora alpha must be a positive number, got {alpha!r}")
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 < rank <= MAX_RANK:
+            raise VitxError(f"lora rank must be an integer from 1 to {MAX_RANK}, got {rank!r}")
+        if alpha is not None and (not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or alpha <= 0
+                                  or not math.isfinite(alpha)):
+            raise VitxError(f"lora alpha must be a positive finite number, got {alpha!r}")
         names = tuple(t.strip() for t in str(targets).split(",") if t.strip())
         if not names:
             raise VitxError("lora targets is empty; name the Linear layers to adapt, e.g. targets='qkv,proj'")
