@@ -49,3 +49,8 @@ def test_parse_spec_reads_literals_only():
         parse_spec("mpp(x=__import__('os').system('true'))")
     with pytest.raises(VitxError):
         parse_spec("mpp(0.4)")
+    with pytest.raises(VitxError, match=r"^option 'head' is given twice in 'supervised\(head='mlp', head='linear'\)'; "
+                                        "keep one$"):  # (the last one won, unsaid)
+        parse_spec("supervised(head='mlp', head='linear')")
+    with pytest.raises(VitxError, match="key=value pairs"):
+        parse_spec("mpp(**{'x': 1})")

@@ -27,6 +27,10 @@ def parse_spec(text: str) -> tuple[str, dict[str, Any]]:
         raise VitxError(f"options in '{text}' must be key=value pairs")
     options: dict[str, Any] = {}
     for kw in call.keywords:
+        if kw.arg is None:  # f(**x)
+            raise VitxError(f"options in '{text}' must be key=value pairs")
+        if kw.arg in options:  # (Python's parser lets a repeated keyword through; the last would win unsaid)
+            raise VitxError(f"option '{kw.arg}' is given twice in '{text}'; keep one")
         try:
             options[kw.arg] = ast.literal_eval(kw.value)
         except ValueError:
