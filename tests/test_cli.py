@@ -29,6 +29,13 @@ def test_usage_errors_are_one_line_naming_the_help(args, said):
     _one_line_error(vitx_cli(*args), said)
 
 
+def test_the_bare_command_and_group_print_their_help_once():
+    for args in ([], ["eval"]):
+        result = vitx_cli(*args)
+        shown = result.stdout + result.stderr
+        assert result.returncode == 2 and shown.count("Usage: vitx") == 1 and not result.stderr.strip(), shown[:500]
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--model", "vit-b/17"], "unknown backbone 'vit-b/17'; did you mean vit-b/16"),
     (["--model", "vit-nano/4(depth='x')"], "--model: depth must be an integer from 1 to 256, got \"x\""),

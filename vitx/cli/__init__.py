@@ -11,7 +11,7 @@ from typing import List
 import typer
 
 from .. import __version__
-from ..errors import DISK_STATE_ERRNOS, Interrupted, VitxError
+from ..errors import DISK_STATE_ERRNOS, Interrupted, VitxError, first_line
 from ..invocation import recording
 from ..runner.preemption import Stop, command_stops, exiting  # (start-up's handlers: vitx/__init__.py)
 from ..runner.threads import wait_briefly
@@ -94,15 +94,18 @@ def _run_app(argv: list[str]) -> int:
     no_args = getattr(click.exceptions, "NoArgsIsHelpError", ())  # (click 8.2 on; before, it printed and exited)
     try:
         code = app(args=argv, prog_name="vitx", standalone_mode=False)
-    except no_args as shown:  # `vitx` or `vitx eval` alone: the help, as before
-        click.echo(shown.ctx.get_help() if shown.ctx else "", err=True)
+    except no_args as shown:  # `vitx` or `vitx eval` alone: the help, as before (rich printed it already)
+        if shown.message:
+            click.echo(shown.message, err=True)
         return 2
     except click.exceptions.UsageError as exc:
         message = " ".join(exc.format_message().split()).rstrip(".")  # (click's text may wrap)
         raise VitxError(f"{message[:1].lower()}{message[1:]} (see {_command_path(argv)} --help)") from None
     except click.exceptions.ClickException as exc:  # (click's other errors: a bad file argument, say)
         raise VitxError(" ".join(exc.format_message().split())) from None
-    except typer.Abort:  # (click's Abort, under either)
+    except typer.Abort as exc:  # click's Abort: typer raises it for an end of input (Ctrl-C it turns into 130)
+        if isinstance(exc.__cause__, EOFError):
+            raise VitxError(f"unexpected end of input ({first_line(exc.__cause__)})") from None
         raise Interrupted("Ctrl-C") from None
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
 

@@ -55,7 +55,6 @@ def init_factors(a: torch.Tensor, b: torch.Tensor, init: str) -> None:
     nn.init.zeros_(b)
 
 
-
 class LoRALinear(nn.Linear):
     """A frozen `nn.Linear` plus a trainable rank-`rank` update; keeps the layer's own `weight`/`bias` keys."""
 
