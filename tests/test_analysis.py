@@ -148,7 +148,7 @@ def test_vitx_inspect_user_errors_are_one_line(tmp_path, pretrained_run):
     (tmp_path / "file").write_text("")  # an --output-dir through a file
     proc = vitx_cli("inspect", str(pretrained_run), "--output-dir", str(tmp_path / "file" / "o"))
     assert proc.returncode == 2 and proc.stderr == \
-        f"error: cannot write {tmp_path / 'file' / 'o'}: part of the path is a file, not a folder\n", proc.stderr
+        f"error: cannot write {tmp_path / 'file' / 'o'}: {tmp_path / 'file'} is a file, not a folder\n", proc.stderr
 
 
 @pytest.mark.parametrize("limit", [50_000, 100_000])

@@ -76,9 +76,9 @@ def check_output_dir(folder: str | Path, flag: str = "--output-dir", writes: str
     if not folder.is_dir():  # new (a file in the way: RunDir.check_writable says so)
         return
     names = held(folder, flag)
-    if names and writes is not None and holds(folder) not in (None, writes):
-        raise VitxError(f"{flag} {folder} holds {holds(folder)}; {writes} goes into a folder of its own: give a "
-                        "new one")
+    found = holds(folder) if names and writes is not None else None
+    if found not in (None, writes):
+        raise VitxError(f"{flag} {folder} holds {found}; {writes} goes into a folder of its own: give a new one")
     if not names or is_vitx_folder(folder):
         return
     raise VitxError(f"{flag} {folder} is not empty and holds no vitx run (it holds {shown(names)}); vitx would write "

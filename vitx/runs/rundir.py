@@ -37,6 +37,7 @@ from safetensors import SafetensorError, safe_open
 
 from ..safe_io import atomic_write_text, fsync_path, fsync_tree, read_json, save_weights
 from ..errors import VitxError, cannot_write
+from ..settings.paths import writable_folder
 
 PREFIX = "step_"
 NAME = re.compile(rf"{PREFIX}(\d+)")  # exactly step_<digits>: a user's step_old or step_00000020.bak is not ours
@@ -153,16 +154,7 @@ class RunDir:
     def check_writable(self) -> None:
         """Refuse now, before minutes of setup, a folder that cannot be written: a file in the way, a read-only
         disk, no permission. Creates nothing (a run refused later for another reason leaves no empty folder)."""
-        found = self.path
-        while not found.exists() and found != found.parent:
-            found = found.parent
-        if not found.is_dir():
-            reason = "a file of that name is in the way" if found == self.path else f"{found} is a file, not a folder"
-        elif not os.access(found, os.W_OK):
-            reason = "the filesystem is read-only" if os.statvfs(found).f_flag & os.ST_RDONLY else "permission denied"
-        else:
-            return
-        raise VitxError(f"cannot write {self.path}: {reason}; choose another --output-dir")
+        writable_folder(self.path, "; choose another --output-dir")
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[bool]:

@@ -121,10 +121,8 @@ def start_input(start: str, backbone: nn.Module) -> dict[str, Any]:
     crop_pct = config.get("crop_pct", 1.0)
     if isinstance(crop_pct, bool) or not isinstance(crop_pct, (int, float)) or not 0 < crop_pct <= 1:
         raise VitxError(f"{where}: crop_pct must be a number in (0, 1], got {crop_pct!r}")
-    return {"mean": list(finite_numbers(list(config["mean"]) if isinstance(config["mean"], (list, tuple))
-                                        else config["mean"], 3, False, f"{where}: mean")),
-            "std": list(finite_numbers(list(config["std"]) if isinstance(config["std"], (list, tuple))
-                                       else config["std"], 3, True, f"{where}: std")),
+    return {"mean": list(finite_numbers(config["mean"], 3, False, f"{where}: mean")),
+            "std": list(finite_numbers(config["std"], 3, True, f"{where}: std")),
             "interpolation": interpolation if interpolation in ("bicubic", "bilinear", "nearest") else "bicubic",
             "crop_pct": float(crop_pct), "eval_resize": "timm", "source": "timm's pretrained_cfg"}
 

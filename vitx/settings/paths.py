@@ -28,17 +28,20 @@ def writable_file(path: str, flag: str, force: bool = False, example: str = "res
             break
 
 
-def writable_folder(path: str | Path) -> None:
-    """Refuse, before any work and without creating anything, a folder path that cannot be made: a file of
-    that name, or a file where one of the folders above it should be."""
-    target = Path(path).expanduser()
-    if target.exists() and not target.is_dir():
-        raise VitxError(f"cannot write {path}: a file of that name is in the way")
-    for parent in target.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise VitxError(f"cannot write {path}: part of the path is a file, not a folder")
-            break
+def writable_folder(path: str | Path, hint: str = "") -> None:
+    """Refuse, before any work and without creating anything (a command refused later for another reason leaves
+    no empty folder), a folder path that cannot be written: a file in the way, a read-only disk, no permission.
+    `hint`: what to do, after the reason."""
+    target = found = Path(path).expanduser()
+    while not found.exists() and found != found.parent:
+        found = found.parent
+    if not found.is_dir():
+        reason = "a file of that name is in the way" if found == target else f"{found} is a file, not a folder"
+    elif not os.access(found, os.W_OK):
+        reason = "the filesystem is read-only" if os.statvfs(found).f_flag & os.ST_RDONLY else "permission denied"
+    else:
+        return
+    raise VitxError(f"cannot write {path}: {reason}{hint}")
 
 
 __all__ = ["writable_file", "writable_folder"]
