@@ -25,6 +25,11 @@ def create_timm_backbone(arch: str, **overrides: Any) -> "nn.Module":
         raise VitxError(f"timm has no model '{arch}'{hint}")
     args = {"num_classes": 0, **overrides}
     pretrained = bool(args.pop("pretrained", False))
+    why = None
+    if pretrained and not arch.startswith("local-dir:"):
+        from ..hub import unreachable
+
+        why = unreachable()  # (offline, or unreachable: then timm's cache only, at once, never a minute of retries)
     try:
         model = timm.create_model(arch, pretrained=pretrained, **args)
     except TypeError as exc:
@@ -33,8 +38,13 @@ def create_timm_backbone(arch: str, **overrides: Any) -> "nn.Module":
         if arch.startswith("local-dir:"):
             raise VitxError(f"timm cannot build {arch}: {first_line(exc)}") from None
         if pretrained:
-            raise VitxError(f"could not fetch pretrained weights for timm:{arch} ({type(exc).__name__}); "
-                            "are you offline? Use a local vitx checkpoint instead") from None
+            from ..hub import not_cached
+
+            said = f"{type(exc).__name__}: {first_line(exc)}"
+            said = not_cached(why, said) if why else said
+            raise VitxError(f"could not fetch pretrained weights for timm:{arch} ({said}); download them where "
+                            "you have internet and pass the folder (timm's save_for_hf or `hf download` layout), or "
+                            "start from a vitx run") from None
         raise
     if not hasattr(model, "patch_embed") or not hasattr(model, "blocks"):
         raise VitxError(f"timm:{arch} is not a Vision Transformer (no patch_embed/blocks)")

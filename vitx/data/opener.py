@@ -102,7 +102,17 @@ def open_data(spec: str, options: DataOptions | None = None) -> Opened:
     if spec.startswith(("/", "./", "../", "~")) or os.path.exists(spec):  # a path
         return _open_local(Path(spec).expanduser(), spec, opts)
     repo = spec[3:] if spec.startswith("hf:") else spec
-    return _load(f"hf:{repo}", "hub", opts, None, repo, HUB_FAILURE)
+    from ..hub import unreachable
+
+    why = unreachable(datasets=True)  # (offline, or unreachable: then its cache only, at once, never a minute of retries)
+    try:
+        return _load(f"hf:{repo}", "hub", opts, None, repo, HUB_FAILURE)
+    except VitxError as exc:
+        if why is None:
+            raise
+        from ..hub import not_cached
+
+        raise VitxError(HUB_FAILURE.format(path=repo, reason=not_cached(why, str(exc)))) from None
 
 
 def open_source(spec: str, split: str = "train", image_size: int = 32, seed: int = 0, stream: bool = False,

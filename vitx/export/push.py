@@ -5,23 +5,10 @@ that says where the exported folder is and how to push it later; the folder itse
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from ..errors import VitxError, first_line
-
-_TRUE = ("1", "true", "yes", "on")
-
-
-def hub_offline() -> bool:
-    """HF_HUB_OFFLINE as huggingface_hub reads it (at its import) or as the environment says now."""
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE:
-        return True
-    try:
-        from huggingface_hub import constants
-    except ImportError:
-        return False
-    return bool(getattr(constants, "HF_HUB_OFFLINE", False))
+from ..hub import OFFLINE, unreachable
 
 
 def _later(folder: Path, repo_id: str) -> str:
@@ -47,9 +34,11 @@ def push_folder(folder: Path, repo_id: str, files: tuple[str, ...] = ()) -> str:
     """Upload `folder` to the model repo `repo_id` (created if needed); returns the repo's URL. `files`: only
     these (an export written with --force among the user's own files uploads its files alone)."""
     check_repo_id(repo_id)
-    if hub_offline():
-        raise VitxError(f"cannot push to {repo_id}: the Hugging Face hub is offline here (HF_HUB_OFFLINE=1); "
-                        + _later(folder, repo_id))
+    why = unreachable()
+    if why is not None:
+        said = "the Hugging Face hub is offline here (HF_HUB_OFFLINE=1)" if why == OFFLINE else \
+            f"cannot reach the Hugging Face hub ({why})"
+        raise VitxError(f"cannot push to {repo_id}: {said}; " + _later(folder, repo_id))
     from huggingface_hub import HfApi
 
     api = HfApi()
@@ -65,4 +54,4 @@ def push_folder(folder: Path, repo_id: str, files: tuple[str, ...] = ()) -> str:
     return str(repo)
 
 
-__all__ = ["check_repo_id", "hub_offline", "push_folder"]
+__all__ = ["check_repo_id", "push_folder"]

@@ -46,8 +46,9 @@ def open_hub_splits(repo: str, task: str, data_dir: str | None) -> dict[str, Any
     return {"train": opened.split("train"), "val": opened.split("validation"), "test": opened.split("test")}
 
 
-def missing_data_message(task: str, repo: str) -> str:
-    return f"{task} has no data offline: " + _download_hint(repo)
+def missing_data_message(task: str, repo: str, why: str = "") -> str:
+    """`why`: the hub's reason (`vitx.hub.unreachable`), e.g. that huggingface.co cannot be reached."""
+    return f"{task} has no data offline{f' ({why})' if why else ''}: " + _download_hint(repo)
 
 
 __all__ = ["missing_data_message", "open_hub_splits"]

@@ -10,7 +10,6 @@ release (`data/release.py`) ships the lists itself, and they are used as they ar
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,7 +110,7 @@ def source_kind(task: Task, origin: str, release: bool) -> str:
     return f"hub copy ({origin})"
 
 
-def _pools(task: Task, data_dir: str | None, offline: bool) -> tuple[dict[str, Any], str]:
+def _pools(task: Task, data_dir: str | None, offline: bool | str | None) -> tuple[dict[str, Any], str]:
     if task.data is not None:  # a data task: its own splits (custom.py)
         opened = task.info["opened"]
         pools = {"train": opened.split("train"), "val": opened.split("validation"), "test": opened.split("test"),
@@ -136,7 +135,7 @@ def _pools(task: Task, data_dir: str | None, offline: bool) -> tuple[dict[str, A
         raise VitxError(f"{task.name} has no public copy in VTAB's splits; pass --data-dir with a local copy "
                         f"(train/*.tar and test/*.tar WebDataset shards, or a save_to_disk folder) of {task.tfds}")
     if offline:
-        raise VitxError(missing_data_message(task.name, task.hub))
+        raise VitxError(missing_data_message(task.name, task.hub, offline if isinstance(offline, str) else ""))
     return open_hub_splits(task.hub, task.name, None), task.hub
 
 
@@ -161,8 +160,11 @@ def task_class_names(splits: TaskSplits) -> list[str] | None:
     return [str(n) for n in names]
 
 
-def _offline() -> bool:
-    return any(os.environ.get(k, "") in ("1", "true", "True") for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+def _offline() -> str | None:
+    """Why the hub's copies cannot be read now (offline, or the hub unreachable: `vitx.hub`), None when they can."""
+    from ..hub import unreachable
+
+    return unreachable(datasets=True)
 
 
 def open_full_splits(task: Task, data_dir: str | None = None) -> tuple[Subset, Subset, str]:
@@ -180,7 +182,7 @@ def open_full_splits(task: Task, data_dir: str | None = None) -> tuple[Subset, S
     return train, test, origin
 
 
-def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool | None = None,
+def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool | str | None = None,
               seed: int = 0, test_samples: int = 0) -> TaskSplits:
     """The N-shot splits of `task` from `data_dir`, its embedded generator, or the hub (in that order); a data
     task's are seeded, class-balanced draws (custom.py)."""
