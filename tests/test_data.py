@@ -253,3 +253,16 @@ def test_a_one_class_folder_says_one_class_not_no_labels(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "trains a classifier, which needs two or more classes; this dataset has one" in result.stderr
     assert "no labels" not in result.stderr
+
+
+def test_the_test_split_in_words_says_what_test_samples_drew():
+    """A draw names its size and the split's; asking for more than the split holds is said (all are used), never
+    silently capped."""
+    from vitx.data.draws import describe_test, drawn_test
+
+    test = Shapes(size=8, length=360)
+    assert describe_test(test) == describe_test(test, 360) == "360"
+    assert describe_test(drawn_test(test, 100, 0), 100) == "100 of 360 (a seeded, class-stratified draw: " \
+                                                          "--test-samples)"
+    assert drawn_test(test, 1000, 0) is test
+    assert describe_test(test, 1000) == "all 360 (--test-samples 1,000 asks for more than the split holds)"

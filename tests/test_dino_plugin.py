@@ -162,7 +162,8 @@ def test_export_teacher_of_a_run_without_one_is_one_line(pretrained_run, tmp_pat
     ({"global_crops": 1, "local_crops": 0}, "dino needs at least two crops in all"),
     ({"local_scale": 0.5}, "dino needs local_scale < global_scale, got 0.5 and 0.4"),
     ({"blur_sigma": (2.0, 1.0)}, "dino blur_sigma must be (low, high) pixels with low <= high, got (2.0, 1.0)"),
-    ({"local_size": 6}, "multiple of the patch")])
+    ({"local_size": 6}, "multiple of the patch"),
+    ({"local_size": 64}, "dino local_size 64 is larger than the image (16 px): local crops are the small views")])
 def test_bad_options_are_one_line_errors(options, said):
     with pytest.raises(vitx.VitxError) as caught:
         dino(**options)

@@ -457,3 +457,22 @@ def test_report_reads_damaged_records_as_one_line_and_replaces_only_its_own_page
             target.write_text("mine")
         proc = vitx_cli("report", str(run), "--output", str(target), *extra)
         assert proc.returncode == 0 and target.read_text().startswith("<!doctype html>"), proc.stderr
+
+
+def test_a_page_says_when_metrics_lines_are_damaged(tmp_path, pretrained_run):
+    """A metrics.jsonl whose lines are not metrics records is said on the page (how many, and that they are left
+    out), never read as a run that has logged nothing yet; one torn last line (a kill) is not worth a word."""
+    from vitx.pages import page
+
+    run = tmp_path / "run"
+    shutil.copytree(pretrained_run, run, ignore=shutil.ignore_patterns("checkpoints"))
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join(lines + ['{"step": 9']) + "\n")
+    html = page([run], figures=False)[1]
+    assert "not metrics records" not in html and "Nothing logged yet" not in html
+    (run / "metrics.jsonl").write_text("\n".join(lines[:2] + ["garbage", "[1, 2]", '{"step": "x"}']) + "\n")
+    html = page([run], figures=False)[1]
+    assert "3 lines are not metrics records and are left out" in html
+    (run / "metrics.jsonl").write_text("garbage\n\n[1]\n")
+    html = page([run], figures=False)[1]
+    assert "metrics.jsonl holds 2 lines and none is a metrics record" in html and "Nothing logged yet" not in html

@@ -99,12 +99,15 @@ def drawn_test(test: Any, count: int, seed: int) -> Any:
     return drawn
 
 
-def describe_test(test: Any) -> str:
+def describe_test(test: Any, asked: int = 0) -> str:
     """The test images in words, for a header: "360", or "100 of 360 (a seeded, class-stratified draw:
-    --test-samples)"."""
+    --test-samples)", or "all 360 (--test-samples 1000 asks for more than the split holds)"."""
     whole = getattr(test, "drawn_from", None)
-    return f"{len(test):,}" if whole is None else \
-        f"{len(test):,} of {whole:,} (a seeded, class-stratified draw: --test-samples)"
+    if whole is not None:
+        return f"{len(test):,} of {whole:,} (a seeded, class-stratified draw: --test-samples)"
+    if asked > len(test):
+        return f"all {len(test):,} (--test-samples {asked:,} asks for more than the split holds)"
+    return f"{len(test):,}"
 
 
 def classes_left_out(drawn: np.ndarray, pool: np.ndarray, num_classes: int) -> list[int]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..safe_io import read_record
 from ..errors import VitxError
-from ..plots.series import read_metrics
+from ..plots.series import read_metrics_counted
 from ..runs.rundir import EMA, MARKER, TEACHER, RunDir
 
 REPORT = "report.html"  # a run's (or a transfer's) own page, beside curves.png
@@ -76,6 +76,7 @@ class Run:
     path: Path
     config: dict[str, Any]
     records: list[dict[str, Any]]
+    unreadable: int = 0  # metrics.jsonl lines that are not a metrics record (a kill tears at most the last one)
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -179,12 +180,12 @@ def open_run(path: Path) -> Run:
         from ..runs.trained import check_recorded
 
         check_recorded(f"{path}/config.json", config)  # (its step and settings, as export checks them)
-    records = read_metrics(path) if (path / "metrics.jsonl").is_file() else []
+    records, unreadable = read_metrics_counted(path) if (path / "metrics.jsonl").is_file() else ([], 0)
     if config is None and records:  # a run before its first checkpoint: its metrics, not yet its config.json
         config = {"run": {}}
     if config is None or not isinstance(config.get("run"), dict):
         raise VitxError(f"{path}/config.json is missing or not a vitx run's (no run record)")
-    return Run(path, config, records)
+    return Run(path, config, records, unreadable)
 
 
 __all__ = ["Changed", "REPORT", "Run", "changed_settings", "held_by_another", "open_run",

@@ -115,6 +115,8 @@ def _summary(run: Run) -> Html:
     steps = run.steps
     rows.append(("steps", f"{run.step:,} saved" + (f" of {steps:,}" if steps else "")
                           + (f"; {run.logged:,} logged" if run.logged != run.step else "")))
+    if run.unreadable > 1:  # (one: the line a kill tore)
+        rows.append(("metrics.jsonl", f"{run.unreadable:,} lines are not metrics records and are left out"))
     transfer = run.transfer
     if transfer:
         rows.insert(0, ("transfer", f"{transfer.get('phase', '?')} run of {transfer.get('task', '?')} from "
@@ -130,7 +132,10 @@ def _results(run: Run) -> Html:
         first, last = run.first(key), run.last(key)
         rows.append((code(key), _value(key, first[1]), f"{first[0]:,}", _value(key, last[1]), f"{last[0]:,}"))
     if not rows:
-        return section("Results", para("Nothing logged yet."), id_="results")
+        said = (f"metrics.jsonl holds {run.unreadable:,} line{'s' * (run.unreadable != 1)} and none is a metrics "
+                "record: the file is damaged or not vitx's." if run.unreadable and not run.records
+                else "Nothing logged yet.")
+        return section("Results", para(said), id_="results")
     return section("Results", table(["metric", "first", "at step", "last", "at step"], rows, numeric=(1, 2, 3, 4),
                                     caption="first and last logged value of each metric (metrics.jsonl); val_: "
                                             "the validation split at each checkpoint"), id_="results")

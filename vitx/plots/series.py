@@ -32,6 +32,11 @@ class Panel:
 
 def read_metrics(path: str | Path) -> Records:
     """A run's metrics.jsonl (a run directory or the file itself), skipping a line torn by a kill."""
+    return read_metrics_counted(path)[0]
+
+
+def read_metrics_counted(path: str | Path) -> tuple[Records, int]:
+    """read_metrics and how many non-blank lines it skipped: a page says so when that is more than a torn last one."""
     path = Path(path)
     if not path.exists():
         raise VitxError(f"no run directory or metrics file {path}")
@@ -42,15 +47,20 @@ def read_metrics(path: str | Path) -> Records:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise VitxError(f"cannot read {file} as metrics ({exc})") from None
-    records = []
+    records, skipped = [], 0
     for line in text.splitlines():
+        if not line.strip():
+            continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
+            skipped += 1
             continue
         if isinstance(record, dict) and _finite(record.get("step")):  # (a step of 1e400 reads as inf: no step)
             records.append(record)
-    return records
+        else:
+            skipped += 1
+    return records, skipped
 
 
 def _finite(value: Any) -> bool:

@@ -25,7 +25,7 @@ def open_task_run(cfg: TransferConfig, task: Task, splits: TaskSplits | None,
                   console: Console) -> tuple[Prepared, dict[str, Any]]:
     """The task's prepared splits and start, its header lines, and the settings every file of its result carries."""
     prep = prepare(cfg, task, splits)
-    console.print(f"{task.name}: {len(prep.train)} train + {len(prep.val)} val images, test {describe_test(prep.test)} "
+    console.print(f"{task.name}: {len(prep.train)} train + {len(prep.val)} val images, test {describe_test(prep.test, cfg.test_samples)} "
                   f"({prep.splits.origin}) at {prep.preprocess.image_size}px | from {cfg.start} | "
                   f"adapters {', '.join(a.describe() for a in prep.adapters)}", soft_wrap=True)
     pre = prep.preprocess
@@ -134,7 +134,7 @@ class Worker:
                                                  "selection": selection, "chosen": {"lr": lr, "steps": steps}},
                            curves=self.cfg.curves and item.index == 0)
         limit = len(prep.test)  # --test-samples drew them already (data/draws.py: one rule, eval's too)
-        self.console.print(f"{item.task}: evaluating on {describe_test(prep.test)} test images", soft_wrap=True)
+        self.console.print(f"{item.task}: evaluating on {describe_test(prep.test, self.cfg.test_samples)} test images", soft_wrap=True)
         tested = fitted.trainer.evaluate(prep.test, limit=limit, prefix="test_")
         if fitted.trainer.setup.ema is not None:  # --ema-decay: the average of the weights, tested beside them
             tested.update(fitted.trainer.evaluate(prep.test, limit=limit, prefix="ema_test_",

@@ -193,6 +193,9 @@ class DINO(Objective):
         self.local_size = local_size or max(self.patch, round(self.image_size * LOCAL_FRACTION / self.patch) * self.patch)
         if local_crops and self.local_size % self.patch:
             raise VitxError(f"dino local_size must be a multiple of the patch size {self.patch}, got {local_size}")
+        if local_crops and self.local_size > self.image_size:
+            raise VitxError(f"dino local_size {local_size} is larger than the image ({self.image_size} px): local "
+                            f"crops are the small views (DINO's 96 beside 224); give at most {self.image_size}, or 0")
         backbone.patch_embed.strict_img_size = False  # local crops are smaller: position embeddings are resampled
 
         def head(like: nn.Module | None = None) -> nn.Module:
