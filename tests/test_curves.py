@@ -95,11 +95,15 @@ def test_plot_errors_are_one_line(tmp_path):
     (tmp_path / "steps").mkdir()
     (tmp_path / "steps" / "metrics.jsonl").write_text('{"step": 1, "images_per_s": 3.0}\n')
     (tmp_path / "file").write_text("")
+    (tmp_path / "torn").mkdir()
+    (tmp_path / "torn" / "metrics.jsonl").write_text('garbage\n\n[1, 2]\n')
     (tmp_path / "loss").mkdir()
     (tmp_path / "loss" / "metrics.jsonl").write_text('{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.0}\n')
     through = tmp_path / "file" / "x.png"
     for args, says in [([str(tmp_path / "empty")], "no metrics.jsonl in"),
                        ([str(tmp_path / "steps")], "nothing to plot"),
+                       ([str(tmp_path / "torn")], "its metrics.jsonl holds 2 lines and none is a metrics record "
+                                                  "(damaged, or not vitx's)"),
                        ([str(tmp_path / "steps"), "--output", str(tmp_path / "x.gif")], "cannot write a figure"),
                        ([str(tmp_path / "loss"), "--output", str(through)],  # the wording every write failure has
                         f"error: cannot write {through}: part of the path is a file, not a folder\n")]:

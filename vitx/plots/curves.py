@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..errors import VitxError
 from .canvas import figure_format, new_figure, save, styled
-from .series import SPLITS, Panel, Records, base_name, plan_panels, read_metrics, series
+from .series import SPLITS, Panel, Records, base_name, plan_panels, read_metrics, read_metrics_counted, series
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -111,10 +111,14 @@ def draw_runs(paths: Sequence[str | Path], output: str | Path) -> list[Panel]:
     twice = [name for name in names if names.count(name) > 1]
     if twice:
         raise VitxError(f"{twice[0]} is named twice; name each run once")
-    runs = {name: read_metrics(p) for name, p in zip(names, paths)}
-    empty = [name for name, records in runs.items() if not records]
+    counted = {name: read_metrics_counted(p) for name, p in zip(names, paths)}
+    empty = [(name, skipped) for name, (records, skipped) in counted.items() if not records]
     if empty:
-        raise VitxError(f"nothing to plot in {empty[0]}: no metrics records")
+        name, skipped = empty[0]
+        raise VitxError(f"nothing to plot in {name}: " + (f"its metrics.jsonl holds {skipped:,} line{'s' * (skipped != 1)} "
+                                                         "and none is a metrics record (damaged, or not vitx's)"
+                                                         if skipped else "no metrics records"))
+    runs = {name: records for name, (records, _) in counted.items()}
     return draw(runs, output, title=names[0] if len(names) == 1 else "")
 
 
