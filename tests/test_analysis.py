@@ -137,6 +137,14 @@ def test_vitx_inspect_writes_four_figures_and_the_numbers(pretrained_run, tmp_pa
     assert len(numbers["embedding_filters"]["explained_variance"]) == 28
     assert np.array(numbers["position_similarity"]["matrix"]).shape == (16, 16)
     assert np.array(numbers["attention_rollout"]["maps"]).shape == (1, 4, 4)
+    assert numbers["samples"] == numbers["attention_distance"]["images"] == 16 and "samples_asked" not in numbers
+    # again into its own folder (replaced unasked), asking for more images than the data holds: the count used
+    proc = vitx_cli("inspect", str(pretrained_run), "--image", str(picture), "--samples", "100000",
+                    "--output-dir", str(out))
+    numbers = json.loads((out / "analysis.json").read_text())
+    assert proc.returncode == 0 and numbers["samples_asked"] == 100000, proc.stderr[-2000:]
+    assert numbers["samples"] == numbers["attention_distance"]["images"] == 360
+    assert f"(px, 360 images of embedded:digits (the data holds 360 of the 100000 asked))" in proc.stderr
 
 
 def test_vitx_inspect_user_errors_are_one_line(tmp_path, pretrained_run):

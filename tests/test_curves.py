@@ -105,8 +105,8 @@ def test_plot_errors_are_one_line(tmp_path):
                        ([str(tmp_path / "torn")], "its metrics.jsonl holds 2 lines and none is a metrics record "
                                                   "(damaged, or not vitx's)"),
                        ([str(tmp_path / "steps"), "--output", str(tmp_path / "x.gif")], "cannot write a figure"),
-                       ([str(tmp_path / "loss"), "--output", str(through)],  # the wording every write failure has
-                        f"error: cannot write {through}: part of the path is a file, not a folder\n")]:
+                       ([str(tmp_path / "loss"), "--output", str(through)],  # checked before drawing, as bench's
+                        f"error: --output {through}: {tmp_path / 'file'} is a file, not a folder\n")]:
         proc = vitx_cli("plot", *args)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
 

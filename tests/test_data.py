@@ -102,6 +102,22 @@ def test_a_16_bit_png_is_scaled_to_8_bits_not_wrapped(tmp_path):
     assert out.dtype == torch.uint8 and out[0, 0].tolist() == [0, 1, 2, 255]
 
 
+def test_deep_and_float_tiffs_decode_as_their_8_bit_png_does(tmp_path):
+    """PIL's convert("RGB") clips 16-bit grey (a TIFF all but white) and float grey (black): scaled as torchvision
+    scales a 16-bit PNG instead, float in [0, 1] times 255; float on another scale is refused, never guessed."""
+    grey = (np.indices((16, 16)).sum(0) * 8).astype(np.uint8)  # (16, 16) 0 … 240
+    Image.fromarray(grey).save(tmp_path / "g8.png")
+    Image.fromarray(grey.astype(np.uint16) * 257).save(tmp_path / "g16.tif")
+    Image.fromarray(grey.astype(np.float32) / 255).save(tmp_path / "float.tif")
+    Image.fromarray(grey.astype(np.float32)).save(tmp_path / "float255.tif")
+    want = decode(EncodedImage.from_file(str(tmp_path / "g8.png")))  # (3, 16, 16)
+    for name in ("g16.tif", "float.tif"):
+        assert torch.equal(decode(EncodedImage.from_file(str(tmp_path / name))), want), name
+    with pytest.raises(CorruptImageError, match=r"float255\.tif: a floating-point image with values in \[0, 240\], "
+                                                r"not \[0, 1\]"):
+        decode(EncodedImage.from_file(str(tmp_path / "float255.tif")))
+
+
 def test_an_image_claiming_too_many_pixels_is_refused_before_decoding(tmp_path, monkeypatch):
     """The header's size is read first: torchvision has no decompression-bomb limit (a 50 KB PNG claiming
     20000×20000 took 1.9 GB in `vitx predict`). The limit is PIL's, lowered here to keep the test small."""

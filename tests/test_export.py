@@ -220,3 +220,16 @@ def test_a_tampered_config_is_one_line_not_a_model_card(pretrained_run, tmp_path
         (run / "config.json").write_text(tampered if isinstance(tampered, str) else json.dumps(tampered))
         _one_line(vitx_cli("export", str(run), "--to", str(tmp_path / f"exp{i}")), said)
         assert not (tmp_path / f"exp{i}").exists()
+
+
+def test_the_card_shows_the_figures_of_the_exported_step_not_those_logged_after_it(pretrained_run, tmp_path):
+    """A run stopped between checkpoints has logged steps its weights do not hold: the card's figures are those
+    of the exported step (the last checkpoint), never a later loss beside the earlier weights."""
+    run = _copy_run(pretrained_run, tmp_path / "run")
+    step = json.loads((run / "config.json").read_text())["step"]
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": step + 20, "loss": 9.5, "top1": 0.01}) + "\n")
+    assert vitx_cli("export", str(run), "--to", str(tmp_path / "exp")).returncode == 0
+    card = (tmp_path / "exp" / "README.md").read_text()
+    assert f"At step {step} (training figures: the last logged step of the exported weights" in card
+    assert "9.5" not in card and f"At step {step + 20}" not in card

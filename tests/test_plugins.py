@@ -89,6 +89,12 @@ def test_a_plugin_file_that_raises_is_one_line(tmp_path):
     proc = vitx_cli("objectives", "--plugin", str(exits))
     assert proc.returncode == 0 and "supervised" in proc.stdout
     assert f"warning: vitx plugin '{exits}' failed to load: it called sys.exit(0)" in proc.stderr
+    # a command that does work does not do it without the plugin the user named: one error line, nothing run
+    proc = vitx_cli("pretrain", "--plugin", str(bad), "--steps", "1", "--output-dir", str(tmp_path / "run"))
+    assert proc.returncode == 2 and proc.stderr == f"error: plugin {bad} failed to load: RuntimeError: this plugin is " \
+                                                   "broken; the command would run without it (`vitx plugins` lists " \
+                                                   "what loaded)\n", proc.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_plugin_backbone_that_fails_to_build_is_one_line(tmp_path):
@@ -152,3 +158,35 @@ def test_temporary_undoes_registrations():
         vitx.register_task("temp/task", object())
         assert "temp-objective" in vitx.OBJECTIVES and "temp/task" in vitx.TASKS
     assert "temp-objective" not in vitx.OBJECTIVES and "temp/task" not in vitx.TASKS
+
+
+def test_a_plugins_malformed_components_are_one_line(tmp_path):
+    """A task that is not a Task and an adapter that is not an Adapter fail when the plugin loads (one warning
+    where the command lists, one error where it works); a task function that raises is listed with "?"; an
+    objective whose forward returns no tensor loss ends the run in one line naming it."""
+    from .helpers import vitx_cli
+
+    plugin = tmp_path / "bad_parts.py"
+    plugin.write_text("import vitx\nvitx.register_task('evil/task', 'not a Task')\n")
+    proc = vitx_cli("tasks", "--plugin", str(plugin))
+    assert proc.returncode == 0 and f"warning: vitx plugin '{plugin}' failed to load: TypeError: task 'evil/task' " \
+        "must be a vitx.tasks.Task (or a function returning one), got str" in proc.stderr, proc.stderr
+    plugin.write_text("import vitx\n@vitx.register_adapter('zzz')\ndef zzz(**kw):\n    return None\n")
+    proc = vitx_cli("transfer", "--plugin", str(plugin), "--adapter", "zzz")
+    assert proc.returncode == 2 and proc.stderr == f"error: plugin {plugin} failed to load: TypeError: adapter 'zzz' " \
+        "must be a subclass of vitx.adapters.Adapter, got zzz (function); the command would run without it " \
+        "(`vitx plugins` lists what loaded)\n", proc.stderr
+    task_fn = tmp_path / "task_fn.py"
+    task_fn.write_text("import vitx\n@vitx.register_task('evil/fn')\ndef f():\n    raise RuntimeError('boom')\n")
+    proc = vitx_cli("tasks", "evil/*", "--plugin", str(task_fn))
+    assert proc.returncode == 0 and "evil/fn" in proc.stdout and \
+        f"warning: task 'evil/fn' (file {task_fn}) failed to build: RuntimeError: boom\n" == proc.stderr, proc.stderr
+    objective = tmp_path / "int_loss.py"
+    objective.write_text("import vitx\nfrom vitx.objectives.base import Objective\n"
+                         "@vitx.register_objective('int-loss')\nclass IntLoss(Objective):\n"
+                         "    def forward(self, batch):\n        return {'loss': 0}\n")
+    proc = vitx_cli("pretrain", "--plugin", str(objective), "--objective", "int-loss", "--steps", "2", "--workers",
+                    "0", "--output-dir", str(tmp_path / "run"))
+    assert proc.returncode == 2 and proc.stderr.endswith(
+        "error: objective 'int-loss': its forward must return a dict with a scalar float tensor 'loss', got loss 0\n"), \
+        proc.stderr

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import registry
+from .errors import VitxError
 
 GROUP = "vitx.plugins"  # a plugin that may register any kind
 KIND_GROUPS = {"backbone": "vitx.backbones", "objective": "vitx.objectives", "adapter": "vitx.adapters",
@@ -41,15 +42,20 @@ def load_plugins(kind: str | None = None) -> None:
                 _load(ep.name, f"entry point {ep.name} ({ep.dist.name if ep.dist else ep.value})", ep.load)
 
 
-def load_plugin(target: str) -> bool:
-    """Import one plugin: a `.py` file or an importable module name. Reports a failure in one line, returns
+def load_plugin(target: str, strict: bool = False) -> bool:
+    """Import one plugin: a `.py` file or an importable module name. Reports a failure in one line (`strict`:
+    as an error, for a command that would otherwise do its work without the plugin the user named), returns
     whether it loaded. Loading the same target twice does nothing."""
     is_file = target.endswith(".py") or os.sep in target
-    return _load(target, f"file {target}" if is_file else f"module {target}",
-                 lambda: _exec_file(target) if is_file else importlib.import_module(target))
+    done = _load(target, f"file {target}" if is_file else f"module {target}",
+                 lambda: _exec_file(target) if is_file else importlib.import_module(target), warn=not strict)
+    if strict and not done:
+        raise VitxError(f"plugin {target} failed to load: {failed[target]}; the command would run without it (`vitx "
+                        "plugins` lists what loaded)")
+    return done
 
 
-def _load(name: str, origin: str, load: Callable[[], object]) -> bool:
+def _load(name: str, origin: str, load: Callable[[], object], warn: bool = True) -> bool:
     """Run `load` once per plugin name, crediting what it registers to `origin`; whether the plugin loaded."""
     if name in loaded or name in failed:
         return name in loaded
@@ -63,7 +69,8 @@ def _load(name: str, origin: str, load: Callable[[], object]) -> bool:
     except (Exception, SystemExit) as exc:  # a broken plugin (or one that exits) must not take the toolkit down
         failed[name] = f"it called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else \
             f"{type(exc).__name__}: {exc}".splitlines()[0]
-        print(f"warning: vitx plugin '{name}' failed to load: {failed[name]}", file=sys.stderr)
+        if warn:
+            print(f"warning: vitx plugin '{name}' failed to load: {failed[name]}", file=sys.stderr)
         return False
 
 
@@ -76,10 +83,10 @@ def _exec_file(target: str) -> None:
     spec.loader.exec_module(module)
 
 
-def load_env_plugins() -> None:
-    """The plugins VITX_PLUGINS names (files or modules, separated by os.pathsep)."""
+def load_env_plugins(strict: bool = False) -> None:
+    """The plugins VITX_PLUGINS names (files or modules, separated by os.pathsep); `strict`: as load_plugin."""
     for target in filter(None, os.environ.get("VITX_PLUGINS", "").split(os.pathsep)):
-        load_plugin(target.strip())
+        load_plugin(target.strip(), strict)
 
 
 registry.discover = load_plugins  # the registry asks for a kind's plugins before its first lookup

@@ -13,9 +13,12 @@ import torch  # noqa: E402
 
 
 def _save(fig: "plt.Figure", path: Path) -> Path:
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    from ..plots.canvas import save
+
+    try:
+        return save(fig, path, dpi=120, bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 def filter_figure(components: torch.Tensor, explained: torch.Tensor, path: Path) -> Path:

@@ -140,6 +140,9 @@ def inspect_backbone(backbone: nn.Module, out_dir: str | Path, data: str = "embe
     result["position_similarity"] = {**row_column_structure(sim, grid), "matrix": sim.round(decimals=4).tolist()}
 
     images, _ = sample_images(data, size, samples, normal=normal)
+    result["samples"] = len(images)  # (the data may hold fewer than asked: the count averaged over is recorded)
+    if len(images) < samples:
+        result["samples_asked"] = samples
     distances = attention_statistics(backbone, images, progress=progress)
     distance_figure(distances, size, out / FIGURES[2])
     result["attention_distance"] = {"pixels": distances, "layer_mean": [float(np.mean(d)) for d in distances],
@@ -156,4 +159,14 @@ def inspect_backbone(backbone: nn.Module, out_dir: str | Path, data: str = "embe
     return result
 
 
-__all__ = ["FIGURES", "attention_statistics", "inspect_backbone", "load_images", "rollout_maps", "sample_images"]
+def is_analysis(path: Path) -> bool:
+    """Whether `path` holds an analysis.json `vitx inspect` wrote: what a later inspect replaces unasked."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(record, dict) and {"position_similarity", "attention_distance"} <= set(record)
+
+
+__all__ = ["FIGURES", "attention_statistics", "inspect_backbone", "is_analysis", "load_images", "rollout_maps",
+           "sample_images"]

@@ -5,6 +5,7 @@ app, `--help` and the listings start in well under a second, and a plugin is imp
 """
 from __future__ import annotations
 
+import errno
 import sys
 from typing import List
 
@@ -53,6 +54,9 @@ app.add_typer(eval_app, name="eval")
 add_evaluators()  # the built-in ones now (`app` is whole when imported); main() again after plugins load
 
 
+LISTINGS = ("models", "objectives", "adapters", "tasks", "plugins")  # commands that list; the others do work
+
+
 def _take_plugins(argv: list[str]) -> tuple[list[str], list[str]]:
     """`--plugin X` may stand anywhere (`vitx pretrain --plugin f.py ...`): pull every one out before parsing, so
     the plugin's names exist when the command's options are checked."""
@@ -69,6 +73,17 @@ def _take_plugins(argv: list[str]) -> tuple[list[str], list[str]]:
         else:
             rest.append(arg)
     return rest, plugins
+
+
+def _check_utf8(argv: list[str]) -> None:
+    """Refuse an argument that is not valid UTF-8 (a path typed in another encoding reaches Python as lone
+    surrogates): safetensors, JSON and the pages need UTF-8 names, and would fail only after the work."""
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise VitxError(f"the argument {ascii(arg)[1:-1]} is not valid UTF-8; vitx's files record paths and "
+                            "names as UTF-8: rename it") from None
 
 
 def _command_path(argv: list[str]) -> str:
@@ -119,10 +134,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with command_stops():  # a stop signal or Ctrl-C is one line (runner/preemption.py: the rule for every command)
             given = sys.argv[1:] if argv is None else list(argv)
+            _check_utf8(given)
             argv, plugins = _take_plugins(given)
-            load_env_plugins()
+            strict = bool(argv) and argv[0] not in LISTINGS and "--help" not in argv  # (a listing shows the failure)
+            load_env_plugins(strict)
             for target in plugins:
-                load_plugin(target)
+                load_plugin(target, strict)
             add_evaluators()  # vitx eval NAME for every evaluator, a plugin's included
             with recording(given):  # config.json records the command line (model cards show it)
                 code = _run_app(argv)
@@ -132,6 +149,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{exc.label}: {exc.user_message()}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:  # a path the user gave, wherever it is first used
+            name = str(exc.filename or "a path")
+            print(f"error: {name[:60] + '…' if len(name) > 60 else name}: a name in this path is longer than the "
+                  "filesystem allows (255 bytes a name)", file=sys.stderr)
+            sys.exit(2)
         if exc.errno not in DISK_STATE_ERRNOS:  # the machine's state, whatever command
             raise
         from ..errors import cannot_write

@@ -129,11 +129,17 @@ def adapters(pattern: str = typer.Argument("*", help="fnmatch filter.")) -> None
 
 def tasks(pattern: str = typer.Argument("*", help="fnmatch filter, e.g. 'vtab/*'.")) -> None:
     """List the transfer tasks with their group, classes, label definition and data."""
+    from ..errors import VitxError
     from ..tasks import get_task
 
     table = _table("vitx tasks", ("name", "group", "classes", "label", "data"), right=("classes",))
     for name in TASKS.names(pattern):
-        task = get_task(name)
+        try:
+            task = get_task(name)
+        except VitxError as exc:  # a plugin's broken task: listed, and said once, as `vitx models` does backbones
+            typer.echo(f"warning: {exc}", err=True)
+            table.add_row(name, "?", "?", "?", "?")
+            continue
         where = ["embedded"] if task.embedded else []
         where += [f"hf:{task.hub}"] if task.hub else ["--data-dir"]
         table.add_row(name, task.group, str(task.num_classes), escape(task.label), escape(", ".join(where)))

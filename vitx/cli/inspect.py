@@ -16,13 +16,16 @@ def inspect(
     data: Optional[str] = typer.Option(None, help="Images for the mean attention distance. \\[default: the checkpoint's embedded data, else embedded:shapes]"),
     samples: int = typer.Option(128, help="How many images the mean attention distance averages over (the paper: 128)."),
     components: int = typer.Option(28, help="Principal components of the embedding filters to show (the paper: 28)."),
-    output_dir: Optional[str] = typer.Option(None, help="Where the figures and analysis.json go. \\[default: CHECKPOINT/inspect, or runs/inspect/<name>]"),
+    output_dir: Optional[str] = typer.Option(None, help="Where the figures and analysis.json go; files of those names there are replaced only when inspect wrote them. \\[default: CHECKPOINT/inspect, or runs/inspect/<name>]"),
+    force: bool = typer.Option(False, "--force", help="Replace files of the figures' and analysis.json's names in --output-dir that inspect did not write (never a run's own)."),
 ) -> None:
     """Embedding filters, position-embedding similarity, mean attention distance, attention rollout."""
     from ..analysis import FIGURES, inspect_backbone
+    from ..analysis.inspection import is_analysis
+    from ..plots.canvas import is_vitx_figure
     from ..runner.launch import is_main_process, process_device
     from ..runs.start import load_start, start_data, start_input
-    from ..settings.paths import writable_folder
+    from ..settings.paths import writable_file, writable_folder
 
     if not is_main_process():  # under a launcher: one process inspects, on its own device
         return
@@ -30,6 +33,10 @@ def inspect(
     out = Path(output_dir) if output_dir else (
         Path(start) / "inspect" if Path(start).is_dir() else Path("runs/inspect") / name.replace("/", "-").replace(":", "-"))
     writable_folder(out)  # (a refusal before the progress bar, whose end would print first)
+    for name in (*FIGURES, "analysis.json"):  # a user's files of these names are not replaced unasked
+        ours = is_analysis if name == "analysis.json" else is_vitx_figure
+        writable_file(out / name, "--output-dir", force, ours=ours,
+                      what="what vitx inspect wrote" if name == "analysis.json" else "a figure vitx drew")
     backbone = load_start(start, model).to(process_device())
     given = start_input(start, backbone)  # the start's own normalisation
     normal = {"mean": tuple(given["mean"]), "std": tuple(given["std"]), "interpolation": given["interpolation"]}
@@ -43,6 +50,8 @@ def inspect(
     console.print(f"{name}: {result['image_size']}px, {result['grid'][0]}×{result['grid'][1]} patches", soft_wrap=True)
     console.print(f"  position embeddings: same row/column {pos['same_row_or_column']:.3f} vs neither "
                   f"{pos['neither']:.3f} (gap {pos['row_column_gap']:.3f})", soft_wrap=True)
-    console.print(f"  mean attention distance by layer (px, {samples} images of {data}): {means}", soft_wrap=True)
+    fewer = f" (the data holds {result['samples']} of the {samples} asked)" if "samples_asked" in result else ""
+    console.print(f"  mean attention distance by layer (px, {result['samples']} images of {data}{fewer}): {means}",
+                  soft_wrap=True)
     written = [f for f in FIGURES if (out / f).exists()]
     console.print(f"wrote {', '.join(written)} and analysis.json → {out}", soft_wrap=True)

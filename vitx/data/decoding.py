@@ -61,9 +61,31 @@ def decode(image: Any) -> "torch.Tensor":
             raise ValueError(f"expected a (3, H, W) uint8 tensor, got {tuple(image.shape)} {image.dtype}")
         return image
     if isinstance(image, Image.Image):
-        image = np.asarray(image.convert("RGB"))
+        image = _rgb(image)
     arr = np.ascontiguousarray(image, dtype=np.uint8)  # (H, W, 3)
     return torch.from_numpy(arr.copy() if not arr.flags.writeable else arr).permute(2, 0, 1)  # (3, H, W)
+
+
+WIDE_GREY = ("I;16", "I;16B", "I;16L", "I;16N", "I")  # PIL's 16- and 32-bit integer grey modes (TIFF, PGM)
+
+
+def _rgb(image: Image.Image) -> np.ndarray:
+    """A PIL image as (H, W, 3) uint8 RGB. Grey deeper than 8 bits is scaled to 8 as torchvision scales a 16-bit
+    PNG (the top 8 bits), and float grey in [0, 1] times 255: PIL's convert("RGB") would clip them (a 16-bit
+    TIFF all but white, a float one black) and train on that without a word. Float grey outside [0, 1] has no
+    scale vitx can know: refused."""
+    if image.mode in WIDE_GREY:
+        grey = (np.clip(np.asarray(image, dtype=np.int64), 0, 65535) >> 8).astype(np.uint8)  # (H, W)
+    elif image.mode == "F":
+        grey = np.asarray(image, dtype=np.float64)  # (H, W)
+        low, high = (float(grey.min()), float(grey.max())) if grey.size else (0.0, 0.0)
+        if not (np.isfinite(grey).all() and 0 <= low and high <= 1):
+            raise ValueError(f"a floating-point image with values in [{low:g}, {high:g}], not [0, 1]: its scale is "
+                             "unknown; convert it to 8 or 16 bits")
+        grey = np.rint(grey * 255).astype(np.uint8)
+    else:
+        return np.asarray(image.convert("RGB"))
+    return np.repeat(grey[:, :, None], 3, axis=2)  # (H, W, 3)
 
 
 _torchvision_unusable: str | None = None  # why torchvision's decoder cannot be used in this process, once known
@@ -137,7 +159,7 @@ def _decode_bytes(image: EncodedImage) -> "torch.Tensor":
         return out
     try:
         with Image.open(io.BytesIO(image.data)) as img:
-            return decode(img.convert("RGB"))  # convert forces the full decode
+            return decode(img)  # (`_rgb` forces the full decode)
     except Exception as exc:
         reason = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(exc)) or type(exc).__name__
         raise CorruptImageError(f"cannot decode image {image.name}: {reason}") from None

@@ -60,7 +60,10 @@ def _training(run: TrainedRun) -> list[tuple[str, str]]:
 
 
 def _metrics(run: TrainedRun) -> list[str]:
-    rows = run.metrics()
+    """The figures logged at the exported weights' step or before (a stopped run may have logged past its last
+    checkpoint: those steps are not in the weights)."""
+    exported = run.config.get("step")
+    rows = [r for r in run.metrics() if not isinstance(exported, int) or r["step"] <= exported]
     if not rows:
         return []
     last = rows[-1]
@@ -72,7 +75,8 @@ def _metrics(run: TrainedRun) -> list[str]:
             break
     if not shown:
         return []
-    lines = [f"At step {last.get('step')} (training figures: the last logged step; `val_`: the held-out split):",
+    lines = [f"At step {last.get('step')} (training figures: the last logged step of the exported weights; `val_`: "
+             "the held-out split):",
              "", "| metric | value |", "|---|---|"]
     lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in shown.items()]
     return lines + [""]

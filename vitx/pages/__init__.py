@@ -76,18 +76,22 @@ def page(paths: Sequence[Path], figures: bool = True) -> tuple[str, str]:
 GENERATOR = '<meta name="generator" content="vitx '  # what every page vitx writes has in its head (html.py)
 
 
-def replaceable(target: Path, named: str, force: bool = False) -> None:
-    """Refuse to write a page over a file that is not one of vitx's pages (a user's own file, a run's weights)
-    unless `force`: a page vitx wrote before is what rerunning `vitx report` replaces."""
-    if force or not target.is_file():
-        return
+def is_page(path: Path) -> bool:
+    """Whether the file at `path` is a page vitx wrote (its generator tag, in its head)."""
     try:
-        with open(target, "rb") as stream:
-            head = stream.read(4096)
+        with open(path, "rb") as stream:
+            return GENERATOR.encode() in stream.read(4096)
     except OSError:
-        return  # (the write itself then says why it cannot)
-    if GENERATOR.encode() not in head:
-        raise VitxError(f"{named} {target} exists and is not a vitx page; give a new file, or --force to replace it")
+        return False
+
+
+def replaceable(target: Path, named: str, force: bool = False) -> None:
+    """Refuse to write a page over a file that is not one of vitx's pages (a user's own file) unless `force`,
+    and over a run's own files (its weights, its records) even then: a page vitx wrote before is what rerunning
+    `vitx report` replaces (settings/paths.py: the rule every output file follows)."""
+    from ..settings.paths import writable_file
+
+    writable_file(target, named, force, example="report.html", ours=is_page, what="a vitx page")
 
 
 def write(html: str, output: Path) -> Path:
@@ -111,6 +115,9 @@ def write_own_page(folder: str | Path, kind: str, figures: bool, warn: Callable[
 
     folder = Path(folder)
     try:
+        if (folder / REPORT).is_file() and not is_page(folder / REPORT):  # a user's own file of that name stays
+            warn(f"warning: {folder / REPORT} not written: a file of that name is there and is not a vitx page")
+            return None
         if kind == "run" and held_by_another(folder):
             return None  # another process writes this run now: its page is that process's to write
         if kind == "run":

@@ -25,6 +25,22 @@ STYLE = {"font.size": 7, "axes.titlesize": 8, "axes.labelsize": 7, "legend.fonts
 FORMATS = ("png", "pdf", "svg")
 PANEL_INCHES = (3.2, 2.3)  # one panel; at 100 dpi a 2×2 figure is about 640×500 pixels
 DPI = 100
+MARK = "vitx"  # every figure's metadata names it (PNG Software, SVG and PDF Creator): a vitx figure is known by it
+_MARKS = (b"Software\x00" + MARK.encode(), b"<dc:title>" + MARK.encode() + b"</dc:title>",
+          b"/Creator (" + MARK.encode() + b")")
+
+
+def is_vitx_figure(path: Path) -> bool:
+    """Whether the file at `path` is a figure vitx drew (its metadata's mark, near its start or its end): what a
+    command that draws may replace without --force."""
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(8192)
+            stream.seek(max(0, os.fstat(stream.fileno()).st_size - 8192))
+            tail = stream.read()
+    except OSError:
+        return False
+    return any(mark in head or mark in tail for mark in _MARKS)
 
 
 def grid(n: int) -> tuple[int, int]:
@@ -63,14 +79,16 @@ def figure_format(path: str | Path) -> str:
     return fmt
 
 
-def save(fig: "Figure", path: str | Path) -> Path:
-    """Write `fig` to `path` (format from the suffix: png, pdf or svg) under a temporary name, then rename. A
-    device or a pipe the user names (/dev/stdout, /dev/null) is written to, never replaced by the rename."""
+def save(fig: "Figure", path: str | Path, dpi: int = DPI, **options: Any) -> Path:
+    """Write `fig` to `path` (format from the suffix: png, pdf or svg) under a temporary name, then rename, with
+    vitx's mark in its metadata (`is_vitx_figure`). A device or a pipe the user names (/dev/stdout, /dev/null)
+    is written to, never replaced by the rename. `options`: savefig's (bbox_inches, ...)."""
     path = Path(path)
     fmt = figure_format(path)
+    options = {"format": fmt, "dpi": dpi, "metadata": {"Software" if fmt == "png" else "Creator": MARK}, **options}
     if path.exists() and not path.is_file() and not path.is_dir():
         drawn = io.BytesIO()  # (matplotlib's writers seek: a pipe cannot)
-        fig.savefig(drawn, format=fmt, dpi=DPI)
+        fig.savefig(drawn, **options)
         try:
             path.write_bytes(drawn.getvalue())
         except OSError as exc:
@@ -79,7 +97,7 @@ def save(fig: "Figure", path: str | Path) -> Path:
     tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(8)}")  # unique on a shared disk, not a pid
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(tmp, format=fmt, dpi=DPI)
+        fig.savefig(tmp, **options)
         os.replace(tmp, path)
     except OSError as exc:  # a read-only folder, a file where a folder should be, a full disk
         raise cannot_write(path, exc) from None

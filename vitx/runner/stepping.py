@@ -65,6 +65,18 @@ class Stepping:
             image = pre.erase(image)
         return {"image": image.to(self.input_dtype), "label": label}
 
+    def _check_output(self, out: Any) -> None:
+        """An objective's forward returns a dict with a scalar tensor `loss` (the contract, `objectives/base.py`):
+        a plugin's that does not is one line naming it, not an AttributeError deep in the step."""
+        loss = out.get("loss") if isinstance(out, dict) else None
+        if not (isinstance(loss, torch.Tensor) and loss.ndim == 0 and loss.is_floating_point()):
+            name = getattr(self.setup.objective, "name", type(self.setup.objective).__name__)
+            got = f"a {type(out).__name__}" if not isinstance(out, dict) else "no 'loss'" if loss is None else \
+                f"loss {loss!r:.60}" if not isinstance(loss, torch.Tensor) else \
+                f"a {loss.dtype} loss of shape {tuple(loss.shape)}"
+            raise VitxError(f"objective '{name}': its forward must return a dict with a scalar float tensor 'loss', "
+                            f"got {got}")
+
     def step(self, micro_batches: list[dict[str, Any]] | None = None) -> None:
         """One optimiser step over `grad_accum` micro-batches (drawn from the stream when not given).
 
@@ -86,6 +98,7 @@ class Stepping:
             batch = self.to_device(batch, train=True)
             with acc.accumulate(setup.model):
                 out = self.forward(batch)
+                self._check_output(out)
                 bad = bad + (~torch.isfinite(out["loss"].detach())).float()
                 acc.backward(out["loss"])
                 if acc.sync_gradients:

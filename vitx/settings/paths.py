@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from ..errors import VitxError
 
 
-def writable_file(path: str, flag: str, force: bool = False, example: str = "results.json") -> None:
+def writable_file(path: str | Path, flag: str, force: bool = False, example: str = "results.json",
+                  ours: Callable[[Path], bool] | None = None, what: str = "") -> None:
     """Refuse, before any work, a file path that cannot be written: an existing folder, a file where one of
     its folders should be, a folder that cannot be written into (the file is written last, after minutes of
-    feature extraction or measuring), or, without `force`, a file already there (an earlier result is never
-    replaced unasked). `example`: the file name the refusal of a folder suggests."""
+    feature extraction or measuring), or a file already there that the command may not replace (`replaceable`).
+    `example`: the file name the refusal of a folder suggests."""
     target = Path(path).expanduser()
-    if target.is_dir():
+    if target.is_dir() or not target.name:  # (`-o .`, `-o /`: no file name either)
         raise VitxError(f"{flag} {path} is a folder; give a file to write, e.g. {flag} {target / example}")
-    if (target.is_file() or (target.is_symlink() and not target.exists())) and not force:  # (a device or a pipe,
-        # /dev/stdout say, is written to: nothing there is replaced)
-        raise VitxError(f"{flag} {path} exists; give a new file, or pass --force to replace it")
+    replaceable(target, flag, force, ours, what)
     for parent in target.parents:
         if parent.exists():
             if not parent.is_dir():
@@ -26,6 +26,38 @@ def writable_file(path: str, flag: str, force: bool = False, example: str = "res
             if not os.access(parent, os.W_OK | os.X_OK):
                 raise VitxError(f"{flag} {path}: cannot write into {parent} (permission denied)")
             break
+
+
+def replaceable(target: Path, flag: str, force: bool = False, ours: Callable[[Path], bool] | None = None,
+                what: str = "") -> None:
+    """Refuse to write over a file that is not one this kind of command writes (`ours`: e.g. a vitx page or
+    figure, which rerunning the command replaces): a user's file only with `force`, and a file of a vitx run's
+    or transfer's folder (its records, weights, marker, checkpoints) never, --force or not: a run is not lost to
+    a mistyped --output. A device or a pipe (/dev/stdout) is written into: nothing is replaced. `what`: the
+    kind `ours` accepts, for the refusal (none: nothing there is ever replaced unasked)."""
+    if not (target.is_file() or (target.is_symlink() and not target.exists())):
+        return
+    if ours is not None and target.is_file() and ours(target):
+        return
+    run = _run_holding(target)
+    if run is not None:
+        raise VitxError(f"{flag} {target} is a file of the vitx run in {run}, not {what or 'a file this command wrote'};"
+                        " write elsewhere (--force never replaces a run's own files)")
+    if not force:
+        raise VitxError(f"{flag} {target} exists" + (f" and is not {what}" if what else "")
+                        + "; give a new file, or --force to replace it")
+
+
+def _run_holding(target: Path) -> Path | None:
+    """The vitx run or transfer whose own file `target` is: in the run's folder, a transfer task's folder, or a
+    run's checkpoints/ (what a command's own output folder inside a run, `inspect/` say, holds is not)."""
+    from ..runs.ownership import is_vitx_folder
+
+    folder = target.parent
+    if is_vitx_folder(folder) or (folder / "transfer.json").is_file():
+        return folder
+    return next((p.parent for p in list(target.parents)[:3] if p.name == "checkpoints" and is_vitx_folder(p.parent)),
+                None)
 
 
 def writable_folder(path: str | Path, hint: str = "") -> None:
@@ -44,4 +76,4 @@ def writable_folder(path: str | Path, hint: str = "") -> None:
     raise VitxError(f"cannot write {path}: {reason}{hint}")
 
 
-__all__ = ["writable_file", "writable_folder"]
+__all__ = ["replaceable", "writable_file", "writable_folder"]

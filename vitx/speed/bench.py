@@ -272,10 +272,31 @@ def profile(trainer: Any, path: Path) -> None:
 
     try:  # (checked writable before the measurement; a disk that fills since costs the table, not the figures)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, f"{PROFILED_STEPS} steps of {cfg.model}, {cfg.objective}, batch {cfg.batch_size}\n"
+        atomic_write_text(path, f"{PROFILE_HEAD}{PROFILED_STEPS} steps of {cfg.model}, {cfg.objective}, batch "
+                                f"{cfg.batch_size}\n"
                                 f"{busy}{table}\n")
     except OSError as exc:
         print(f"warning: --profile: {cannot_write(path, exc)}", file=sys.stderr)
+
+
+PROFILE_HEAD = "vitx bench --profile: "  # a profile's first words: what a later --profile may replace
+
+
+def is_bench_file(path: Path) -> bool:
+    """Whether `path` holds what `vitx bench` writes (--output's figures, --profile's table): replaced by a
+    later measurement without --force."""
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(65536)
+    except OSError:
+        return False
+    if head.startswith(PROFILE_HEAD.encode()):
+        return True
+    try:
+        record = json.loads(head)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and {"images_per_s", "gflop_per_image"} <= set(record)
 
 
 def write(measured: Measured, path: str) -> None:
@@ -290,4 +311,5 @@ def write(measured: Measured, path: str) -> None:
         raise cannot_write(path, exc) from None
 
 
-__all__ = ["Measured", "build_trainer", "measure", "on_device", "run_options", "synthetic_split", "write"]
+__all__ = ["Measured", "build_trainer", "is_bench_file", "measure", "on_device", "run_options", "synthetic_split",
+           "write"]

@@ -4,9 +4,11 @@ device, peak). Torch-free: `vitx --help` reads it."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import VitxError
 from ..runner.config import PretrainConfig
 from ..settings import DATA, OUTPUT, SCHEDULE, SYSTEM, check, defaults, setting, with_default
 from ..settings.paths import writable_file
@@ -52,13 +54,21 @@ class BenchConfig:
     output: str = setting("", "Also write the figures to this JSON file.", OUTPUT)
     profile: str = setting("", "Also profile 3 more steps with torch.profiler and write its table of the "
                            "operators that took the most time to this text file.", OUTPUT)
+    force: bool = setting(False, "Replace an --output or --profile file that vitx bench did not write (a file it "
+                          "wrote is replaced anyway; a run's own files never are).", OUTPUT)
 
     def validate(self) -> "BenchConfig":
         check(self)  # every bound and choice, as declared, in one line naming the option
+        from .bench import is_bench_file  # (torch-free at import: bench.py imports torch in its functions)
+
+        if self.output and self.profile and os.path.abspath(os.path.expanduser(self.output)) == \
+                os.path.abspath(os.path.expanduser(self.profile)):
+            raise VitxError(f"--output and --profile name the same file {self.output}; give each its own")
         for flag, path, example in (("--output", self.output, "bench.json"), ("--profile", self.profile,
                                                                              "profile.txt")):
-            if path:  # refused now, not after the measurement (a file there is replaced: it is a measurement)
-                writable_file(path, flag, force=True, example=example)
+            if path:  # refused now, not after the measurement
+                writable_file(path, flag, self.force, example=example, ours=is_bench_file,
+                              what="a file vitx bench wrote")
         return self
 
     def run_settings(self, given: dict[str, Any]) -> dict[str, Any]:

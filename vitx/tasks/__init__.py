@@ -24,10 +24,15 @@ __all__ = ["GROUPS", "Task", "TaskSplits", "get_task", "open_full_splits", "open
 
 def get_task(name: str) -> Task:
     """The registered task (a `Task`, or a registered function that returns one)."""
-    obj = TASKS.get(name).obj
-    task = obj if isinstance(obj, Task) else obj()
+    entry = TASKS.get(name)
+    if isinstance(entry.obj, Task):
+        return entry.obj
+    try:
+        task = entry.obj()
+    except Exception as exc:  # noqa: BLE001 - a plugin's task function: one line naming it, never a traceback
+        raise VitxError(f"task '{name}' ({entry.source}) failed to build: {type(exc).__name__}: {exc}".splitlines()[0])
     if not isinstance(task, Task):
-        raise VitxError(f"task '{name}' is registered as {type(task).__name__}, not a vitx.tasks.Task")
+        raise VitxError(f"task '{name}' ({entry.source}) is registered as {type(task).__name__}, not a vitx.tasks.Task")
     return task
 
 
