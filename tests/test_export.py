@@ -233,3 +233,11 @@ def test_the_card_shows_the_figures_of_the_exported_step_not_those_logged_after_
     card = (tmp_path / "exp" / "README.md").read_text()
     assert f"At step {step} (training figures: the last logged step of the exported weights" in card
     assert "9.5" not in card and f"At step {step + 20}" not in card
+
+
+def test_class_names_are_text_on_the_card_not_markup():
+    """A class folder named `<script>cat` is shown as text where the hub renders the card as HTML."""
+    from vitx.export.card import _labels
+
+    assert _labels({"label_names": ["<script>cat", "dog & co"]}, True) == [
+        "## Classes", "", "0: &lt;script&gt;cat, 1: dog &amp; co", ""]

@@ -219,6 +219,7 @@ def test_a_suite_page_in_a_browser(browser, two_task_suite):
     """Each task's sweep figure is its result.json's sweep; the results table is summary.json's, mean ± s.d."""
     own = (two_task_suite / "report.html").read_text()  # written by the transfer at its end, --no-curves: no figure
     assert 'data-state="finished"' in own and "<svg" not in own
+    assert "--allow-synthetic" in own  # (it changes the means: suite.json records it, the command repeats it)
     proc = vitx_cli("report", str(two_task_suite))
     assert proc.returncode == 0 and "a transfer" in proc.stdout, proc.stderr
     path = two_task_suite / "report.html"
@@ -420,7 +421,8 @@ def test_report_errors_are_one_line(tmp_path, pretrained_run, two_task_suite):
                            ([str(pretrained_run / "metrics.jsonl")], "is a file"),
                            ([str(tmp_path)], "is not a vitx run, transfer or reproduction"),
                            ([str(pretrained_run), str(two_task_suite)], "compare runs with runs"),
-                           ([str(pretrained_run), str(pretrained_run)], "is named twice")):
+                           ([str(pretrained_run), str(pretrained_run)], "are the same folder; name each once"),
+                           ([str(pretrained_run), f"{pretrained_run}/./"], "are the same folder; name each once")):
         proc = vitx_cli("report", *args, "--output", str(tmp_path / "x.html"))
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and fragment in proc.stderr, proc.stderr
     assert not (tmp_path / "x.html").exists()

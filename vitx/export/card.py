@@ -3,6 +3,8 @@ data, steps, the command), what it measured (final metrics, transfer results) an
 from the run's own records: config.json, metrics.jsonl and, for a transfer, result.json."""
 from __future__ import annotations
 
+import html
+
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +102,8 @@ def _labels(config: dict[str, Any], recorded: bool) -> list[str]:
     names = config.get("label_names")
     if not names:
         return []
-    shown = ", ".join(f"{i}: {n}" for i, n in enumerate(names[:MAX_LABELS]))
+    shown = ", ".join(f"{i}: {html.escape(str(n))}" for i, n in enumerate(names[:MAX_LABELS]))  # (a folder name
+    # such as `<script>` is text on the hub's page, not markup)
     more = f", ... ({len(names)} in all)" if len(names) > MAX_LABELS else ""
     note = "" if recorded else " (the run records no class names: these are the class indices)"
     return ["## Classes", "", f"{shown}{more}{note}", ""]

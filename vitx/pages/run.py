@@ -90,8 +90,9 @@ def _summary(run: Run) -> Html:
     dims = ", ".join(f"{k} {shape[k]}" for k in ("depth", "embed_dim", "num_heads", "patch_size") if k in shape)
     params = run.parameters()
     rows = [("objective", code(f"{objective.get('name', cfg.get('objective', '?'))}" + (f"({options})" if options else ""))),
-            ("model", Html(f"{code(cfg.get('model', backbone.get('name', '?')))} — timm "
-                           f"{code(backbone.get('timm_arch', '?'))}" + (f" ({esc(dims)})" if dims else "")
+            ("model", Html(f"{code(cfg.get('model', backbone.get('name', '?')))}"
+                           + (f" — timm {code(backbone['timm_arch'])}" if backbone.get("timm_arch") else "")
+                           + (f" ({esc(dims)})" if dims else "")
                            + (f", {params / 1e6:.2f}M parameters" if params else ""))),
             ("features evaluated", code(config.get("features", "?")))]
     if not new_model(cfg.get("start", SCRATCH)):

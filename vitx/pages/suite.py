@@ -35,7 +35,8 @@ class Transfer:
 
     @property
     def complete(self) -> bool:
-        return self.summary is not None
+        """summary.json written, or (a task's own folder, which has none) its one task's result."""
+        return self.summary is not None or (len(self.tasks) == 1 and len(self.results) == 1)
 
 
 def _task_folders(path: Path) -> dict[str, Path]:
@@ -95,7 +96,7 @@ def _status(t: Transfer) -> tuple[str, Html]:
     from ..transfer.leases import STALE_AFTER
 
     done = len(t.results)
-    if t.complete:
+    if t.summary is not None:
         return "finished", esc(f"{done} of {len(t.tasks)} task(s) transferred; summary.json written.")
     live = [c for c in t.leases if c["age"] < STALE_AFTER]
     if live:

@@ -95,11 +95,14 @@ def labels(paths: Sequence[str | Path]) -> list[str]:
     """The shortest trailing parts of each path that tell the runs apart (`sweep/lr0.01_steps500` → its name)."""
     parts = [Path(p).resolve().parts for p in paths]
     parts = [p[:-1] if p and p[-1] == "metrics.jsonl" else p for p in parts]
+    for i, part in enumerate(parts):  # (`r2`, `./r2/`, a link to it: one folder, however it is typed)
+        if part in parts[:i]:
+            raise VitxError(f"{paths[parts.index(part)]} and {paths[i]} are the same folder; name each once")
     for n in range(1, max(len(p) for p in parts) + 1):
         names = ["/".join(p[-n:]) for p in parts]
         if len(set(names)) == len(names):
             return names
-    return [str(p) for p in paths]  # the same run twice: keep what was typed
+    return [str(p) for p in paths]
 
 
 def draw_runs(paths: Sequence[str | Path], output: str | Path) -> list[Panel]:
@@ -108,9 +111,6 @@ def draw_runs(paths: Sequence[str | Path], output: str | Path) -> list[Panel]:
         raise VitxError("name at least one run directory to plot")
     figure_format(output)  # a wrong suffix fails before any run is read
     names = labels(paths)
-    twice = [name for name in names if names.count(name) > 1]
-    if twice:
-        raise VitxError(f"{twice[0]} is named twice; name each run once")
     counted = {name: read_metrics_counted(p) for name, p in zip(names, paths)}
     empty = [(name, skipped) for name, (records, skipped) in counted.items() if not records]
     if empty:

@@ -104,7 +104,7 @@ class TransferConfig(Seeded, Start, Columns, Input, Streaming, TestDraw, Augment
     steps: int = setting(2500, "Steps with --no-sweep.", PROTOCOL, above=0)
     seeds: list[int] = setting([], "Repeat each task's final run with these seeds, e.g. 0,1,2: results are mean ± s.d. (the sweep and the data's draw use --seed).", PROTOCOL, min=0, shown="--seed alone", example="0,1,2", distinct=True)
     skip_missing: bool = setting(False, "In a suite, skip tasks whose data is unavailable.", PROTOCOL, affects_result=False)
-    allow_synthetic: bool = setting(False, "Count VTAB tasks read from vitx's synthetic regeneration (the embedded dSprites) in group and suite means; by default they are listed but left out.", PROTOCOL, affects_result=False)
+    allow_synthetic: bool = setting(False, "Count VTAB tasks read from vitx's synthetic regeneration (the embedded dSprites) in group and suite means; by default they are listed but left out.", PROTOCOL)
     augment: bool = setting(False, "Augment training images: a random resized crop (--crop-scale), --hflip and --randaugment; off: the VTAB-1k protocol's resize alone.", DATA)
     crop_scale: float = with_default(Augmentation, "crop_scale", 0.08)
     mixup: float = setting(0.0, "Mixup's Beta α on training batches (timm's Mixup; MAE fine-tuning: 0.8); 0: off.", DATA, min=0)
