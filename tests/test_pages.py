@@ -473,9 +473,12 @@ def test_a_page_says_when_metrics_lines_are_damaged(tmp_path, pretrained_run):
     (run / "metrics.jsonl").write_text("\n".join(lines + ['{"step": 9']) + "\n")
     html = page([run], figures=False)[1]
     assert "not metrics records" not in html and "Nothing logged yet" not in html
-    (run / "metrics.jsonl").write_text("\n".join(lines[:2] + ["garbage", "[1, 2]", '{"step": "x"}']) + "\n")
+    assert "&lt;code" not in html and "vitx report " in html  # (the Curves line's command: markup, not text)
+    (run / "metrics.jsonl").write_text("\n".join(lines[:2] + ["garbage", "[1, 2]", '{"step": "x"}',
+                                                             '{"step": 999, "loss": {"a": 1}, "val_loss": NaN}']) + "\n")
     html = page([run], figures=False)[1]
     assert "3 lines are not metrics records and are left out" in html
+    assert "{&#x27;a&#x27;: 1}" not in html and '<td class="num">nan</td>' in html  # diverged: said; no number: not
     (run / "metrics.jsonl").write_text("garbage\n\n[1]\n")
     html = page([run], figures=False)[1]
     assert "metrics.jsonl holds 2 lines and none is a metrics record" in html and "Nothing logged yet" not in html

@@ -126,11 +126,16 @@ class Run:
         return changed_settings(self.settings, PretrainConfig)
 
     def last(self, key: str) -> tuple[int, Any] | None:
-        """(step, value) of the last record holding `key`."""
-        return next(((int(r["step"]), r[key]) for r in reversed(self.records) if key in r), None)
+        """(step, value) of the last record holding a number for `key` (nan and inf too: a diverged metric is
+        said; a value that is no number, an edited line's, is not a metric)."""
+        return next(((int(r["step"]), r[key]) for r in reversed(self.records) if _numeric(r.get(key))), None)
 
     def first(self, key: str) -> tuple[int, Any] | None:
-        return next(((int(r["step"]), r[key]) for r in self.records if key in r), None)
+        return next(((int(r["step"]), r[key]) for r in self.records if _numeric(r.get(key))), None)
+
+    def metric_keys(self) -> list[str]:
+        """Every key with a number in some record (nan included), in the order they first appear."""
+        return list(dict.fromkeys(k for r in self.records for k, v in r.items() if k != "step" and _numeric(v)))
 
     def checkpoints(self) -> list[dict[str, Any]]:
         """Each complete checkpoint: its folder, step, size on disk and what it holds beyond the weights."""
@@ -171,6 +176,10 @@ class Run:
             return None
         return {"median": statistics.median(speeds), "low": min(speeds), "high": max(speeds), "logs": len(speeds),
                 **({"input_wait": statistics.median(waits)} if waits else {})}
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def open_run(path: Path) -> Run:

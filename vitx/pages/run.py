@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ..plots.series import LABEL_FREE, base_name, drawable_keys
+from ..plots.series import LABEL_FREE, NOT_DRAWN, base_name
 from ..settings.groups import SCRATCH, new_model
 from .html import (Html, banner, code, command_block, data_json, details, document, esc, number, pairs, para, pct,
                    section, table, tag)
@@ -126,7 +126,8 @@ def _summary(run: Run) -> Html:
 
 
 def _results(run: Run) -> Html:
-    keys = [k for k in drawable_keys(run.records) if k != "lr" and not k.startswith("monitor_") and k not in WATCHED]
+    keys = [k for k in run.metric_keys() if k not in NOT_DRAWN and k != "lr" and not k.startswith("monitor_")
+            and k not in WATCHED]
     keys = sorted(keys, key=lambda k: (base_name(k), k))
     rows = []
     for key in keys:
@@ -161,8 +162,8 @@ def _curves(run: Run, figures: bool) -> Html:
     if not run.records:
         return ""
     if not figures:
-        return section("Curves", para("Not drawn in this page (written at a stop, or with --no-curves): "
-                                      f"{code('vitx report ' + shlex.quote(str(run.path)))} draws them."),
+        return section("Curves", para("Not drawn in this page (written at a stop, or with --no-curves): ",
+                                      code("vitx report " + shlex.quote(str(run.path))), " draws them."),
                        id_="curves")
     title = f"{run.path.name}: {run.settings.get('objective', '?')}, {run.settings.get('data', '?')}, step {run.logged}"
     return section("Curves", curves_figure({run.path.name: run.records}, "curves", title), id_="curves")
