@@ -327,3 +327,17 @@ def test_objectives_before_the_plugins_are_installed_say_where_the_others_come_f
     assert vitx_cli("objectives", "dino").stdout.splitlines()[-1].startswith(
         "dino comes with vitx's own plugins, not installed here: pip install -e plugins/vitx-dino (")
     assert "vitx's own plugins" not in vitx_cli("objectives", "mpp").stdout
+
+
+def test_a_librarys_error_that_announces_its_detail_keeps_it_in_the_one_line():
+    """torch's load_state_dict says "Error(s) in loading state_dict for VisionTransformer:" and the mismatch on the
+    next line: a one-line error without it said nothing."""
+    from vitx.errors import first_line
+
+    exc = RuntimeError("Error(s) in loading state_dict for VisionTransformer:\n\tsize mismatch for pos_embed: "
+                       "copying a param with shape torch.Size([1, 5, 8]) from checkpoint, the shape in current model "
+                       "is torch.Size([1, 5, 16]).\n\tsize mismatch for cls_token: ...")
+    assert first_line(exc) == ("Error(s) in loading state_dict for VisionTransformer: size mismatch for pos_embed: "
+                               "copying a param with shape torch.Size([1, 5, 8]) from checkpoint, the shape in "
+                               "current model is torch.Size([1, 5, 16]).")
+    assert first_line(ValueError("one\ntwo")) == "one" and first_line(KeyError()) == "KeyError"

@@ -371,3 +371,9 @@ def test_sinkhorn_centering_is_dinov2s_teacher_and_the_loss_pairs_crops_as_dinos
     out = obj({"views": views})
     assert torch.isfinite(out["loss"]) and torch.equal(obj.criterion.center, torch.zeros_like(obj.criterion.center))
     assert 0 < out["teacher_entropy"].item() <= math.log(32) + 1e-5
+
+
+@pytest.mark.parametrize("given", [None, "none", "None"])
+def test_an_option_that_may_be_none_takes_none_as_its_refusal_says(given):
+    """freeze_last_layer is "an integer or none": None, 'none' (a spec's quoted text) mean its default."""
+    assert dino(freeze_last_layer=given, local_crops=2).settings.freeze_last_layer is None

@@ -37,7 +37,7 @@ def test_an_unreachable_hub_is_asked_once_and_its_clients_read_their_caches_only
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # (the discard port: nothing listens)
-    monkeypatch.setattr(hub, "_switched", None)
+    monkeypatch.setattr(hub, "_switched", {})
     hub._probe.cache_clear()
     tried = []
     connect = socket.create_connection

@@ -9,7 +9,7 @@ from .helpers import ROOT
 
 # lowest first; a room may import only rooms on floors below its own
 FLOORS = [
-    ("errors", "invocation", "lazy"),
+    ("errors", "hub", "invocation", "lazy"),  # hub: whether the Hugging Face hub can be asked (no vitx imports)
     ("heads", "plots", "registry", "safe_io", "settings", "spec"),  # safe_io: atomic files, safetensors, no unpickling
     ("backbones", "discovery", "recipe"),
     ("data",),

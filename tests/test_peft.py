@@ -115,7 +115,7 @@ def test_the_peft_protocol_fills_what_is_not_given():
     ("vpt(tokens=0)", "vpt tokens must be an integer from 1 to 1024 (VPT sweeps up to 200), got 0"),
     ("vpt(tokens=100000)", "vpt tokens must be an integer from 1 to 1024"),  # (it grew to 9 GB, deaf to SIGTERM)
     ("vpt(deep=2)", "vpt deep must be True or False, got 2"),
-    ("bitfit(rank=2)", "bad options for adapter 'bitfit': it takes none, got rank"),
+    ("bitfit(rank=2)", "adapter 'bitfit' has no option 'rank' (its options: none)"),
 ])
 def test_bad_method_options_are_one_line(spec, needle, tmp_path):
     proc = vitx_cli("transfer", "--from", "scratch", "--model", "vit-nano/4", "--adapter", spec,

@@ -155,27 +155,30 @@ def test_temporary_undoes_registrations():
 
     with vitx.temporary():
         vitx.register_objective("temp-objective")(object)
-        vitx.register_task("temp/task", object())
+        vitx.register_task("temp/task", lambda: None)  # (a function returning a Task, checked when it is asked)
         assert "temp-objective" in vitx.OBJECTIVES and "temp/task" in vitx.TASKS
     assert "temp-objective" not in vitx.OBJECTIVES and "temp/task" not in vitx.TASKS
 
 
 def test_a_plugins_malformed_components_are_one_line(tmp_path):
-    """A task that is not a Task and an adapter that is not an Adapter fail when the plugin loads (one warning
-    where the command lists, one error where it works); a task function that raises is listed with "?"; an
-    objective whose forward returns no tensor loss ends the run in one line naming it."""
+    """A task that is not a Task is listed with "?" and one warning, an adapter that is not an Adapter, or an
+    option an adapter does not have, is one line where it is used; a task function that raises is listed with
+    "?"; an objective whose forward returns no tensor loss ends the run in one line naming it."""
     from .helpers import vitx_cli
 
     plugin = tmp_path / "bad_parts.py"
     plugin.write_text("import vitx\nvitx.register_task('evil/task', 'not a Task')\n")
-    proc = vitx_cli("tasks", "--plugin", str(plugin))
-    assert proc.returncode == 0 and f"warning: vitx plugin '{plugin}' failed to load: TypeError: task 'evil/task' " \
-        "must be a vitx.tasks.Task (or a function returning one), got str" in proc.stderr, proc.stderr
+    proc = vitx_cli("tasks", "evil/*", "--plugin", str(plugin))
+    assert proc.returncode == 0 and "evil/task" in proc.stdout and proc.stderr == f"warning: task 'evil/task' (file " \
+        f"{plugin}) is registered as str, not a vitx.tasks.Task (or a function returning one)\n", proc.stderr
     plugin.write_text("import vitx\n@vitx.register_adapter('zzz')\ndef zzz(**kw):\n    return None\n")
     proc = vitx_cli("transfer", "--plugin", str(plugin), "--adapter", "zzz")
-    assert proc.returncode == 2 and proc.stderr == f"error: plugin {plugin} failed to load: TypeError: adapter 'zzz' " \
-        "must be a subclass of vitx.adapters.Adapter, got zzz (function); the command would run without it " \
-        "(`vitx plugins` lists what loaded)\n", proc.stderr
+    assert proc.returncode == 2 and proc.stderr == f"error: adapter 'zzz' (file {plugin}) is registered as function " \
+        "zzz, not a subclass of vitx.adapters.Adapter\n", proc.stderr
+    for given, hint in (("l2", ""), ("regs", "; did you mean reg?")):  # an option it does not have: its own named
+        proc = vitx_cli("transfer", "--adapter", f"fewshot({given}=1)")
+        assert proc.returncode == 2 and proc.stderr == f"error: adapter 'fewshot' has no option '{given}'{hint} (its " \
+                                                       "options: reg)\n", proc.stderr
     task_fn = tmp_path / "task_fn.py"
     task_fn.write_text("import vitx\n@vitx.register_task('evil/fn')\ndef f():\n    raise RuntimeError('boom')\n")
     proc = vitx_cli("tasks", "evil/*", "--plugin", str(task_fn))

@@ -159,7 +159,7 @@ def test_an_output_that_is_a_folder_is_refused_before_any_work(command, tmp_path
                                      f"{tmp_path / 'results.json'}"),
                          (tmp_path / "notes.txt" / "r.json", f"--output {tmp_path / 'notes.txt' / 'r.json'}: "
                                                              f"{tmp_path / 'notes.txt'} is a file, not a folder"),
-                         (tmp_path / "notes.txt", f"--output {tmp_path / 'notes.txt'} exists; give a new file, or pass "
+                         (tmp_path / "notes.txt", f"--output {tmp_path / 'notes.txt'} exists; give a new file, or "
                                                   "--force to replace it")):
         result = vitx_cli("eval", command, "--from", "scratch", "--model", "vit-nano/4", "--output", str(output))
         assert (result.returncode, result.stderr.strip()) == (2, f"error: {line}")

@@ -715,3 +715,27 @@ def test_a_suite_begun_by_an_earlier_vitx_says_its_claims_are_not_seen(tmp_path)
     assert said == [f"note: {tmp_path / 'claims'} holds items taken by processes of an earlier vitx (its leases were "
                     "called claims): this process does not see them as held, so make sure none of those processes "
                     "still runs"]
+
+
+def test_jobs_are_never_more_than_the_items_left(tmp_path, monkeypatch):
+    """--jobs 1000 on 2 items left started 1000 torch processes (400 MB each): as many jobs as items, said."""
+    import io
+
+    from rich.console import Console
+
+    from vitx.transfer import TransferConfig, jobs
+    from vitx.transfer.items import SWEEP, Item
+
+    started = []
+
+    def start(command, recipe, log, index, count, extra, gpus):
+        started.append((index, count))
+        return subprocess.Popen(["true"])
+
+    monkeypatch.setattr(jobs, "start_vitx", start)
+    monkeypatch.setattr(jobs, "TICK", 0.01)
+    cfg = TransferConfig(task="vtab/dtd", jobs=1000, output_dir=str(tmp_path / "suite"))
+    mine = [Item("vtab/dtd", SWEEP, tmp_path / f"p{n}", tmp_path, 2, 0.01, 0, n) for n in (1, 2, 3)]
+    said = io.StringIO()
+    assert jobs.run_jobs(cfg, mine, lambda item: item.index == 1, Console(file=said, width=200)) == []
+    assert started == [(0, 2), (1, 2)] and "--jobs 1000: 2 job(s), one per item left" in said.getvalue()

@@ -53,9 +53,12 @@ def cannot_write(path: Path | str, exc: Exception) -> VitxError:
     return VitxError(f"cannot write {path}: {reason}")
 
 
-def first_line(exc: BaseException, limit: int = 200) -> str:
-    """An exception from a library in one line for our own message: its first line (or its type's name)."""
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:limit]
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception from a library in one line for our own message: its first line (or its type's name), and
+    the line after when the first only announces it ("Error(s) in loading state_dict for VisionTransformer:")."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()] or [type(exc).__name__]
+    said = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    return said[:limit]
 
 
 class UnknownNameError(VitxError, KeyError):

@@ -16,14 +16,18 @@ from urllib.parse import urlparse
 _TRUE = ("1", "true", "yes", "on")
 PROBE_SECONDS = 3.0  # a hub that does not accept a connection in 3 s is not worth a minute of retries
 OFFLINE = "offline: HF_HUB_OFFLINE=1"
-_switched: str | None = None  # why this process put the hub clients offline (the probe's reason)
+_switched: dict[str, str] = {}  # endpoint → why this process put the hub clients offline (the probe's reason)
+
+
+def _offline_env(datasets: bool) -> bool:
+    keys = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if datasets else ("HF_HUB_OFFLINE",)
+    return any(os.environ.get(k, "").strip().lower() in _TRUE for k in keys)
 
 
 def offline(datasets: bool = False) -> bool:
     """HF_HUB_OFFLINE as the environment says now or huggingface_hub read it; `datasets`: HF_DATASETS_OFFLINE too
     (a dataset read goes through `datasets`, which honours either)."""
-    keys = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if datasets else ("HF_HUB_OFFLINE",)
-    if any(os.environ.get(k, "").strip().lower() in _TRUE for k in keys):
+    if _offline_env(datasets):
         return True
     try:
         from huggingface_hub import constants
@@ -59,14 +63,16 @@ def unreachable(datasets: bool = False) -> str | None:
     """Why the hub cannot be asked now, or None when it can. Offline (HF_HUB_OFFLINE=1): 'offline'. Unreachable:
     the reason, and the hub clients are switched to offline mode for this process so that they read their
     caches at once instead of retrying. `datasets`: for a dataset (HF_DATASETS_OFFLINE=1 is offline too)."""
-    global _switched
-    if _switched is not None:
-        return _switched
+    if _offline_env(datasets):
+        return OFFLINE
+    url = endpoint()
+    if url in _switched:  # (this process found it out: its clients are offline since, for that reason)
+        return _switched[url]
     if offline(datasets):
         return OFFLINE
-    why = _probe(endpoint())
+    why = _probe(url)
     if why is not None:
-        _switched = why
+        _switched[url] = why
         _go_offline()
     return why
 

@@ -78,8 +78,9 @@ def check_value(kind: Any, value: Any, from_text: bool) -> Any:
     """`value` as the field type `kind` wants it; raises ValueError when it cannot be one."""
     inner = optional_of(kind)
     if inner is not None:
-        if from_text and isinstance(value, str) and value.lower() in ("none", "null"):
-            return None
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")
+                             and (from_text or inner is not str)):
+            return None  # (None in an option spec, 'none' or none typed, as the refusal's "or none" says)
         return check_value(inner, value, from_text)
     if typing.get_origin(kind) is list:
         item = typing.get_args(kind)[0]

@@ -1,7 +1,9 @@
 """Transfer adapters, registered by name: `create_adapter("resize-posemb(mode='bilinear')")`, `resolve_adapters`."""
 from __future__ import annotations
 
-from typing import Iterable
+import difflib
+import inspect
+from typing import Any, Iterable
 
 from ..errors import VitxError
 from ..registry import ADAPTERS
@@ -10,18 +12,37 @@ from . import bitfit, head, methods, posemb, ssf, vpt  # noqa: F401  (registers 
 from .base import ROLES, AdaptContext, Adapter, trainable_parameters
 from .posemb import resample_pos_embed, resize_backbone
 
-__all__ = ["ROLES", "AdaptContext", "Adapter", "DEFAULTS", "create_adapter", "resample_pos_embed",
+__all__ = ["ROLES", "AdaptContext", "Adapter", "DEFAULTS", "adapter_options", "create_adapter", "resample_pos_embed",
            "resize_backbone", "resolve_adapters", "trainable_parameters"]
 
 DEFAULTS = {"input": "resize-posemb", "head": "zero-head", "method": "finetune"}
 
 
+def adapter_options(cls: type) -> dict[str, Any] | None:
+    """An adapter class's options and their defaults (its __init__'s keyword parameters); None when it takes any
+    (**kwargs)."""
+    if cls.__init__ is Adapter.__init__:
+        return {}
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # (self)
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name: p.default for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
 def create_adapter(spec: str) -> Adapter:
     """Build an adapter from `name(option=value, ...)`."""
     name, options = parse_spec(spec)
-    cls = ADAPTERS.get(name).obj
-    if options and isinstance(cls, type) and cls.__init__ is Adapter.__init__:  # no options of its own
-        raise VitxError(f"bad options for adapter '{name}': it takes none, got {', '.join(sorted(options))}")
+    entry = ADAPTERS.get(name)
+    cls = entry.obj
+    if not (isinstance(cls, type) and issubclass(cls, Adapter)):  # a plugin's: one line, not an AttributeError later
+        raise VitxError(f"adapter '{name}' ({entry.source}) is registered as {type(cls).__name__} "
+                        f"{getattr(cls, '__name__', '')}, not a subclass of vitx.adapters.Adapter".replace("  ", " "))
+    known = adapter_options(cls)
+    unknown = sorted(set(options) - set(known)) if known is not None else []
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(known), n=1)
+        raise VitxError(f"adapter '{name}' has no option '{unknown[0]}'" + (f"; did you mean {close[0]}?" if close else "")
+                        + f" (its options: {', '.join(known) if known else 'none'})")
     try:
         adapter = cls(**options)
     except TypeError as exc:

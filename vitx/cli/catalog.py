@@ -111,9 +111,15 @@ def _options_table(name: str, console: Console) -> None:
 
 def adapters(pattern: str = typer.Argument("*", help="fnmatch filter.")) -> None:
     """List the transfer adapters (use with `vitx transfer --adapter NAME(options)`)."""
-    from ..adapters import DEFAULTS, ROLES
+    from ..adapters import DEFAULTS, ROLES, Adapter, adapter_options
 
-    table = _table("vitx adapters", ("name", "role", "default", "description", "from"))
+    def options(cls: object) -> str:
+        if not (isinstance(cls, type) and issubclass(cls, Adapter)):
+            return "?"
+        known = adapter_options(cls)
+        return "any" if known is None else ", ".join(f"{k}={v!r}" for k, v in known.items()) or "none"
+
+    table = _table("vitx adapters", ("name", "role", "default", "options", "description", "from"))
     def order(name: str) -> int:
         role = getattr(ADAPTERS.get(name).obj, "role", None)
         return ROLES.index(role) if role in ROLES else len(ROLES)
@@ -121,8 +127,8 @@ def adapters(pattern: str = typer.Argument("*", help="fnmatch filter.")) -> None
     for name in sorted(ADAPTERS.names(pattern), key=order):
         entry = ADAPTERS.get(name)
         role = getattr(entry.obj, "role", "?")
-        table.add_row(name, role, "yes" if DEFAULTS.get(role) == name else "", escape(entry.description),
-                      entry.source)
+        table.add_row(name, role, "yes" if DEFAULTS.get(role) == name else "", escape(options(entry.obj)),
+                      escape(entry.description), entry.source)
     table.caption = "one adapter per role (input, head, method); roles not named with --adapter take the default"
     _wide().print(table)
 

@@ -120,6 +120,8 @@ def write_own_page(folder: str | Path, kind: str, figures: bool, warn: Callable[
             return None
         if kind == "run" and held_by_another(folder):
             return None  # another process writes this run now: its page is that process's to write
+        if kind == "run" and not (folder / "config.json").is_file() and not _logged(folder):
+            return None  # stopped before its first log line or checkpoint: nothing to show (its error says why)
         if kind == "run":
             from .run import run_page
 
@@ -132,6 +134,13 @@ def write_own_page(folder: str | Path, kind: str, figures: bool, warn: Callable[
     except Exception as exc:  # noqa: BLE001 - any failure (a damaged file, a full disk, a bug) is said, not raised
         warn(f"warning: {folder / REPORT} not written ({type(exc).__name__}: {exc})")
         return None
+
+
+def _logged(folder: Path) -> bool:
+    """Whether the run's metrics.jsonl holds a record yet."""
+    from ..plots.series import read_metrics
+
+    return (folder / "metrics.jsonl").is_file() and bool(read_metrics(folder))
 
 
 def write_run_page(cfg: Any, console: Any, stopped: BaseException | None = None) -> None:

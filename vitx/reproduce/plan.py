@@ -73,7 +73,7 @@ class Plan:
     hires: int = setting(64, "The higher fine-tuning resolution: 16×16, position embeddings interpolated.", MODEL, above=0, limit=LIMITS["image_size"], cli=False)
     data: str = setting("embedded:digits", "Pre-training images (labels used by supervised only).", DATA, cli=False)
     batch_size: int = setting(128, "Pre-training batch.", OPTIMISATION, above=0, limit=LIMITS["batch_size"], cli=False)
-    pretrain_steps: int = setting(1500, "Pre-training steps (a pre-training may set its own).", SCHEDULE, above=0, cli=False)
+    pretrain_steps: int = setting(1500, "Pre-training steps (a pre-training may set its own).", SCHEDULE, above=0, limit=LIMITS["steps"], cli=False)
     precision: str = setting("no", "no, bf16 or fp16.", OPTIMISATION, choices=CHOICES["precision"], cli=False)
     pretrainings: dict[str, Pretraining] = field(default_factory=lambda: {
         # costs: minutes a step against MPP's, as the plan's second full run measured them (one thread each, two
@@ -106,8 +106,8 @@ class Plan:
     task: str = setting("embedded/digits", "Low-data transfer: held-out test digits.", PROTOCOL, cli=False)
     shots: int = setting(50, "Labelled images of the transfer.", PROTOCOL, above=0, cli=False)
     transfer_batch: int = setting(64, "Transfer batch.", PROTOCOL, above=0, limit=LIMITS["batch_size"], cli=False)
-    transfer_lrs: list[float] = setting([0.1], "Transfer learning rates (one lr and one step count: no sweep).", PROTOCOL, above=0, cli=False)
-    transfer_steps: list[int] = setting([200], "Transfer step counts.", PROTOCOL, above=0, cli=False)
+    transfer_lrs: list[float] = setting([0.1], "Transfer learning rates (one lr and one step count: no sweep).", PROTOCOL, above=0, limit=LIMITS["lr"], cli=False)
+    transfer_steps: list[int] = setting([200], "Transfer step counts.", PROTOCOL, above=0, limit=LIMITS["steps"], cli=False)
     test_samples: int = setting(0, "Test images; 0: the task's whole test split.", EVALUATION, min=0, limit=LIMITS["test_samples"], cli=False)
     seeds: list[int] = setting([0, 1, 2], "Transfer seeds: every pre-training is transferred with each (the report's ± comes from the pre-training seeds; the transfer seeds give each pre-training's mean and the spread within it).", PROTOCOL, min=0, limit=LIMITS["seed"], cli=False, distinct=True)
     pretrain_seeds: list[int] = setting([0, 1, 2], "Pre-training seeds: every row is pre-trained once per seed (the initialisation, data order and every draw), and the report's ± is the spread between these pre-trainings (the s.e. of the mean of their per-pre-training means), not only between transfer seeds.", PROTOCOL, min=0, limit=LIMITS["seed"], cli=False, distinct=True)

@@ -37,7 +37,7 @@ from safetensors import SafetensorError, safe_open
 
 from ..safe_io import atomic_write_text, fsync_path, fsync_tree, read_json, save_weights
 from ..errors import VitxError, cannot_write
-from ..settings.paths import writable_folder
+from ..settings.paths import RUN_MARK, writable_folder
 
 PREFIX = "step_"
 NAME = re.compile(rf"{PREFIX}(\d+)")  # exactly step_<digits>: a user's step_old or step_00000020.bak is not ours
@@ -50,7 +50,6 @@ MARKER = "trainer_state.json"  # written last, removed first: a checkpoint is co
 OWNED = ".vitx-checkpoint"  # written first into a staged checkpoint, removed last: the folders vitx may remove
 STAGED = re.compile(rf"\.{PREFIX}\d{{8}}\.partial")  # a checkpoint being written (with OWNED: vitx's own)
 STAGED_FILES = {*WEIGHTS, "config.json", MARKER, "curves.png", "accelerate"}  # what a save writes into one
-RUN_MARK = ".vitx-run"  # in a run folder, from the first time a run takes it: the folder is vitx's
 RUN_NOTE = "This folder is a vitx run: vitx writes its files here (config.json, model.safetensors, checkpoints/).\n"
 
 

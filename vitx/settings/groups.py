@@ -35,7 +35,7 @@ LOG_FORMATS = ("auto", "bar", "lines", "json")  # how progress is shown (runner/
 # allocating for minutes. Seeds are what numpy's generators take.
 LIMITS = {"batch_size": 65_536, "grad_accum": 65_536, "image_size": 4_096, "eval_samples": 10_000_000,
           "test_samples": 10_000_000, "train_samples": 100_000_000, "workers": 256, "shuffle_buffer": 1_000_000, "seed": 2 ** 32 - 1,
-          "weight_decay": 10}  # (real ones are 0-1; at lr · weight decay > 2 each AdamW update flips and grows the weights)
+          "weight_decay": 10, "lr": 1_000, "steps": 10 ** 9}  # (real ones are 0-1; at lr · weight decay > 2 each AdamW update flips and grows the weights)
 
 
 SCRATCH = "scratch"  # --from scratch: a new --model, initialised from --seed (runs/start.py)

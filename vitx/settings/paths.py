@@ -8,6 +8,8 @@ from typing import Callable
 
 from ..errors import VitxError
 
+RUN_MARK = ".vitx-run"  # in a run folder, from the first time a run takes it: the folder is vitx's (runs/rundir.py)
+
 
 def writable_file(path: str | Path, flag: str, force: bool = False, example: str = "results.json",
                   ours: Callable[[Path], bool] | None = None, what: str = "") -> None:
@@ -49,15 +51,14 @@ def replaceable(target: Path, flag: str, force: bool = False, ours: Callable[[Pa
 
 
 def _run_holding(target: Path) -> Path | None:
-    """The vitx run or transfer whose own file `target` is: in the run's folder, a transfer task's folder, or a
-    run's checkpoints/ (what a command's own output folder inside a run, `inspect/` say, holds is not)."""
-    from ..runs.ownership import is_vitx_folder
-
+    """The vitx run or transfer whose own file `target` is: in a folder marked as a run's (RUN_MARK), a transfer
+    task's folder, or a run's checkpoints/ (what a command's own output folder inside a run, `inspect/` say,
+    holds is not)."""
     folder = target.parent
-    if is_vitx_folder(folder) or (folder / "transfer.json").is_file():
+    if (folder / RUN_MARK).is_file() or (folder / "transfer.json").is_file():
         return folder
-    return next((p.parent for p in list(target.parents)[:3] if p.name == "checkpoints" and is_vitx_folder(p.parent)),
-                None)
+    return next((p.parent for p in list(target.parents)[:3] if p.name == "checkpoints" and
+                 (p.parent / RUN_MARK).is_file()), None)
 
 
 def writable_folder(path: str | Path, hint: str = "") -> None:
@@ -76,4 +77,4 @@ def writable_folder(path: str | Path, hint: str = "") -> None:
     raise VitxError(f"cannot write {path}: {reason}{hint}")
 
 
-__all__ = ["replaceable", "writable_file", "writable_folder"]
+__all__ = ["RUN_MARK", "replaceable", "writable_file", "writable_folder"]

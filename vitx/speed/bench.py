@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import VitxError
-from .config import SYNTHETIC, SYNTHETIC_CLASSES, SYNTHETIC_IMAGES, BenchConfig
+from .config import PROFILE_HEAD, SYNTHETIC, SYNTHETIC_CLASSES, SYNTHETIC_IMAGES, BenchConfig
 
 PROFILED_STEPS = 3
 
@@ -279,26 +279,6 @@ def profile(trainer: Any, path: Path) -> None:
         print(f"warning: --profile: {cannot_write(path, exc)}", file=sys.stderr)
 
 
-PROFILE_HEAD = "vitx bench --profile: "  # a profile's first words: what a later --profile may replace
-
-
-def is_bench_file(path: Path) -> bool:
-    """Whether `path` holds what `vitx bench` writes (--output's figures, --profile's table): replaced by a
-    later measurement without --force."""
-    try:
-        with open(path, "rb") as stream:
-            head = stream.read(65536)
-    except OSError:
-        return False
-    if head.startswith(PROFILE_HEAD.encode()):
-        return True
-    try:
-        record = json.loads(head)
-    except ValueError:
-        return False
-    return isinstance(record, dict) and {"images_per_s", "gflop_per_image"} <= set(record)
-
-
 def write(measured: Measured, path: str) -> None:
     """The figures as JSON (--output)."""
     from ..safe_io import atomic_write_text
@@ -311,5 +291,4 @@ def write(measured: Measured, path: str) -> None:
         raise cannot_write(path, exc) from None
 
 
-__all__ = ["Measured", "build_trainer", "is_bench_file", "measure", "on_device", "run_options", "synthetic_split",
-           "write"]
+__all__ = ["Measured", "build_trainer", "measure", "on_device", "run_options", "synthetic_split", "write"]

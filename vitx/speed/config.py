@@ -4,8 +4,10 @@ device, peak). Torch-free: `vitx --help` reads it."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import VitxError
@@ -23,6 +25,26 @@ def _run(name: str) -> Any:
     """Pre-training's setting `name`, declared there (help, panel, bounds) with its default: `vitx bench` with
     no options measures the run `vitx pretrain` with none makes."""
     return with_default(PretrainConfig, name, defaults(PretrainConfig)[name])
+
+
+PROFILE_HEAD = "vitx bench --profile: "  # a profile's first words: what a later --profile may replace
+
+
+def is_bench_file(path: Path) -> bool:
+    """Whether `path` holds what `vitx bench` writes (--output's figures, --profile's table): replaced by a
+    later measurement without --force."""
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(65536)
+    except OSError:
+        return False
+    if head.startswith(PROFILE_HEAD.encode()):
+        return True
+    try:
+        record = json.loads(head)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and {"images_per_s", "gflop_per_image"} <= set(record)
 
 
 @dataclass
@@ -59,8 +81,6 @@ class BenchConfig:
 
     def validate(self) -> "BenchConfig":
         check(self)  # every bound and choice, as declared, in one line naming the option
-        from .bench import is_bench_file  # (torch-free at import: bench.py imports torch in its functions)
-
         if self.output and self.profile and os.path.abspath(os.path.expanduser(self.output)) == \
                 os.path.abspath(os.path.expanduser(self.profile)):
             raise VitxError(f"--output and --profile name the same file {self.output}; give each its own")
@@ -77,4 +97,5 @@ class BenchConfig:
         return {k: v for k, v in given.items() if k in run and k not in ("steps", "data")}
 
 
-__all__ = ["BenchConfig", "DEVICES", "SYNTHETIC", "SYNTHETIC_CLASSES", "SYNTHETIC_IMAGES"]
+__all__ = ["BenchConfig", "DEVICES", "PROFILE_HEAD", "SYNTHETIC", "SYNTHETIC_CLASSES", "SYNTHETIC_IMAGES",
+           "is_bench_file"]

@@ -27,6 +27,9 @@ def get_task(name: str) -> Task:
     entry = TASKS.get(name)
     if isinstance(entry.obj, Task):
         return entry.obj
+    if not callable(entry.obj):
+        raise VitxError(f"task '{name}' ({entry.source}) is registered as {type(entry.obj).__name__}, not a "
+                        "vitx.tasks.Task (or a function returning one)")
     try:
         task = entry.obj()
     except Exception as exc:  # noqa: BLE001 - a plugin's task function: one line naming it, never a traceback

@@ -9,7 +9,7 @@ from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, PROTOCOL, SCHEDULE,
 from ..settings import check, declared, defaults, flag_of, result_settings as declared_result_settings, setting
 from ..settings import with_default
 from ..settings.groups import Augmentation, Columns, Input, Optimisation, Output, Seeded, Start, Streaming, System
-from ..settings.groups import TestDraw
+from ..settings.groups import LIMITS, TestDraw
 
 SELECT = ("auto", "suite", "task")  # auto: suite for more than one task (protocol.py)
 
@@ -98,10 +98,10 @@ class TransferConfig(Seeded, Start, Columns, Input, Streaming, TestDraw, Augment
     shots: int = setting(1000, "Training images in all (not per class, as `vitx eval fewshot --shots` counts them): 4/5 train, 1/5 validation (VTAB-1k: 1000 = 800 + 200); from your data, a seeded, class-balanced draw.", PROTOCOL, above=0)
     sweep: bool = setting(True, "Sweep lr × steps on train → val and retrain the chosen point; --no-sweep: --lr and --steps (the paper's 0.01, 2500).", PROTOCOL)
     select: str = setting("auto", "How the swept point is chosen: suite (one lr × steps for every task, the best mean val top-1 over the suite: the ViT paper's VTAB protocol) or task (each task its own best: optimistic, not comparable with the paper).", PROTOCOL, choices=SELECT, shown="suite for several tasks")
-    lrs: list[float] = setting([0.001, 0.003, 0.01, 0.03], "Sweep learning rates.", PROTOCOL, above=0)
-    sweep_steps: list[int] = setting([500, 2500], "Sweep step counts.", PROTOCOL, above=0)
-    lr: float = setting(0.01, "Learning rate with --no-sweep.", PROTOCOL, above=0)
-    steps: int = setting(2500, "Steps with --no-sweep.", PROTOCOL, above=0)
+    lrs: list[float] = setting([0.001, 0.003, 0.01, 0.03], "Sweep learning rates.", PROTOCOL, above=0, limit=LIMITS["lr"])
+    sweep_steps: list[int] = setting([500, 2500], "Sweep step counts.", PROTOCOL, above=0, limit=LIMITS["steps"])
+    lr: float = setting(0.01, "Learning rate with --no-sweep.", PROTOCOL, above=0, limit=LIMITS["lr"])
+    steps: int = setting(2500, "Steps with --no-sweep.", PROTOCOL, above=0, limit=LIMITS["steps"])
     seeds: list[int] = setting([], "Repeat each task's final run with these seeds, e.g. 0,1,2: results are mean ± s.d. (the sweep and the data's draw use --seed).", PROTOCOL, min=0, shown="--seed alone", example="0,1,2", distinct=True)
     skip_missing: bool = setting(False, "In a suite, skip tasks whose data is unavailable.", PROTOCOL, affects_result=False)
     allow_synthetic: bool = setting(False, "Count VTAB tasks read from vitx's synthetic regeneration (the embedded dSprites) in group and suite means; by default they are listed but left out.", PROTOCOL)

@@ -143,11 +143,11 @@ class Journal:
                 if len(parts := line.split(" ", 4)) >= 4]
 
 
-def child_settings(cfg: TransferConfig) -> dict[str, Any]:
+def child_settings(cfg: TransferConfig, jobs: int | None = None) -> dict[str, Any]:
     """The settings each job runs with: the parent's, one item at a time each, with its share of the cores for
     loading when the workers are not given. Without --wait a job still waits for sweep points of the parent's
     share (its siblings run them), and stops, pending, for those of other shards, as the parent would."""
-    share = max(1, cores() // cfg.jobs)
+    share = max(1, cores() // (jobs or cfg.jobs))  # (`jobs`: how many run, when fewer than --jobs)
     settings = {**cfg.to_dict(), "jobs": 1, "dry_run": False}
     if cfg.workers < 0:
         settings["workers"] = max(0, share - 1)
@@ -168,23 +168,29 @@ def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console)
     are on disk. Returns the failed ones: (job, exit status, log). Stopped by a signal (forwarded to the jobs:
     none takes an item after it), it says what is on disk then: its share complete, it returns as if they had
     finished; else it raises Preempted (exit 75) with the count."""
+    left = sum(not done(item) for item in mine)
+    jobs = max(1, min(cfg.jobs, left))  # a job more than the items left would start a process with nothing to do
     folder = jobs_folder(Path(cfg.output_dir))
-    recipe = write_recipe(folder / "jobs.toml", child_settings(cfg))
+    recipe = write_recipe(folder / "jobs.toml", child_settings(cfg, jobs))
     gpus = visible_gpus()
     journal, tally = Journal(Path(cfg.output_dir) / JOURNAL), Tally(mine, done)
+    if jobs < cfg.jobs:
+        console.print(f"--jobs {cfg.jobs}: {jobs} job(s), one per item left", soft_wrap=True)
+    if not gpus and jobs > cores():
+        console.print(f"warning: {jobs} jobs on {cores()} core(s): they share the cores, each slower than alone "
+                      f"(--jobs {cores()} or fewer runs them side by side)", soft_wrap=True)
     children: list[subprocess.Popen] = []
     job_of: dict[str, int] = {}  # "host:pid" as the journal names a holder → job
     stop: list[str] = []  # the stop signals received
     with _stop_on_signals(stop, lambda: _forward(children)):  # (also while they stop: a repeat is not passed on)
         try:
-            for i in range(cfg.jobs):
+            for i in range(jobs):
                 if stop:  # (stopped while they start: no more)
                     break
-                children.append(start_vitx("transfer", recipe, folder / f"job{i}.log", i, cfg.jobs, ("--resume",),
-                                           gpus))
+                children.append(start_vitx("transfer", recipe, folder / f"job{i}.log", i, jobs, ("--resume",), gpus))
                 job_of[f"{socket.gethostname()}:{children[-1].pid}"] = i
-            place = f"GPUs {', '.join(gpus)}" if gpus else f"{max(1, cores() // cfg.jobs)} thread(s) each"
-            console.print(f"{cfg.jobs} jobs on {len(mine)} item(s) ({place}); logs in {folder}/job<i>.log",
+            place = f"GPUs {', '.join(gpus)}" if gpus else f"{max(1, cores() // jobs)} thread(s) each"
+            console.print(f"{jobs} jobs on {len(mine)} item(s) ({place}); logs in {folder}/job<i>.log",
                           soft_wrap=True)
             while any(p.poll() is None for p in children) and not stop:
                 time.sleep(TICK)  # (a stop signal is forwarded by its handler at once, not after this)
@@ -197,7 +203,7 @@ def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console)
         if not left:  # they finished the last items as it came: nothing is left to continue
             console.print(f"{stop[0]}: the jobs stopped with all {len(mine)} item(s) on disk", soft_wrap=True)
             return []
-        raise Preempted(f"{stop[0]}: the {cfg.jobs} jobs stopped with {len(mine) - len(left)} of {len(mine)} item(s) "
+        raise Preempted(f"{stop[0]}: the {jobs} jobs stopped with {len(mine) - len(left)} of {len(mine)} item(s) "
                         f"on disk and {len(left)} left (one begun was checkpointed); run the same command with "
                         "--resume to continue the suite")
     return [(i, p.returncode, folder / f"job{i}.log") for i, p in enumerate(children) if p.returncode]
