@@ -365,6 +365,14 @@ def test_a_transfer_and_a_pre_training_never_share_a_folder(tmp_path):
     assert proc.returncode == 2 and _errors(proc) == [
         f"error: --output-dir {tmp_path / 't'} holds a transfer; a pre-training run goes into a folder of its own: "
         "give a new one"], proc.stderr
+    final = tmp_path / "t" / "embedded-digits" / "final"  # a transfer's own run: never taken over, --resume or not
+    kept = _tree(final)
+    for extra in ([], ["--resume"]):
+        proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, output_dir=str(final), **SHORT)), *extra)
+        assert proc.returncode == 2 and _errors(proc) == [
+            f"error: --output-dir {final} holds a transfer's work item (a sweep point or final run: `vitx transfer "
+            "--resume` continues it); a pre-training goes into a folder of its own"], proc.stderr
+    assert _tree(final) == kept
 
 
 def test_a_run_whose_checkpoints_are_gone_is_never_replaced_by_a_new_one(tmp_path):

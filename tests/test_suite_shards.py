@@ -739,3 +739,24 @@ def test_jobs_are_never_more_than_the_items_left(tmp_path, monkeypatch):
     said = io.StringIO()
     assert jobs.run_jobs(cfg, mine, lambda item: item.index == 1, Console(file=said, width=200)) == []
     assert started == [(0, 2), (1, 2)] and "--jobs 1000: 2 job(s), one per item left" in said.getvalue()
+
+
+def test_items_are_never_started_from_a_start_trained_on_since_the_suite_began(pretrained_run, tmp_path):
+    """A transfer stopped, its --from run resumed and trained on, the transfer resumed: its items left would have
+    started from the new weights beside items done from the old ones, under one summary. suite.json records the
+    start's step; a joining process whose start has moved on is refused in one line."""
+    import shutil
+
+    from vitx.transfer import TransferConfig
+    from vitx.transfer.folders import check_suite
+
+    run = shutil.copytree(pretrained_run, tmp_path / "run", ignore=shutil.ignore_patterns("checkpoints"))
+    cfg = TransferConfig(task="embedded/digits", start=str(run), output_dir=str(tmp_path / "suite"))
+    assert check_suite(cfg, ["embedded/digits"], joining=False, begun=False)
+    step = json.loads((tmp_path / "suite" / "suite.json").read_text())["start_step"]
+    check_suite(cfg, ["embedded/digits"], joining=True, begun=True)  # the same weights: it goes on
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "step": step + 50}))
+    with pytest.raises(VitxError, match=rf"holds a transfer from {run} at step {step}, which is at step {step + 50} "
+                                        r"now: its items left would start from another model than those done"):
+        check_suite(cfg, ["embedded/digits"], joining=True, begun=True)

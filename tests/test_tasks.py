@@ -250,3 +250,14 @@ def test_online_dsprites_comes_from_its_hub_copy_and_falls_back_to_the_regenerat
     fallback = open_task(get_task("vtab/dsprites_loc"), 20, offline=False)
     assert fallback.synthetic and fallback.origin == "embedded"
     assert open_task(get_task("vtab/dsprites_loc"), 20, offline=True).origin == "embedded"
+
+
+def test_one_data_folder_spelled_several_ways_is_one_task(tmp_path, monkeypatch):
+    """`d,d/,./d` and its absolute path ran three times and counted three times in the suite's mean."""
+    from .helpers import write_image_folder
+
+    write_image_folder(tmp_path / "d")
+    (tmp_path / "link").symlink_to(tmp_path / "d")
+    monkeypatch.chdir(tmp_path)
+    tasks = select_tasks(f"d,d/,./d,{tmp_path / 'd'},link,vtab/dtd,vtab/dtd")
+    assert [t.name for t in tasks] == ["d", "vtab/dtd"]

@@ -22,6 +22,7 @@ from ..evaluation.features import extract_features
 from ..evaluation.monitor import Monitors
 from ..evaluation.representation import read_as
 from ..plots.series import read_metrics
+from .preemption import pending
 from .randomness import EVAL, seed_position
 
 WATCH_IMAGES = 256  # the collapse watch's training images: RankMe up to 256 (vit-s: 384-d), 1 s of a CPU forward
@@ -156,8 +157,15 @@ class Evaluating:
                 sums[k] = sums.get(k, 0) + v.detach().float() * weight
 
         forwards = 0
+        # a stop that comes meanwhile: the checkpoint is next, then the run stops, and the validation is not worth
+        # a scheduler's grace period (several processes finish it: their forwards are collective; the last step's
+        # too: a finished run has its figures)
+        abandon = acc.num_processes == 1 and self.step_count < setup.cfg.steps
         with iterate(loader) as batches:
             for batch in batches:
+                if abandon and pending() is not None:
+                    setup.model.train()
+                    return {}
                 n = batch["label"].shape[0]
                 forward(batch, n)
                 count += n

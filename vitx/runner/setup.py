@@ -31,7 +31,7 @@ from .ema import load_ema, make_ema
 from .launch import configure_deepspeed, make_accelerator
 from .optim import build_optimizer, build_schedule
 from .threads import fit_threads, training_workers
-from ..runs.ownership import PRETRAINING, check_output_dir
+from ..runs.ownership import ITEM, PRETRAINING, check_output_dir, holds
 from ..runs.rundir import RunDir
 
 
@@ -65,6 +65,8 @@ def resolve_config(explicit: dict[str, Any], resume: bool) -> tuple[PretrainConf
         raise VitxError("give --model (a new backbone) or --from (weights to start from), not both")
     cfg = configured(explicit)  # explicit over the objective's reference recipe (Objective.recipe)
     run = RunDir(cfg.output_dir)
+    if holds(run.path) == ITEM:  # (its weights and checkpoints are a transfer's: pre-training would take them over)
+        raise VitxError(f"--output-dir {cfg.output_dir} holds {ITEM}; a pre-training goes into a folder of its own")
     latest = run.latest()
     if latest is None:
         run.check_writable()

@@ -55,13 +55,24 @@ def shown(names: list[str]) -> str:
 
 
 PRETRAINING, TRANSFER = "a pre-training run", "a transfer"  # what a vitx folder holds (`holds`)
+ITEM = "a transfer's work item (a sweep point or final run: `vitx transfer --resume` continues it)"
+
+
+def _transfer_item(folder: Path) -> bool:
+    """Whether `folder` is a transfer's sweep point or final run (its config.json has a `transfer` record)."""
+    from ..safe_io import read_json_object
+
+    try:
+        return isinstance((read_json_object(folder / "config.json") or {}).get("transfer"), dict)
+    except Exception:  # noqa: BLE001 - a damaged config.json: not known as an item (its readers say why)
+        return False
 
 
 def holds(folder: Path) -> str | None:
     """What the vitx folder `folder` holds: a pre-training run (its checkpoints or weights at the top), a transfer
     (suite.json, or a task's folder with its transfer.json), or None (neither yet)."""
     if (folder / "checkpoints").is_dir() or (folder / "model.safetensors").is_file():
-        return PRETRAINING
+        return ITEM if _transfer_item(folder) else PRETRAINING
     if (folder / "suite.json").is_file() or any((p / "transfer.json").is_file() for p in _children(folder)):
         return TRANSFER
     return None

@@ -114,6 +114,16 @@ def check_recorded(where: str, config: dict[str, Any]) -> None:
             raise VitxError(f"{where}: run.{key} must be a number, got {json.dumps(value)[:40]}")
 
 
+def start_step(start: str) -> int | None:
+    """The step of the weights a vitx run or checkpoint folder `start` holds now (its config.json's), None for
+    any other start: a transfer records it, so that items started later from a run trained since are refused."""
+    path = Path(start).expanduser()
+    if not (path / "config.json").is_file():
+        return None
+    step = (read_json_object(path / "config.json") or {}).get("step")
+    return step if _is_whole(step) else None
+
+
 def stopped_early(start: str, flag: str = "--from") -> str | None:
     """A warning line when `start` is a vitx run folder whose training stopped before its --steps (a stop
     signal, a crash): its top-level weights are its last checkpoint's, not the run it was set up to be. None for

@@ -39,6 +39,12 @@ def get_task(name: str) -> Task:
     return task
 
 
+def _identity(task: Task) -> str:
+    """What makes two tasks one: a data task's folder however it is spelled (`d`, `./d/`, a link), else its name."""
+    path = Path(task.data).expanduser() if task.data else None
+    return str(path.resolve()) if path is not None and path.exists() else task.name
+
+
 def select_tasks(spec: str, data: DataOptions | None = None) -> list[Task]:
     """A task name, `<suite>/all`, `<suite>/<group>` (natural, specialized, structured), an fnmatch pattern, or
     labelled data (a path, hf:NAME, shards: `custom.py`), read with `data`'s keys; or several of these,
@@ -48,7 +54,7 @@ def select_tasks(spec: str, data: DataOptions | None = None) -> list[Task]:
         chosen: dict[str, Task] = {}
         for item in items:
             for task in select_tasks(item, data):
-                chosen.setdefault(task.name, task)
+                chosen.setdefault(_identity(task), task)
         return list(chosen.values())
     suite, _, rest = spec.partition("/")
     names = TASKS.names()

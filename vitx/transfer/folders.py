@@ -153,9 +153,12 @@ def check_suite(cfg: TransferConfig, tasks: list[str], joining: bool, begun: boo
     A record that nothing was trained under binds only processes that join (shards started together); a lone
     new transfer replaces it (its predecessor failed before training). `write`: False only checks. Returns
     whether this call wrote it."""
+    from ..runs.trained import start_step
+
     output = Path(cfg.output_dir)
     path = output / SUITE
-    record = {"tasks": tasks, "settings": result_settings(cfg)}
+    step = start_step(cfg.start)
+    record = {"tasks": tasks, "settings": result_settings(cfg), **({"start_step": step} if step is not None else {})}
     if write:
         own(output)
         if _create(path, record):
@@ -165,6 +168,11 @@ def check_suite(cfg: TransferConfig, tasks: list[str], joining: bool, begun: boo
         if write:
             write_json(path, record)
         return write
+    began = saved.get("start_step")
+    if isinstance(began, int) and step is not None and began != step:  # --from trained on since the suite began
+        raise VitxError(f"{output} holds a transfer from {cfg.start} at step {began}, which is at step {step} now: "
+                        "its items left would start from another model than those done; transfer it into another "
+                        "--output-dir")
     if saved.get("tasks") != tasks:
         if cfg.shard:  # the shards of one suite must partition the same work list
             raise VitxError(f"{output} holds a suite of other tasks ({', '.join((saved.get('tasks') or [])[:3])}, "
