@@ -282,3 +282,14 @@ def test_the_test_split_in_words_says_what_test_samples_drew():
                                                           "--test-samples)"
     assert drawn_test(test, 1000, 0) is test
     assert describe_test(test, 1000) == "all 360 (--test-samples 1,000 asks for more than the split holds)"
+
+
+def test_classes_a_training_split_has_no_image_of():
+    """What `vitx transfer` warns of (--shots 5 on 10 classes trained a classifier that never predicts 8 of them)."""
+    from vitx.data.draws import Subset, classes_unseen
+
+    digits = Shapes(size=8, length=100)
+    labels = np.asarray([digits.load(i)[1] for i in range(100)])
+    kept = np.flatnonzero(labels < 3)[:6]  # (6,) images of classes 0-2 only
+    assert classes_unseen(Subset(digits, kept), 10) == list(range(3, 10))
+    assert classes_unseen(digits, 10) == []

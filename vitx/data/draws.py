@@ -201,6 +201,14 @@ def validation_split(opened: Any, count: int, seed: int, held: int | None = None
                                                  "stratified; not trained on)"), "requested": requested}
 
 
+def classes_unseen(train: Any, num_classes: int) -> list[int]:
+    """The classes of 0..num_classes-1 with no image in `train` ([] when its labels cannot be listed cheaply)."""
+    if not num_classes or not _cheap_labels(train):
+        return []
+    have = np.bincount(np.asarray(source_labels(train), dtype=np.int64), minlength=num_classes)
+    return [int(c) for c in np.flatnonzero(have[:num_classes] == 0)]
+
+
 def _cheap_labels(source: Any) -> bool:
     """Whether a source has single-class labels it can list without decoding (or rendering) every image."""
     cheap = getattr(getattr(source, "base", source), "labels", None) is not None

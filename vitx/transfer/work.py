@@ -11,7 +11,7 @@ from rich.console import Console
 
 from .. import __version__
 from ..safe_io import read_json_object
-from ..data.draws import describe_test
+from ..data.draws import classes_unseen, describe_test
 from ..runs.rundir import WEIGHTS
 from ..tasks import Task, TaskSplits
 from ..tasks.custom import describe_record
@@ -28,6 +28,11 @@ def open_task_run(cfg: TransferConfig, task: Task, splits: TaskSplits | None,
     console.print(f"{task.name}: {len(prep.train)} train + {len(prep.val)} val images, test {describe_test(prep.test, cfg.test_samples)} "
                   f"({prep.splits.origin}) at {prep.preprocess.image_size}px | from {cfg.start} | "
                   f"adapters {', '.join(a.describe() for a in prep.adapters)}", soft_wrap=True)
+    unseen = classes_unseen(prep.train, task.num_classes)
+    if unseen:  # (a data task's draw is refused for it: custom.py; a registered task's N-shot split is the protocol)
+        console.print(f"warning: {task.name}: {len(unseen)} of {task.num_classes} classes have no image among the "
+                      f"{len(prep.train)} training images of --shots {cfg.shots}: the classifier never predicts them (more "
+                      "--shots gives them some)", soft_wrap=True, markup=False)
     pre = prep.preprocess
     console.print(f"{task.name}: input mean {tuple(round(v, 4) for v in pre.mean)}, std {tuple(round(v, 4) for v in pre.std)}, "
                   f"{pre.interpolation} ({prep.input_from})", soft_wrap=True)
