@@ -289,9 +289,9 @@ def test_resume_may_lower_the_lr_and_config_json_records_it(tmp_path):
 
 
 def test_a_diverged_run_without_a_good_checkpoint_says_so(tmp_path):
-    """--lr 1e9: the first update throws the weights to ~1e7 (finite, useless), then every step is skipped. The
+    """--lr 1e3 (the most it takes): the first update throws the weights to ~1e3 (finite, useless), then every step is skipped. The
     checkpoints written since hold those weights: none is named good."""
-    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, steps=12, save_every=2, lr=1e9, max_nonfinite_steps=3,
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, steps=12, save_every=2, lr=1e3, max_nonfinite_steps=3,
                                                eval_samples=0, warmup_steps=0)))  # (the first update at 1e9)
     assert proc.returncode == 2 and len(_errors(proc)) == 1, proc.stderr[-2000:]
     assert "the run has diverged; no checkpoint was written before that" in proc.stderr
