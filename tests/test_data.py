@@ -103,8 +103,8 @@ def test_a_16_bit_png_is_scaled_to_8_bits_not_wrapped(tmp_path):
 
 
 def test_deep_and_float_tiffs_decode_as_their_8_bit_png_does(tmp_path):
-    """PIL's convert("RGB") clips 16-bit grey (a TIFF all but white) and float grey (black): scaled as torchvision
-    scales a 16-bit PNG instead, float in [0, 1] times 255; float on another scale is refused, never guessed."""
+    """PIL's convert("RGB") clips 16-bit grey (a TIFF all but white) and float grey in [0, 1] (black): scaled as
+    torchvision scales a 16-bit PNG instead, float in [0, 1] times 255; a range no scale fits is refused."""
     grey = (np.indices((16, 16)).sum(0) * 8).astype(np.uint8)  # (16, 16) 0 … 240
     Image.fromarray(grey).save(tmp_path / "g8.png")
     Image.fromarray(grey.astype(np.uint16) * 257).save(tmp_path / "g16.tif")
@@ -113,9 +113,15 @@ def test_deep_and_float_tiffs_decode_as_their_8_bit_png_does(tmp_path):
     want = decode(EncodedImage.from_file(str(tmp_path / "g8.png")))  # (3, 16, 16)
     for name in ("g16.tif", "float.tif"):
         assert torch.equal(decode(EncodedImage.from_file(str(tmp_path / name))), want), name
-    with pytest.raises(CorruptImageError, match=r"float255\.tif: a floating-point image with values in \[0, 240\], "
-                                                r"not \[0, 1\]"):
-        decode(EncodedImage.from_file(str(tmp_path / "float255.tif")))
+    Image.fromarray(grey.astype(np.int32)).save(tmp_path / "int.tif")  # 32-bit integers of 8-bit values
+    for name in ("float255.tif", "int.tif"):  # no declared range: up to 255 read as 8-bit, as PIL reads them
+        assert torch.equal(decode(EncodedImage.from_file(str(tmp_path / name))), want), name
+    Image.fromarray(grey.astype(np.float32) * 100).save(tmp_path / "float_big.tif")
+    with pytest.raises(CorruptImageError, match=r"float_big\.tif: a floating-point grey image with values in "
+                                                r"\[0, 24000\]: its scale is unknown"):
+        decode(EncodedImage.from_file(str(tmp_path / "float_big.tif")))
+    with pytest.raises(CorruptImageError, match="a floating-point grey image"):  # a PIL image handed over as it is
+        decode(Image.fromarray(grey.astype(np.float32) * 100))
 
 
 def test_an_image_claiming_too_many_pixels_is_refused_before_decoding(tmp_path, monkeypatch):

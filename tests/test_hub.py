@@ -38,7 +38,6 @@ def test_an_unreachable_hub_is_asked_once_and_its_clients_read_their_caches_only
     monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # (the discard port: nothing listens)
     monkeypatch.setattr(hub, "_switched", {})
-    hub._probe.cache_clear()
     tried = []
     connect = socket.create_connection
     monkeypatch.setattr(socket, "create_connection", lambda address, *a, **k: tried.append(address) or
@@ -54,4 +53,15 @@ def test_an_unreachable_hub_is_asked_once_and_its_clients_read_their_caches_only
         open_task(get_task("vtab/dtd"), 20)
     assert open_task(get_task("vtab/dsprites_loc"), 20).origin == "embedded"  # its regeneration, at once
     assert tried == [("127.0.0.1", 9)]
-    hub._probe.cache_clear()
+    hub.reset()  # (what `vitx.cli.main` does when its command ends: the caller's clients as they were)
+    assert not constants.HF_HUB_OFFLINE and not datasets.config.HF_HUB_OFFLINE and not hub._switched
+
+
+def test_a_hub_reached_through_a_proxy_is_not_probed(monkeypatch):
+    """The clients go through HTTPS_PROXY where one is set; a direct connection failing says nothing then."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: pytest.fail("probed past the proxy"))
+    assert hub._probe("https://huggingface.co") is None
+    monkeypatch.setenv("NO_PROXY", "huggingface.co")  # bypassed: probed as any direct connection
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: (_ for _ in ()).throw(OSError(111, "refused")))
+    assert hub._probe("https://huggingface.co") == "huggingface.co cannot be reached from here: refused"

@@ -28,8 +28,8 @@ def test_plot_replaces_its_own_figure_a_users_file_with_force_and_a_runs_file_ne
     assert mine.read_bytes().startswith(b"\x89PNG") and b"Software\x00vitx" in mine.read_bytes()[:8192]
     before = (run / ".vitx-run").read_bytes()
     proc = vitx_cli("plot", str(run), "-o", str(run / ".vitx-run"), "--force")
-    assert proc.returncode == 2 and proc.stderr == f"error: --output {run / '.vitx-run'} is a file of the vitx run in " \
-        f"{run}, not a figure vitx drew; write elsewhere (--force never replaces a run's own files)\n", proc.stderr
+    assert proc.returncode == 2 and proc.stderr == f"error: --output {run / '.vitx-run'} is one of the vitx run's own " \
+        f"files in {run}; write elsewhere (--force never replaces a run's own files)\n", proc.stderr
     assert (run / ".vitx-run").read_bytes() == before
 
 
@@ -39,8 +39,8 @@ def test_report_force_never_replaces_a_runs_weights_or_records(run):
         before = own.read_bytes()
         proc = vitx_cli("report", str(run), "-o", str(own), "--force")
         holder = run if own.parent == run else step.parent.parent
-        assert proc.returncode == 2 and proc.stderr == f"error: --output {own} is a file of the vitx run in " \
-            f"{holder}, not a vitx page; write elsewhere (--force never replaces a run's own files)\n", proc.stderr
+        assert proc.returncode == 2 and proc.stderr == f"error: --output {own} is one of the vitx run's own " \
+            f"files in {holder}; write elsewhere (--force never replaces a run's own files)\n", proc.stderr
         assert own.read_bytes() == before
 
 
@@ -87,13 +87,37 @@ def test_paths_no_filesystem_takes_are_one_line(pretrained_run, tmp_path):
     folder named in Latin-1: it reaches Python as surrogates, and safetensors and JSON would fail after the
     training): one line, nothing written."""
     long = str(tmp_path / ("a" * 300))
-    for args in (["plot", str(pretrained_run), "-o", long + ".png"], ["report", long],
-                 ["export", str(pretrained_run), "--to", long]):
+    for args in (["report", long], ["export", str(pretrained_run), "--to", long],
+                 ["plot", str(pretrained_run), "-o", long + ".png"]):
         proc = vitx_cli(*args)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and \
             "a name in this path is longer than the filesystem allows" in proc.stderr, proc.stderr
+    # 200 bytes: the filesystem takes the name, not the temporary name written first (refused before drawing)
+    proc = vitx_cli("plot", str(pretrained_run), "-o", str(tmp_path / f"{'a' * 200}.png"))
+    assert proc.returncode == 2 and proc.stderr.endswith("the file name is longer than the 155 bytes vitx can write "
+                                                         "(it writes under a temporary name of 100 more bytes first, "
+                                                         "then renames)\n"), proc.stderr
     latin = tmp_path / "caf\udce9"  # café in Latin-1, as Python reads it from a UTF-8 locale
     proc = vitx_cli("pretrain", "--steps", "2", "--output-dir", str(latin))
     assert proc.returncode == 2 and proc.stderr == f"error: the argument {str(latin)[:-1]}\\udce9 is not valid UTF-8; " \
                                                    "vitx's files record paths and names as UTF-8: rename it\n"
     assert not any(tmp_path.iterdir())
+
+
+def test_force_replaces_a_users_file_in_a_run_folder_but_never_the_runs_own(run, tmp_path):
+    """Inside a run's folder only the run's own files are protected: an eval result a user keeps there is
+    replaced with --force, a checkpoint's inspect/ output too; the run's curves (a vitx figure) are not."""
+    from vitx.errors import VitxError
+    from vitx.plots.canvas import is_vitx_figure
+    from vitx.settings.paths import writable_file
+
+    (run / "knn.json").write_text("{}")
+    writable_file(run / "knn.json", "--output", force=True)
+    step = sorted((run / "checkpoints").iterdir())[-1]
+    (step / "inspect").mkdir()
+    (step / "inspect" / "attention_distance.png").write_bytes(b"old")
+    writable_file(step / "inspect" / "attention_distance.png", "--output-dir", force=True)
+    for own in (run / "curves.png", step / "curves.png", step / "accelerate" / "model.safetensors"):
+        if own.exists():
+            with pytest.raises(VitxError, match="is one of the vitx run's own files in"):
+                writable_file(own, "--output", force=True, ours=is_vitx_figure)

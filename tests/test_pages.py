@@ -450,8 +450,8 @@ def test_report_reads_damaged_records_as_one_line_and_replaces_only_its_own_page
     (run / "config.json").write_text(json.dumps(config))
     weights = (run / "model.safetensors").read_bytes()
     proc = vitx_cli("report", str(run), "--output", str(run / "model.safetensors"))
-    assert proc.returncode == 2 and proc.stderr == f"error: --output {run / 'model.safetensors'} is a file of the vitx " \
-                                                   f"run in {run}, not a vitx page; write elsewhere (--force never " \
+    assert proc.returncode == 2 and proc.stderr == f"error: --output {run / 'model.safetensors'} is one of the vitx " \
+                                                   f"run's own files in {run}; write elsewhere (--force never " \
                                                    "replaces a run's own files)\n"
     assert (run / "model.safetensors").read_bytes() == weights
     for extra in ([], ["--force"]):  # its own page again, and a user's file with --force

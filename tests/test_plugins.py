@@ -91,9 +91,9 @@ def test_a_plugin_file_that_raises_is_one_line(tmp_path):
     assert f"warning: vitx plugin '{exits}' failed to load: it called sys.exit(0)" in proc.stderr
     # a command that does work does not do it without the plugin the user named: one error line, nothing run
     proc = vitx_cli("pretrain", "--plugin", str(bad), "--steps", "1", "--output-dir", str(tmp_path / "run"))
-    assert proc.returncode == 2 and proc.stderr == f"error: plugin {bad} failed to load: RuntimeError: this plugin is " \
-                                                   "broken; the command would run without it (`vitx plugins` lists " \
-                                                   "what loaded)\n", proc.stderr
+    assert proc.returncode == 2 and proc.stderr == f"error: plugin {bad} (--plugin) failed to load: RuntimeError: this " \
+                                                   "plugin is broken; the command would run without it (`vitx " \
+                                                   "plugins` lists what loaded)\n", proc.stderr
     assert not (tmp_path / "run").exists()
 
 

@@ -515,3 +515,17 @@ def test_a_tampered_run_record_is_one_line_on_resume(tmp_path):
     proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, **SHORT)), "--resume")
     assert proc.returncode == 2 and _errors(proc) == [
         f"error: {checkpoint}/config.json run: steps must be an integer, got 'abc'"], proc.stderr[-2000:]
+
+
+def test_a_finished_sweep_point_is_a_transfer_item_without_its_weights(tmp_path):
+    """A sweep point keeps its config.json (with its transfer record) after its weights and checkpoints are
+    removed: it is still a transfer's, and pre-training into it is refused."""
+    from vitx.runs.ownership import ITEM, holds
+
+    point = tmp_path / "sweep" / "lr0.01_steps2"
+    point.mkdir(parents=True)
+    (point / ".vitx-run").write_text("")
+    (point / "config.json").write_text(json.dumps({"run": {}, "transfer": {"task": "embedded/digits"}}))
+    assert holds(point) == ITEM
+    proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, output_dir=str(point), **SHORT)))
+    assert proc.returncode == 2 and "holds a transfer's work item" in proc.stderr, proc.stderr

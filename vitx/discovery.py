@@ -42,7 +42,7 @@ def load_plugins(kind: str | None = None) -> None:
                 _load(ep.name, f"entry point {ep.name} ({ep.dist.name if ep.dist else ep.value})", ep.load)
 
 
-def load_plugin(target: str, strict: bool = False) -> bool:
+def load_plugin(target: str, strict: bool = False, given: str = "--plugin") -> bool:
     """Import one plugin: a `.py` file or an importable module name. Reports a failure in one line (`strict`:
     as an error, for a command that would otherwise do its work without the plugin the user named), returns
     whether it loaded. Loading the same target twice does nothing."""
@@ -50,8 +50,8 @@ def load_plugin(target: str, strict: bool = False) -> bool:
     done = _load(target, f"file {target}" if is_file else f"module {target}",
                  lambda: _exec_file(target) if is_file else importlib.import_module(target), warn=not strict)
     if strict and not done:
-        raise VitxError(f"plugin {target} failed to load: {failed[target]}; the command would run without it (`vitx "
-                        "plugins` lists what loaded)")
+        raise VitxError(f"plugin {target} ({given}) failed to load: {failed[target]}; the command would run without "
+                        "it (`vitx plugins` lists what loaded)")
     return done
 
 
@@ -86,7 +86,7 @@ def _exec_file(target: str) -> None:
 def load_env_plugins(strict: bool = False) -> None:
     """The plugins VITX_PLUGINS names (files or modules, separated by os.pathsep); `strict`: as load_plugin."""
     for target in filter(None, os.environ.get("VITX_PLUGINS", "").split(os.pathsep)):
-        load_plugin(target.strip(), strict)
+        load_plugin(target.strip(), strict, "VITX_PLUGINS")
 
 
 registry.discover = load_plugins  # the registry asks for a kind's plugins before its first lookup

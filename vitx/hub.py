@@ -8,9 +8,9 @@ does), so that a cached copy loads at once and a missing one fails at once, its 
 """
 from __future__ import annotations
 
-import functools
 import os
 import socket
+import urllib.request
 from urllib.parse import urlparse
 
 _TRUE = ("1", "true", "yes", "on")
@@ -46,11 +46,13 @@ def endpoint() -> str:
         return os.environ.get("HF_ENDPOINT", "https://huggingface.co")
 
 
-@functools.lru_cache(maxsize=None)
 def _probe(url: str) -> str | None:
-    """None when `url`'s host accepts a TCP connection within PROBE_SECONDS, else why not."""
+    """None when `url`'s host accepts a TCP connection within PROBE_SECONDS (or is reached through a proxy,
+    which the clients use and this probe cannot judge), else why not."""
     parsed = urlparse(url)
     host, port = parsed.hostname or "", parsed.port or (80 if parsed.scheme == "http" else 443)
+    if urllib.request.getproxies().get(parsed.scheme) and not urllib.request.proxy_bypass(host):
+        return None
     try:
         with socket.create_connection((host, port), timeout=PROBE_SECONDS):
             return None
@@ -77,20 +79,36 @@ def unreachable(datasets: bool = False) -> str | None:
     return why
 
 
+_restore: list[tuple[object, str, object]] = []  # (module, flag, value before _go_offline), for `reset`
+
+
 def _go_offline() -> None:
     """huggingface_hub and datasets read their offline flag at each request (module constants): set both."""
+    targets = []
     try:
         from huggingface_hub import constants
 
-        constants.HF_HUB_OFFLINE = True
+        targets.append((constants, "HF_HUB_OFFLINE"))
     except ImportError:
         pass
     try:
         import datasets.config
 
-        datasets.config.HF_HUB_OFFLINE = datasets.config.HF_DATASETS_OFFLINE = True
+        targets += [(datasets.config, "HF_HUB_OFFLINE"), (datasets.config, "HF_DATASETS_OFFLINE")]
     except ImportError:
         pass
+    for module, flag in targets:
+        _restore.append((module, flag, getattr(module, flag, False)))
+        setattr(module, flag, True)
+
+
+def reset() -> None:
+    """The clients' offline flags as they were, and the hub asked again next time: a command run in-process (a
+    notebook, a test) leaves the caller's huggingface_hub and datasets as it found them."""
+    while _restore:
+        module, flag, value = _restore.pop()
+        setattr(module, flag, value)
+    _switched.clear()
 
 
 def not_cached(why: str, error: str) -> str:
@@ -101,4 +119,4 @@ def not_cached(why: str, error: str) -> str:
     return f"{why}; {error}"
 
 
-__all__ = ["OFFLINE", "endpoint", "not_cached", "offline", "unreachable"]
+__all__ = ["OFFLINE", "endpoint", "not_cached", "offline", "reset", "unreachable"]

@@ -54,7 +54,7 @@ app.add_typer(eval_app, name="eval")
 add_evaluators()  # the built-in ones now (`app` is whole when imported); main() again after plugins load
 
 
-LISTINGS = ("models", "objectives", "adapters", "tasks", "plugins")  # commands that list; the others do work
+WORKING = ("pretrain", "transfer", "eval", "inspect", "reproduce", "export", "predict", "plot", "report", "bench")
 
 
 def _take_plugins(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
             given = sys.argv[1:] if argv is None else list(argv)
             _check_utf8(given)
             argv, plugins = _take_plugins(given)
-            strict = bool(argv) and argv[0] not in LISTINGS and "--help" not in argv  # (a listing shows the failure)
+            strict = bool(argv) and argv[0] in WORKING and "--help" not in argv and argv != ["eval"]  # (a listing,
+            # --version or a help shows the failure as a warning)
             load_env_plugins(strict)
             for target in plugins:
                 load_plugin(target, strict)
@@ -164,5 +165,8 @@ def main(argv: list[str] | None = None) -> None:
         print("interrupted: Ctrl-C", file=sys.stderr)
         sys.exit(130)
     finally:
+        from ..hub import reset
+
+        reset()  # (in-process callers get their hub clients back as they were)
         if script:  # the console script: only the interpreter's exit is left
             exiting()

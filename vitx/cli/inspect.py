@@ -33,10 +33,10 @@ def inspect(
     out = Path(output_dir) if output_dir else (
         Path(start) / "inspect" if Path(start).is_dir() else Path("runs/inspect") / name.replace("/", "-").replace(":", "-"))
     writable_folder(out)  # (a refusal before the progress bar, whose end would print first)
-    for name in (*FIGURES, "analysis.json"):  # a user's files of these names are not replaced unasked
-        ours = is_analysis if name == "analysis.json" else is_vitx_figure
-        writable_file(out / name, "--output-dir", force, ours=ours,
-                      what="what vitx inspect wrote" if name == "analysis.json" else "a figure vitx drew")
+    for written in (*FIGURES, "analysis.json"):  # a user's files of these names are not replaced unasked
+        ours = is_analysis if written == "analysis.json" else is_vitx_figure
+        writable_file(out / written, "--output-dir", force, ours=ours,
+                      what="what vitx inspect wrote" if written == "analysis.json" else "a figure vitx drew")
     backbone = load_start(start, model).to(process_device())
     given = start_input(start, backbone)  # the start's own normalisation
     normal = {"mean": tuple(given["mean"]), "std": tuple(given["std"]), "interpolation": given["interpolation"]}

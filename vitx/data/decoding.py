@@ -66,26 +66,27 @@ def decode(image: Any) -> "torch.Tensor":
     return torch.from_numpy(arr.copy() if not arr.flags.writeable else arr).permute(2, 0, 1)  # (3, H, W)
 
 
-WIDE_GREY = ("I;16", "I;16B", "I;16L", "I;16N", "I")  # PIL's 16- and 32-bit integer grey modes (TIFF, PGM)
+SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N")  # PIL's 16-bit grey modes (TIFF, PGM)
 
 
 def _rgb(image: Image.Image) -> np.ndarray:
-    """A PIL image as (H, W, 3) uint8 RGB. Grey deeper than 8 bits is scaled to 8 as torchvision scales a 16-bit
-    PNG (the top 8 bits), and float grey in [0, 1] times 255: PIL's convert("RGB") would clip them (a 16-bit
-    TIFF all but white, a float one black) and train on that without a word. Float grey outside [0, 1] has no
-    scale vitx can know: refused."""
-    if image.mode in WIDE_GREY:
-        grey = (np.clip(np.asarray(image, dtype=np.int64), 0, 65535) >> 8).astype(np.uint8)  # (H, W)
-    elif image.mode == "F":
+    """A PIL image as (H, W, 3) uint8 RGB. 16-bit grey is scaled to 8 bits as torchvision scales a 16-bit PNG
+    (the top 8 bits), where PIL's convert("RGB") clips it (a 16-bit TIFF all but white). 32-bit integer grey
+    ("I") and float grey ("F") declare no range: values up to 255 are read as 8-bit, as convert("RGB") reads
+    them; integers up to 65535 as 16-bit; floats in [0, 1] (the usual float scale, which convert turned black)
+    times 255; anything else is refused, never guessed."""
+    if image.mode in SIXTEEN_BIT + ("I", "F"):
         grey = np.asarray(image, dtype=np.float64)  # (H, W)
         low, high = (float(grey.min()), float(grey.max())) if grey.size else (0.0, 0.0)
-        if not (np.isfinite(grey).all() and 0 <= low and high <= 1):
-            raise ValueError(f"a floating-point image with values in [{low:g}, {high:g}], not [0, 1]: its scale is "
-                             "unknown; convert it to 8 or 16 bits")
-        grey = np.rint(grey * 255).astype(np.uint8)
-    else:
-        return np.asarray(image.convert("RGB"))
-    return np.repeat(grey[:, :, None], 3, axis=2)  # (H, W, 3)
+        if not np.isfinite(grey).all() or low < 0 or high > (255 if image.mode == "F" else 65535):
+            raise CorruptImageError(f"a {'floating-point' if image.mode == 'F' else '32-bit'} grey image with "
+                                    f"values in [{low:g}, {high:g}]: its scale is unknown; convert it to 8 or 16 bits")
+        if image.mode in SIXTEEN_BIT or (image.mode == "I" and high > 255):
+            grey = np.floor(grey / 256)  # (the top 8 of 16 bits, as torchvision's to_dtype)
+        elif image.mode == "F" and high <= 1:
+            grey = np.rint(grey * 255)
+        return np.repeat(np.rint(grey).astype(np.uint8)[:, :, None], 3, axis=2)  # (H, W, 3)
+    return np.asarray(image.convert("RGB"))
 
 
 _torchvision_unusable: str | None = None  # why torchvision's decoder cannot be used in this process, once known

@@ -98,11 +98,11 @@ def labels(paths: Sequence[str | Path]) -> list[str]:
     for i, part in enumerate(parts):  # (`r2`, `./r2/`, a link to it: one folder, however it is typed)
         if part in parts[:i]:
             raise VitxError(f"{paths[parts.index(part)]} and {paths[i]} are the same folder; name each once")
-    for n in range(1, max(len(p) for p in parts) + 1):
+    for n in range(1, max(len(p) for p in parts)):
         names = ["/".join(p[-n:]) for p in parts]
         if len(set(names)) == len(names):
             return names
-    return [str(p) for p in paths]
+    return ["/".join(p) for p in parts]  # (whole paths: distinct, as checked above)
 
 
 def draw_runs(paths: Sequence[str | Path], output: str | Path) -> list[Panel]:

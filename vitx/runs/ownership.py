@@ -71,8 +71,10 @@ def _transfer_item(folder: Path) -> bool:
 def holds(folder: Path) -> str | None:
     """What the vitx folder `folder` holds: a pre-training run (its checkpoints or weights at the top), a transfer
     (suite.json, or a task's folder with its transfer.json), or None (neither yet)."""
+    if _transfer_item(folder):  # (a finished sweep point has neither weights nor checkpoints left)
+        return ITEM
     if (folder / "checkpoints").is_dir() or (folder / "model.safetensors").is_file():
-        return ITEM if _transfer_item(folder) else PRETRAINING
+        return PRETRAINING
     if (folder / "suite.json").is_file() or any((p / "transfer.json").is_file() for p in _children(folder)):
         return TRANSFER
     return None

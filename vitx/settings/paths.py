@@ -8,6 +8,8 @@ from typing import Callable
 
 from ..errors import VitxError
 
+NAME_MAX, TEMPORARY = 255, 100  # a name's bytes on common filesystems; what safe_io's temporary names add (a host
+# name, a pid and a token)
 RUN_MARK = ".vitx-run"  # in a run folder, from the first time a run takes it: the folder is vitx's (runs/rundir.py)
 
 
@@ -20,6 +22,9 @@ def writable_file(path: str | Path, flag: str, force: bool = False, example: str
     target = Path(path).expanduser()
     if target.is_dir() or not target.name:  # (`-o .`, `-o /`: no file name either)
         raise VitxError(f"{flag} {path} is a folder; give a file to write, e.g. {flag} {target / example}")
+    if len(target.name.encode()) > NAME_MAX - TEMPORARY:  # (written under a longer temporary name first)
+        raise VitxError(f"{flag} {path}: the file name is longer than the {NAME_MAX - TEMPORARY} bytes vitx can write "
+                        f"(it writes under a temporary name of {TEMPORARY} more bytes first, then renames)")
     replaceable(target, flag, force, ours, what)
     for parent in target.parents:
         if parent.exists():
@@ -30,35 +35,47 @@ def writable_file(path: str | Path, flag: str, force: bool = False, example: str
             break
 
 
+# a run's or a transfer's own files, by name (besides its *.safetensors and its checkpoints' contents): never
+# replaced by another command's output, --force or not (report.html is a page any `vitx report` may rewrite)
+RUN_FILES = frozenset({"config.json", "metrics.jsonl", "trainer_state.json", RUN_MARK, ".lock", "curves.png",
+                       "transfer.json", "result.json", "point.json", "final.json", "selection.json", "suite.json",
+                       "summary.json", "leases.log"})
+
+
 def replaceable(target: Path, flag: str, force: bool = False, ours: Callable[[Path], bool] | None = None,
                 what: str = "") -> None:
     """Refuse to write over a file that is not one this kind of command writes (`ours`: e.g. a vitx page or
-    figure, which rerunning the command replaces): a user's file only with `force`, and a file of a vitx run's
-    or transfer's folder (its records, weights, marker, checkpoints) never, --force or not: a run is not lost to
+    figure, which rerunning the command replaces): a user's file only with `force`, and a vitx run's or
+    transfer's own file (its weights, records, marker, checkpoints) never, --force or not: a run is not lost to
     a mistyped --output. A device or a pipe (/dev/stdout) is written into: nothing is replaced. `what`: the
     kind `ours` accepts, for the refusal (none: nothing there is ever replaced unasked)."""
     if not (target.is_file() or (target.is_symlink() and not target.exists())):
         return
-    if ours is not None and target.is_file() and ours(target):
-        return
     run = _run_holding(target)
     if run is not None:
-        raise VitxError(f"{flag} {target} is a file of the vitx run in {run}, not {what or 'a file this command wrote'};"
-                        " write elsewhere (--force never replaces a run's own files)")
+        raise VitxError(f"{flag} {target} is one of the vitx run's own files in {run}; write elsewhere (--force "
+                        "never replaces a run's own files)")
+    if ours is not None and target.is_file() and ours(target):
+        return
     if not force:
         raise VitxError(f"{flag} {target} exists" + (f" and is not {what}" if what else "")
                         + "; give a new file, or --force to replace it")
 
 
 def _run_holding(target: Path) -> Path | None:
-    """The vitx run or transfer whose own file `target` is: in a folder marked as a run's (RUN_MARK), a transfer
-    task's folder, or a run's checkpoints/ (what a command's own output folder inside a run, `inspect/` say,
-    holds is not)."""
+    """The vitx run or transfer whose own file `target` is: one of RUN_FILES or its weights in a folder marked as
+    a run's (RUN_MARK) or a transfer task's, or a file of one of its checkpoints (checkpoints/step_N/ and its
+    accelerate/ state). Other files there (a user's, a command's own output such as inspect/) are not."""
     folder = target.parent
-    if (folder / RUN_MARK).is_file() or (folder / "transfer.json").is_file():
+    if (target.name in RUN_FILES or target.suffix == ".safetensors") and \
+            ((folder / RUN_MARK).is_file() or (folder / "transfer.json").is_file()):
         return folder
-    return next((p.parent for p in list(target.parents)[:3] if p.name == "checkpoints" and
-                 (p.parent / RUN_MARK).is_file()), None)
+    parts = target.parts
+    for i in range(len(parts) - 2):
+        if parts[i] == "checkpoints" and parts[i + 1].startswith("step_") and \
+                (len(parts) == i + 3 or parts[i + 2] == "accelerate") and (Path(*parts[:i]) / RUN_MARK).is_file():
+            return Path(*parts[:i])
+    return None
 
 
 def writable_folder(path: str | Path, hint: str = "") -> None:
@@ -77,4 +94,4 @@ def writable_folder(path: str | Path, hint: str = "") -> None:
     raise VitxError(f"cannot write {path}: {reason}{hint}")
 
 
-__all__ = ["RUN_MARK", "replaceable", "writable_file", "writable_folder"]
+__all__ = ["RUN_FILES", "RUN_MARK", "replaceable", "writable_file", "writable_folder"]

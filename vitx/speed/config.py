@@ -77,7 +77,7 @@ class BenchConfig:
     profile: str = setting("", "Also profile 3 more steps with torch.profiler and write its table of the "
                            "operators that took the most time to this text file.", OUTPUT)
     force: bool = setting(False, "Replace an --output or --profile file that vitx bench did not write (a file it "
-                          "wrote is replaced anyway; a run's own files never are).", OUTPUT)
+                          "wrote is replaced anyway; a run's own files never are).", OUTPUT, affects_result=False)
 
     def validate(self) -> "BenchConfig":
         check(self)  # every bound and choice, as declared, in one line naming the option

@@ -169,7 +169,9 @@ def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console)
     none takes an item after it), it says what is on disk then: its share complete, it returns as if they had
     finished; else it raises Preempted (exit 75) with the count."""
     left = sum(not done(item) for item in mine)
-    jobs = max(1, min(cfg.jobs, left))  # a job more than the items left would start a process with nothing to do
+    if not left:
+        return []
+    jobs = min(cfg.jobs, left)  # a job more than the items left would start a process with nothing to do
     folder = jobs_folder(Path(cfg.output_dir))
     recipe = write_recipe(folder / "jobs.toml", child_settings(cfg, jobs))
     gpus = visible_gpus()
