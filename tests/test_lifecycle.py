@@ -451,3 +451,13 @@ def test_a_stop_during_validation_gives_up_the_validation_but_not_the_last_steps
     assert trainer.evaluate() == {} and trainer.setup.model.training  # given up, the model back in training mode
     trainer.step_count = cfg.steps
     assert "val_loss" in trainer.evaluate()  # the last step's: done
+
+
+def test_json_log_lines_are_strict_json_with_non_finite_figures_named():
+    """A diverged figure (NaN) is null in a --log-format json line and named in `nonfinite`: collectors' strict
+    parsers reject NaN (metrics.jsonl keeps it: vitx reads it back)."""
+    from vitx.runner.reporting import strict_json
+
+    line = strict_json({"step": 4, "loss": float("nan"), "val_loss": float("inf"), "top1": 0.25})
+    assert json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in a strict JSON line")) == {
+        "step": 4, "loss": None, "val_loss": None, "top1": 0.25, "nonfinite": ["loss", "val_loss"]}

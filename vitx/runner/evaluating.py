@@ -130,6 +130,14 @@ class Evaluating:
                        objective.representation_layer())
 
     @torch.no_grad()
+    def stop_pending(self) -> bool:
+        """A stop came while this lone process evaluates before its last step: the checkpoint is next, then the run
+        stops, so its validation, monitor and watch are not worth a scheduler's grace period. (Several processes
+        finish them: their forwards are collective and the stop is agreed at the step; at the last step the run
+        finishes, with its figures.)"""
+        return self.setup.accelerator.num_processes == 1 and self.step_count < self.setup.cfg.steps and \
+            pending() is not None
+
     def evaluate(self, source: Any = None, limit: int | None = None, prefix: str = "val_",
                  model: torch.nn.Module | None = None) -> dict[str, float]:
         """Mean metrics of `model` (default: the live one) over the first `limit` samples of `source` (default:
@@ -157,13 +165,9 @@ class Evaluating:
                 sums[k] = sums.get(k, 0) + v.detach().float() * weight
 
         forwards = 0
-        # a stop that comes meanwhile: the checkpoint is next, then the run stops, and the validation is not worth
-        # a scheduler's grace period (several processes finish it: their forwards are collective; the last step's
-        # too: a finished run has its figures)
-        abandon = acc.num_processes == 1 and self.step_count < setup.cfg.steps
         with iterate(loader) as batches:
             for batch in batches:
-                if abandon and pending() is not None:
+                if self.stop_pending():
                     setup.model.train()
                     return {}
                 n = batch["label"].shape[0]

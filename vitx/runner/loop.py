@@ -253,9 +253,9 @@ class Trainer(Stepping, Evaluating, Saving):
             metrics.update(self.evaluate())
             if setup.ema is not None:
                 metrics.update(self.evaluate(prefix="ema_val_", model=setup.ema.module))
-        if due.monitor:
+        if due.monitor and not self.stop_pending():
             metrics.update(self.monitored())
-        figures = self.watched() if due.watch else {}
+        figures = self.watched() if due.watch and not self.stop_pending() else {}
         metrics.update(watch_figures(figures))
         if cfg.weight_decay_end is not None:
             metrics["weight_decay"] = self.weight_decay(step - 1)  # the last update's, as lr is

@@ -18,6 +18,14 @@ from .config import describe_optimisation
 from .threads import describe as describe_threads
 
 
+
+def strict_json(record: dict[str, Any]) -> str:
+    """A log line as strict JSON (RFC 8259: no NaN or Infinity, which log collectors' parsers reject): a non-finite
+    figure is null, and `nonfinite` names those keys (metrics.jsonl keeps Python's NaN: vitx reads it back)."""
+    bad = [k for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)]
+    cleaned = {**record, **{k: None for k in bad}, **({"nonfinite": bad} if bad else {})}
+    return json.dumps(cleaned, allow_nan=False)
+
 class MetricsLog:
     """Append-only JSON lines, one per logging step. On resume, entries after the checkpoint are dropped
     (the killed run logged steps that will be trained again)."""
@@ -109,7 +117,7 @@ class Progress:
         elif self.fmt == "json":
             record = {"run": self.label, "step": step, "total": self.total, **metrics,
                       "elapsed_s": round(elapsed, 1), "eta_s": round(eta, 1) if math.isfinite(eta) else None}
-            self._write(json.dumps(record))
+            self._write(strict_json(record))
         else:
             self._write(self.line(step, metrics, elapsed, eta))
 
