@@ -461,3 +461,23 @@ def test_json_log_lines_are_strict_json_with_non_finite_figures_named():
     line = strict_json({"step": 4, "loss": float("nan"), "val_loss": float("inf"), "top1": 0.25})
     assert json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in a strict JSON line")) == {
         "step": 4, "loss": None, "val_loss": None, "top1": 0.25, "nonfinite": ["loss", "val_loss"]}
+
+
+def test_a_loader_workers_hangup_at_a_stop_prints_no_traceback(capsys):
+    """A stop ends the main process mid-handshake with a worker's resource sharer (about 1 stop in 5): that
+    worker thread's ConnectionResetError is the stop, not a failure; any other error still prints."""
+    import threading
+
+    from vitx.data.loader import _quiet_hangups
+
+    def raised(exc: BaseException) -> threading.ExceptHookArgs:
+        try:
+            raise exc
+        except BaseException as caught:  # noqa: BLE001
+            return threading.ExceptHookArgs([type(caught), caught, caught.__traceback__, None])
+
+    _quiet_hangups(raised(ConnectionResetError(104, "Connection reset by peer")))
+    _quiet_hangups(raised(EOFError()))
+    assert capsys.readouterr().err == ""
+    _quiet_hangups(raised(ValueError("a real failure")))
+    assert "ValueError: a real failure" in capsys.readouterr().err

@@ -149,7 +149,18 @@ def _worker_init(worker_id: int) -> None:
     for sig in (signal.SIGUSR1, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     _terminate_only_from(parent)
+    threading.excepthook = _quiet_hangups
     torch.set_num_threads(1)
+
+
+def _quiet_hangups(args: threading.ExceptHookArgs) -> None:
+    """A worker's background threads (multiprocessing's resource sharer, which hands the main process its
+    batches' file descriptors) see the main process hang up when a stop ends the run mid-handshake: a
+    ConnectionResetError or EOFError there is the stop, not a failure, and its traceback cut into the stop's
+    one line. Any other exception is printed as before."""
+    if issubclass(args.exc_type, (ConnectionError, EOFError)):
+        return
+    threading.__excepthook__(args)
 
 
 def _die_with(parent: int) -> None:
