@@ -113,9 +113,9 @@ def test_deep_and_float_tiffs_decode_as_their_8_bit_png_does(tmp_path):
     want = decode(EncodedImage.from_file(str(tmp_path / "g8.png")))  # (3, 16, 16)
     for name in ("g16.tif", "float.tif"):
         assert torch.equal(decode(EncodedImage.from_file(str(tmp_path / name))), want), name
-    Image.fromarray(grey.astype(np.int32)).save(tmp_path / "int.tif")  # 32-bit integers of 8-bit values
-    for name in ("float255.tif", "int.tif"):  # no declared range: up to 255 read as 8-bit, as PIL reads them
-        assert torch.equal(decode(EncodedImage.from_file(str(tmp_path / name))), want), name
+    assert torch.equal(decode(EncodedImage.from_file(str(tmp_path / "float255.tif"))), want)  # above 1: as PIL
+    assert torch.equal(decode(Image.fromarray(grey.astype(np.int32) * 257)), want)  # "I": 16-bit, whatever its values
+    assert torch.equal(decode(Image.fromarray(grey.astype(np.int32)))[0], torch.zeros(16, 16, dtype=torch.uint8))
     Image.fromarray(grey.astype(np.float32) * 100).save(tmp_path / "float_big.tif")
     with pytest.raises(CorruptImageError, match=r"float_big\.tif: a floating-point grey image with values in "
                                                 r"\[0, 24000\]: its scale is unknown"):

@@ -2,6 +2,7 @@
 drew, bench's figures, inspect's numbers) is replaced, a user's file only with --force, a run's own files never;
 and paths no filesystem takes (not UTF-8, a name over 255 bytes) are one line before any work."""
 import json
+import re
 import shutil
 
 import pytest
@@ -92,16 +93,17 @@ def test_paths_no_filesystem_takes_are_one_line(pretrained_run, tmp_path):
         proc = vitx_cli(*args)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and \
             "a name in this path is longer than the filesystem allows" in proc.stderr, proc.stderr
-    # 200 bytes: the filesystem takes the name, not the temporary name written first (refused before drawing)
-    proc = vitx_cli("plot", str(pretrained_run), "-o", str(tmp_path / f"{'a' * 200}.png"))
-    assert proc.returncode == 2 and proc.stderr.endswith("the file name is longer than the 155 bytes vitx can write "
-                                                         "(it writes under a temporary name of 100 more bytes first, "
-                                                         "then renames)\n"), proc.stderr
+    # 250 bytes: the filesystem takes the name, not the temporary name written first (refused before drawing)
+    proc = vitx_cli("plot", str(pretrained_run), "-o", str(tmp_path / f"{'a' * 246}.png"))
+    assert proc.returncode == 2 and re.search(r"the file name is longer than the \d+ bytes vitx can write here \(it "
+                                              r"writes under a temporary name of \d+ more bytes first, then renames\)\n$",
+                                              proc.stderr), proc.stderr
+    assert vitx_cli("plot", str(pretrained_run), "-o", str(tmp_path / f"{'a' * 150}.png")).returncode == 0
     latin = tmp_path / "caf\udce9"  # café in Latin-1, as Python reads it from a UTF-8 locale
     proc = vitx_cli("pretrain", "--steps", "2", "--output-dir", str(latin))
     assert proc.returncode == 2 and proc.stderr == f"error: the argument {str(latin)[:-1]}\\udce9 is not valid UTF-8; " \
                                                    "vitx's files record paths and names as UTF-8: rename it\n"
-    assert not any(tmp_path.iterdir())
+    assert [p.name for p in tmp_path.iterdir()] == [f"{'a' * 150}.png"]  # (the one name that fits)
 
 
 def test_force_replaces_a_users_file_in_a_run_folder_but_never_the_runs_own(run, tmp_path):
@@ -121,3 +123,19 @@ def test_force_replaces_a_users_file_in_a_run_folder_but_never_the_runs_own(run,
         if own.exists():
             with pytest.raises(VitxError, match="is one of the vitx run's own files in"):
                 writable_file(own, "--output", force=True, ours=is_vitx_figure)
+
+
+def test_a_reproductions_records_and_a_run_file_named_from_inside_the_run_are_its_own(run, tmp_path, monkeypatch):
+    from vitx.errors import VitxError
+    from vitx.settings.paths import writable_file
+
+    repro = tmp_path / "repro"
+    repro.mkdir()
+    (repro / ".vitx-run").write_text("")
+    for name in ("plan.json", "results.json", "REPORT.md"):
+        (repro / name).write_text("{}")
+        with pytest.raises(VitxError, match="is one of the vitx run's own files"):
+            writable_file(repro / name, "--output", force=True)
+    monkeypatch.chdir(run)  # `-o curves.png` typed inside the run's folder
+    with pytest.raises(VitxError, match="is one of the vitx run's own files"):
+        writable_file("curves.png", "--output", force=True)

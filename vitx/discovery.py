@@ -44,8 +44,9 @@ def load_plugins(kind: str | None = None) -> None:
 
 def load_plugin(target: str, strict: bool = False, given: str = "--plugin") -> bool:
     """Import one plugin: a `.py` file or an importable module name. Reports a failure in one line (`strict`:
-    as an error, for a command that would otherwise do its work without the plugin the user named), returns
-    whether it loaded. Loading the same target twice does nothing."""
+    as an error, for a command that would otherwise do its work without the plugin the user named; `given`:
+    where it was named, --plugin or VITX_PLUGINS), returns whether it loaded. Loading the same target twice
+    does nothing."""
     is_file = target.endswith(".py") or os.sep in target
     done = _load(target, f"file {target}" if is_file else f"module {target}",
                  lambda: _exec_file(target) if is_file else importlib.import_module(target), warn=not strict)

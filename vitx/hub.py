@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import urllib.request
 from urllib.parse import urlparse
 
 _TRUE = ("1", "true", "yes", "on")
@@ -49,9 +48,12 @@ def endpoint() -> str:
 def _probe(url: str) -> str | None:
     """None when `url`'s host accepts a TCP connection within PROBE_SECONDS (or is reached through a proxy,
     which the clients use and this probe cannot judge), else why not."""
+    import urllib.request
+
     parsed = urlparse(url)
     host, port = parsed.hostname or "", parsed.port or (80 if parsed.scheme == "http" else 443)
-    if urllib.request.getproxies().get(parsed.scheme) and not urllib.request.proxy_bypass(host):
+    proxies = urllib.request.getproxies()
+    if (proxies.get(parsed.scheme) or proxies.get("all")) and not urllib.request.proxy_bypass(host):
         return None
     try:
         with socket.create_connection((host, port), timeout=PROBE_SECONDS):

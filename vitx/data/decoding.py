@@ -70,22 +70,22 @@ SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N")  # PIL's 16-bit grey modes (TI
 
 
 def _rgb(image: Image.Image) -> np.ndarray:
-    """A PIL image as (H, W, 3) uint8 RGB. 16-bit grey is scaled to 8 bits as torchvision scales a 16-bit PNG
-    (the top 8 bits), where PIL's convert("RGB") clips it (a 16-bit TIFF all but white). 32-bit integer grey
-    ("I") and float grey ("F") declare no range: values up to 255 are read as 8-bit, as convert("RGB") reads
-    them; integers up to 65535 as 16-bit; floats in [0, 1] (the usual float scale, which convert turned black)
-    times 255; anything else is refused, never guessed."""
+    """A PIL image as (H, W, 3) uint8 RGB. 16-bit grey ("I;16", and "I", as PIL opens 16-bit PGM and PNG) is
+    scaled to 8 bits as torchvision scales a 16-bit PNG (the top 8 bits), where PIL's convert("RGB") clips it (a
+    16-bit TIFF all but white); one scale for every image, never chosen from an image's own values. Float grey
+    ("F") in [0, 1] (the usual float scale, which convert turned black) is times 255, above 1 and up to 255 is
+    read as convert("RGB") reads it (truncated); values no scale fits are refused, never guessed."""
     if image.mode in SIXTEEN_BIT + ("I", "F"):
         grey = np.asarray(image, dtype=np.float64)  # (H, W)
         low, high = (float(grey.min()), float(grey.max())) if grey.size else (0.0, 0.0)
         if not np.isfinite(grey).all() or low < 0 or high > (255 if image.mode == "F" else 65535):
             raise CorruptImageError(f"a {'floating-point' if image.mode == 'F' else '32-bit'} grey image with "
                                     f"values in [{low:g}, {high:g}]: its scale is unknown; convert it to 8 or 16 bits")
-        if image.mode in SIXTEEN_BIT or (image.mode == "I" and high > 255):
+        if image.mode != "F":
             grey = np.floor(grey / 256)  # (the top 8 of 16 bits, as torchvision's to_dtype)
-        elif image.mode == "F" and high <= 1:
+        elif high <= 1:
             grey = np.rint(grey * 255)
-        return np.repeat(np.rint(grey).astype(np.uint8)[:, :, None], 3, axis=2)  # (H, W, 3)
+        return np.repeat(np.floor(grey).astype(np.uint8)[:, :, None], 3, axis=2)  # (H, W, 3)
     return np.asarray(image.convert("RGB"))
 
 

@@ -102,7 +102,7 @@ def labels(paths: Sequence[str | Path]) -> list[str]:
         names = ["/".join(p[-n:]) for p in parts]
         if len(set(names)) == len(names):
             return names
-    return ["/".join(p) for p in parts]  # (whole paths: distinct, as checked above)
+    return [str(Path(*p)) for p in parts]  # (whole paths: distinct, as checked above)
 
 
 def draw_runs(paths: Sequence[str | Path], output: str | Path) -> list[Panel]:

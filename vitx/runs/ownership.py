@@ -69,8 +69,9 @@ def _transfer_item(folder: Path) -> bool:
 
 
 def holds(folder: Path) -> str | None:
-    """What the vitx folder `folder` holds: a pre-training run (its checkpoints or weights at the top), a transfer
-    (suite.json, or a task's folder with its transfer.json), or None (neither yet)."""
+    """What the vitx folder `folder` holds: a transfer's work item (ITEM: its config.json has a transfer record),
+    a pre-training run (its checkpoints or weights at the top), a transfer (suite.json, or a task's folder with
+    its transfer.json), or None (neither yet)."""
     if _transfer_item(folder):  # (a finished sweep point has neither weights nor checkpoints left)
         return ITEM
     if (folder / "checkpoints").is_dir() or (folder / "model.safetensors").is_file():

@@ -8,8 +8,7 @@ from typing import Callable
 
 from ..errors import VitxError
 
-NAME_MAX, TEMPORARY = 255, 100  # a name's bytes on common filesystems; what safe_io's temporary names add (a host
-# name, a pid and a token)
+NAME_MAX = 255  # a name's bytes on common filesystems
 RUN_MARK = ".vitx-run"  # in a run folder, from the first time a run takes it: the folder is vitx's (runs/rundir.py)
 
 
@@ -22,9 +21,10 @@ def writable_file(path: str | Path, flag: str, force: bool = False, example: str
     target = Path(path).expanduser()
     if target.is_dir() or not target.name:  # (`-o .`, `-o /`: no file name either)
         raise VitxError(f"{flag} {path} is a folder; give a file to write, e.g. {flag} {target / example}")
-    if len(target.name.encode()) > NAME_MAX - TEMPORARY:  # (written under a longer temporary name first)
-        raise VitxError(f"{flag} {path}: the file name is longer than the {NAME_MAX - TEMPORARY} bytes vitx can write "
-                        f"(it writes under a temporary name of {TEMPORARY} more bytes first, then renames)")
+    extra = _temporary_bytes()
+    if len(target.name.encode()) > NAME_MAX - extra:  # (written under a longer temporary name first)
+        raise VitxError(f"{flag} {path}: the file name is longer than the {NAME_MAX - extra} bytes vitx can write "
+                        f"here (it writes under a temporary name of {extra} more bytes first, then renames)")
     replaceable(target, flag, force, ours, what)
     for parent in target.parents:
         if parent.exists():
@@ -39,7 +39,7 @@ def writable_file(path: str | Path, flag: str, force: bool = False, example: str
 # replaced by another command's output, --force or not (report.html is a page any `vitx report` may rewrite)
 RUN_FILES = frozenset({"config.json", "metrics.jsonl", "trainer_state.json", RUN_MARK, ".lock", "curves.png",
                        "transfer.json", "result.json", "point.json", "final.json", "selection.json", "suite.json",
-                       "summary.json", "leases.log"})
+                       "summary.json", "leases.log", "sweep.png", "plan.json", "results.json", "REPORT.md"})
 
 
 def replaceable(target: Path, flag: str, force: bool = False, ours: Callable[[Path], bool] | None = None,
@@ -62,10 +62,19 @@ def replaceable(target: Path, flag: str, force: bool = False, ours: Callable[[Pa
                         + "; give a new file, or --force to replace it")
 
 
+def _temporary_bytes() -> int:
+    """What the longer of vitx's temporary names adds to a file's: safe_io's `.{name}.tmp-{host}-{pid}-{8 hex}`,
+    a figure's `.{name}.tmp-{16 hex}` (plots/canvas.py)."""
+    import socket
+
+    return max(16 + len(socket.gethostname().encode()) + len(str(os.getpid())), 22)
+
+
 def _run_holding(target: Path) -> Path | None:
     """The vitx run or transfer whose own file `target` is: one of RUN_FILES or its weights in a folder marked as
     a run's (RUN_MARK) or a transfer task's, or a file of one of its checkpoints (checkpoints/step_N/ and its
     accelerate/ state). Other files there (a user's, a command's own output such as inspect/) are not."""
+    target = Path(os.path.abspath(target))  # (`-o curves.png` from inside a run: its folder's name matters)
     folder = target.parent
     if (target.name in RUN_FILES or target.suffix == ".safetensors") and \
             ((folder / RUN_MARK).is_file() or (folder / "transfer.json").is_file()):
