@@ -481,3 +481,20 @@ def test_a_loader_workers_hangup_at_a_stop_prints_no_traceback(capsys):
     assert capsys.readouterr().err == ""
     _quiet_hangups(raised(ValueError("a real failure")))
     assert "ValueError: a real failure" in capsys.readouterr().err
+
+
+def test_evaluation_builds_no_graph(tmp_path):
+    """evaluate runs under torch.no_grad (a DDP forward with gradients on waits for the other processes: a
+    process with no test image then hangs its partner, as a decorator moved by one line once did)."""
+    import torch
+
+    from vitx.runner.loop import Trainer
+    from vitx.runner.setup import build, resolve_config
+
+    cfg, _ = resolve_config(tiny(tmp_path, steps=2, save_every=2, workers=0, eval_samples=4), resume=False)
+    trainer = Trainer(build(cfg))
+    seen = []
+    hook = trainer.setup.model.register_forward_hook(lambda *a: seen.append(torch.is_grad_enabled()))
+    trainer.evaluate()
+    hook.remove()
+    assert seen and not any(seen)

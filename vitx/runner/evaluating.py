@@ -129,7 +129,6 @@ class Evaluating:
         return read_as(backbone or objective.backbone, objective.features if chosen == AUTO else chosen,
                        objective.representation_layer())
 
-    @torch.no_grad()
     def stop_pending(self) -> bool:
         """A stop came while this lone process evaluates before its last step: the checkpoint is next, then the run
         stops, so its validation, monitor and watch are not worth a scheduler's grace period. (Several processes
@@ -138,6 +137,7 @@ class Evaluating:
         return self.setup.accelerator.num_processes == 1 and self.step_count < self.setup.cfg.steps and \
             pending() is not None
 
+    @torch.no_grad()
     def evaluate(self, source: Any = None, limit: int | None = None, prefix: str = "val_",
                  model: torch.nn.Module | None = None) -> dict[str, float]:
         """Mean metrics of `model` (default: the live one) over the first `limit` samples of `source` (default:
