@@ -371,7 +371,7 @@ def test_a_transfer_and_a_pre_training_never_share_a_folder(tmp_path):
         proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, output_dir=str(final), **SHORT)), *extra)
         assert proc.returncode == 2 and _errors(proc) == [
             f"error: --output-dir {final} holds a transfer's work item (a sweep point or final run: `vitx transfer "
-            "--resume` continues it); a pre-training goes into a folder of its own"], proc.stderr
+            "--resume` continues it); a pre-training run goes into a folder of its own: give a new one"], proc.stderr
     assert _tree(final) == kept
 
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 from rich.progress import Progress
 
-from ..safe_io import atomic_write_text
+from ..safe_io import atomic_write_text, read_json_object
 from ..errors import VitxError, cannot_write
 from ..data import DataOptions, EncodedImage, Preprocess, decode, open_data
 from .attention import mean_attention_distance, recording, rollout, uniform_distance
@@ -161,11 +161,8 @@ def inspect_backbone(backbone: nn.Module, out_dir: str | Path, data: str = "embe
 
 def is_analysis(path: Path) -> bool:
     """Whether `path` holds an analysis.json `vitx inspect` wrote: what a later inspect replaces unasked."""
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return False
-    return isinstance(record, dict) and {"position_similarity", "attention_distance"} <= set(record)
+    record = read_json_object(Path(path))
+    return record is not None and {"position_similarity", "attention_distance"} <= set(record)
 
 
 __all__ = ["FIGURES", "attention_statistics", "inspect_backbone", "is_analysis", "load_images", "rollout_maps",

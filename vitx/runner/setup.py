@@ -31,7 +31,7 @@ from .ema import load_ema, make_ema
 from .launch import configure_deepspeed, make_accelerator
 from .optim import build_optimizer, build_schedule
 from .threads import fit_threads, training_workers
-from ..runs.ownership import ITEM, PRETRAINING, check_output_dir, holds
+from ..runs.ownership import PRETRAINING, check_output_dir
 from ..runs.rundir import RunDir
 
 
@@ -65,12 +65,12 @@ def resolve_config(explicit: dict[str, Any], resume: bool) -> tuple[PretrainConf
         raise VitxError("give --model (a new backbone) or --from (weights to start from), not both")
     cfg = configured(explicit)  # explicit over the objective's reference recipe (Objective.recipe)
     run = RunDir(cfg.output_dir)
-    if holds(run.path) == ITEM:  # (its weights and checkpoints are a transfer's: pre-training would take them over)
-        raise VitxError(f"--output-dir {cfg.output_dir} holds {ITEM}; a pre-training goes into a folder of its own")
+    # a folder of the user's files is never written over, nor a transfer's (a sweep point or final run resumed
+    # as a pre-training would take its weights over): refused whether or not it holds a checkpoint
+    check_output_dir(run.path, writes=PRETRAINING)
     latest = run.latest()
     if latest is None:
         run.check_writable()
-        check_output_dir(run.path, writes=PRETRAINING)  # a folder of the user's files is never written over
         if (run.path / "model.safetensors").is_file():  # a run that saved weights, its checkpoints gone or damaged
             raise VitxError(f"{cfg.output_dir} holds a run's weights (model.safetensors) but no complete checkpoint "
                             f"to {'resume' if resume else 'continue'} from (checkpoints/ missing or damaged); a new "

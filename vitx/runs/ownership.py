@@ -60,12 +60,9 @@ ITEM = "a transfer's work item (a sweep point or final run: `vitx transfer --res
 
 def _transfer_item(folder: Path) -> bool:
     """Whether `folder` is a transfer's sweep point or final run (its config.json has a `transfer` record)."""
-    from ..safe_io import read_json_object
+    from ..safe_io import read_json_object  # (a damaged config.json reads as None: not known as an item)
 
-    try:
-        return isinstance((read_json_object(folder / "config.json") or {}).get("transfer"), dict)
-    except Exception:  # noqa: BLE001 - a damaged config.json: not known as an item (its readers say why)
-        return False
+    return isinstance((read_json_object(folder / "config.json") or {}).get("transfer"), dict)
 
 
 def holds(folder: Path) -> str | None:

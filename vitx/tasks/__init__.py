@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..data.opener import DataOptions, looks_like_data
-from ..errors import VitxError
+from ..errors import VitxError, first_line
 from ..registry import TASKS
 from ..spec import split_specs
 from . import vtab  # noqa: F401  (registers the VTAB-1k tasks)
@@ -33,7 +33,7 @@ def get_task(name: str) -> Task:
     try:
         task = entry.obj()
     except Exception as exc:  # noqa: BLE001 - a plugin's task function: one line naming it, never a traceback
-        raise VitxError(f"task '{name}' ({entry.source}) failed to build: {type(exc).__name__}: {exc}".splitlines()[0])
+        raise VitxError(f"task '{name}' ({entry.source}) failed to build: {type(exc).__name__}: {first_line(exc)}")
     if not isinstance(task, Task):
         raise VitxError(f"task '{name}' ({entry.source}) is registered as {type(task).__name__}, not a vitx.tasks.Task")
     return task

@@ -110,7 +110,9 @@ def source_kind(task: Task, origin: str, release: bool) -> str:
     return f"hub copy ({origin})"
 
 
-def _pools(task: Task, data_dir: str | None, offline: bool | str | None) -> tuple[dict[str, Any], str]:
+def _pools(task: Task, data_dir: str | None, offline: bool | str | None = None) -> tuple[dict[str, Any], str]:
+    """`offline` None: asked of the hub (`_offline`) only where the answer is read, never for a data task or a
+    local copy."""
     if task.data is not None:  # a data task: its own splits (custom.py)
         opened = task.info["opened"]
         pools = {"train": opened.split("train"), "val": opened.split("validation"), "test": opened.split("test"),
@@ -125,8 +127,8 @@ def _pools(task: Task, data_dir: str | None, offline: bool | str | None) -> tupl
         # a suite's root that holds other tasks and not this one: an embedded task still runs (synthetic)
     if task.embedded is not None:
         embedded = {split: task.embedded(split) for split in ("train", "val", "test")}, "embedded"
-        if offline or task.hub is None:  # offline: the regeneration (left out of means)
-            return embedded
+        if task.hub is None or (offline if offline is not None else _offline()):  # offline: the regeneration
+            return embedded  # (left out of means)
         try:  # online: the dataset itself; without a network after all, the regeneration
             return open_hub_splits(task.hub, task.name, None), task.hub
         except VitxError:
@@ -134,6 +136,7 @@ def _pools(task: Task, data_dir: str | None, offline: bool | str | None) -> tupl
     if task.hub is None:
         raise VitxError(f"{task.name} has no public copy in VTAB's splits; pass --data-dir with a local copy "
                         f"(train/*.tar and test/*.tar WebDataset shards, or a save_to_disk folder) of {task.tfds}")
+    offline = offline if offline is not None else _offline()
     if offline:
         raise VitxError(missing_data_message(task.name, task.hub, offline if isinstance(offline, str) else ""))
     return open_hub_splits(task.hub, task.name, None), task.hub
@@ -169,7 +172,7 @@ def _offline() -> str | None:
 
 def open_full_splits(task: Task, data_dir: str | None = None) -> tuple[Subset, Subset, str]:
     """The task's whole train and test splits, with the task's labels (few-shot evaluation draws from these)."""
-    pools, origin = _pools(task, data_dir, _offline())
+    pools, origin = _pools(task, data_dir)
     named = {"train": pools["train"], "validation": pools.get("val"), "test": pools.get("test")}
     sizes = _tfds_sizes(task, named, origin) if "train_val" not in pools else None
     if sizes is not None:  # task_adaptation's train and test, cut from the TFDS splits
@@ -186,8 +189,6 @@ def open_task(task: Task, shots: int, data_dir: str | None = None, offline: bool
               seed: int = 0, test_samples: int = 0) -> TaskSplits:
     """The N-shot splits of `task` from `data_dir`, its embedded generator, or the hub (in that order); a data
     task's are seeded, class-balanced draws (custom.py)."""
-    if offline is None:
-        offline = _offline()
     if shots < 2:
         raise VitxError(f"--shots must be at least 2 (train and validation images), got {shots}")
     pools, origin = _pools(task, data_dir, offline)
