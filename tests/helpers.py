@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # A run small enough for a test: 0.2M-parameter backbone, 16px, a few steps; no curves.png (the session runs
@@ -90,8 +92,14 @@ def run_vitx(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProc
 
 
 def metrics(run: Path) -> list[dict]:
-    """A run's metrics.jsonl, one dict per logged step."""
-    return [json.loads(line) for line in (Path(run) / "metrics.jsonl").read_text().splitlines()]
+    """A run's metrics.jsonl, one dict per logged step, as vitx reads it back (a non-finite figure NaN again); every
+    line must be strict JSON (no NaN or Infinity: what jq and pandas parse)."""
+    from vitx.plots.series import read_metrics
+
+    path = Path(run) / "metrics.jsonl"
+    for line in path.read_text().splitlines():
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in metrics.jsonl: not strict JSON"))
+    return read_metrics(path)
 
 
 def saved_model_accuracy(final: Path, task: str, limit: int, data_dir: str | None = None, seed: int = 0) -> float:

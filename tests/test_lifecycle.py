@@ -3,6 +3,7 @@ exit, even with garbage collection off), and progress as plain or JSON lines whe
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import re
 import subprocess
@@ -454,13 +455,27 @@ def test_a_stop_during_validation_gives_up_the_validation_but_not_the_last_steps
 
 
 def test_json_log_lines_are_strict_json_with_non_finite_figures_named():
-    """A diverged figure (NaN) is null in a --log-format json line and named in `nonfinite`: collectors' strict
-    parsers reject NaN (metrics.jsonl keeps it: vitx reads it back)."""
+    """A diverged figure (NaN) is null in a --log-format json line and in metrics.jsonl, named in `nonfinite`:
+    collectors' strict parsers reject NaN; vitx reads it back as NaN."""
     from vitx.runner.reporting import strict_json
 
     line = strict_json({"step": 4, "loss": float("nan"), "val_loss": float("inf"), "top1": 0.25})
     assert json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in a strict JSON line")) == {
         "step": 4, "loss": None, "val_loss": None, "top1": 0.25, "nonfinite": ["loss", "val_loss"]}
+
+
+def test_metrics_jsonl_is_strict_json_and_reads_back_nan(tmp_path):
+    from vitx.plots.series import read_metrics
+    from vitx.runner.reporting import MetricsLog
+
+    log = MetricsLog(tmp_path / "metrics.jsonl", None)
+    log.write({"step": 1, "loss": float("nan"), "top1": 0.5, "watch": [{"value": float("inf"), "kind": "head"}]})
+    log.close()
+    text = (tmp_path / "metrics.jsonl").read_text()
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in metrics.jsonl")) == {
+        "step": 1, "loss": None, "top1": 0.5, "watch": [{"value": None, "kind": "head"}], "nonfinite": ["loss"]}
+    [back] = read_metrics(tmp_path)
+    assert math.isnan(back.pop("loss")) and back == {"step": 1, "top1": 0.5, "watch": [{"value": None, "kind": "head"}]}
 
 
 def test_a_loader_workers_hangup_at_a_stop_prints_no_traceback(capsys):

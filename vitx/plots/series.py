@@ -57,10 +57,19 @@ def read_metrics_counted(path: str | Path) -> tuple[Records, int]:
             skipped += 1
             continue
         if isinstance(record, dict) and _finite(record.get("step")):  # (a step of 1e400 reads as inf: no step)
-            records.append(record)
+            records.append(_with_nonfinite(record))
         else:
             skipped += 1
     return records, skipped
+
+
+def _with_nonfinite(record: dict[str, Any]) -> dict[str, Any]:
+    """A record as logged: the figures `reporting.strict_json` wrote as null (named in `nonfinite`) are NaN again
+    (older runs wrote NaN itself, which json reads as it is)."""
+    named = record.pop("nonfinite", None)
+    if isinstance(named, list):
+        record.update({k: float("nan") for k in named if isinstance(k, str) and record.get(k) is None})
+    return record
 
 
 def _finite(value: Any) -> bool:

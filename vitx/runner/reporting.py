@@ -20,11 +20,24 @@ from .threads import describe as describe_threads
 
 
 def strict_json(record: dict[str, Any]) -> str:
-    """A log line as strict JSON (RFC 8259: no NaN or Infinity, which log collectors' parsers reject): a non-finite
-    figure is null, and `nonfinite` names those keys (metrics.jsonl keeps Python's NaN: vitx reads it back)."""
+    """A record as strict JSON (RFC 8259: no NaN or Infinity, which log collectors', jq's and pandas' parsers
+    reject): a non-finite figure is null, and `nonfinite` names those keys (`plots.series.read_metrics` reads them
+    back as NaN). Log lines and metrics.jsonl both."""
     bad = [k for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)]
-    cleaned = {**record, **{k: None for k in bad}, **({"nonfinite": bad} if bad else {})}
-    return json.dumps(cleaned, allow_nan=False)
+    cleaned = {k: _finite_or_null(v) for k, v in record.items()}
+    return json.dumps({**cleaned, **({"nonfinite": bad} if bad else {})}, allow_nan=False)
+
+
+def _finite_or_null(value: Any) -> Any:
+    """A value with every non-finite float in it null (nested ones too: a watch entry's figure)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(v) for v in value]
+    return value
+
 
 class MetricsLog:
     """Append-only JSON lines, one per logging step. On resume, entries after the checkpoint are dropped
@@ -41,7 +54,7 @@ class MetricsLog:
         self._fh = open(path, "a")
 
     def write(self, record: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(record) + "\n")
+        self._fh.write(strict_json(record) + "\n")
         self._fh.flush()
 
     def close(self) -> None:
