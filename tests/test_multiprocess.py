@@ -82,6 +82,63 @@ def test_a_transfer_runs_its_runs_one_after_another_on_two_processes(tmp_path):
         assert y["grad_norm"] == pytest.approx(x["grad_norm"], rel=1e-5), (run, x, y)
 
 
+STOP_IN_VALIDATION = '''
+"""Rank 1 sends itself SIGTERM at the first validation round after step 4, and every round writes a line to
+$VITX_TEST_ROUNDS/rank<r>.txt (a test plugin)."""
+import os
+import signal
+
+import torch.distributed as dist
+
+from vitx.runner.evaluating import Evaluating
+
+original = Evaluating.evaluation_round
+
+
+def evaluation_round(self, more):
+    rank = dist.get_rank()
+    if rank == 1 and self.step_count == 4 and not os.environ.get("VITX_TEST_SENT"):
+        os.environ["VITX_TEST_SENT"] = "1"
+        os.kill(os.getpid(), signal.SIGTERM)
+    answer = original(self, more)
+    with open(os.path.join(os.environ["VITX_TEST_ROUNDS"], f"rank{rank}.txt"), "a") as f:
+        f.write(f"{self.step_count} {answer[0]} {answer[1]}\\n")
+    return answer
+
+
+Evaluating.evaluation_round = evaluation_round
+'''
+
+
+@pytest.mark.slow  # 25 s: a third launch of 2 processes
+@pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate CLI not on PATH")
+def test_a_stop_on_one_process_during_validation_gives_it_up_on_both_at_the_same_batch(tmp_path):
+    """SIGTERM reaches one of 2 processes while the step-4 validation runs (5 rounds of 8 images each): both give
+    it up at that round (a forward more on one would hang the other), the checkpoint of step 4 is written
+    without val_* figures, and the run stops after the next step, exit 75, with its line."""
+    plugin, rounds = tmp_path / "stop_in_validation.py", tmp_path / "rounds"
+    plugin.write_text(STOP_IN_VALIDATION)
+    rounds.mkdir()
+    opts = dict(model="vit-nano/4", data="embedded:shapes", batch_size=16, steps=8, save_every=4, log_every=1,
+                eval_samples=80, workers=0, log_with="none", curves=False, output_dir=str(tmp_path / "run"))
+    two = subprocess.run(["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                          "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29523",
+                          "-m", "vitx", "--plugin", str(plugin), "pretrain", *as_flags(opts)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "VITX_TEST_ROUNDS": str(rounds)})
+    # each process exits 75 (torchrun then says 1 and lists them)
+    assert two.returncode == 1 and two.stderr.count("exitcode  : 75") == 2, two.stderr[-3000:]
+    said = sorted(line for line in two.stderr.splitlines() if line.startswith("stopped:"))
+    assert [line.split(" written;")[0] for line in said] == [  # each process's line, true to what is on disk
+        f"stopped: {who} at step 5: checkpoint {tmp_path / 'run' / 'checkpoints' / 'step_00000005'}"
+        for who in ("SIGTERM", "a stop signal (on another process)")], said
+    seen = [[line.split() for line in (rounds / f"rank{r}.txt").read_text().splitlines()] for r in (0, 1)]
+    assert seen[0] == seen[1] == [["4", "True", "True"]], seen  # both gave up at the first round of step 4's
+    log = metrics(tmp_path / "run")
+    assert [m["step"] for m in log] == [1, 2, 3, 4, 5] and not any(k.startswith("val_") for k in log[3])
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step_00000004", "step_00000005"]
+
+
 RECORDING_MPP = '''
 """MPP that writes every corruption plan it draws to $VITX_TEST_PLANS/rank<r>.txt (a test plugin)."""
 import os

@@ -62,6 +62,18 @@ class Agreement:
         dist.all_reduce(flags, group=host_group())
         return bool(flags[0] > 0), bool(flags[1] > 0)
 
+    def round(self, more: bool) -> tuple[bool, bool]:
+        """(some process has more to evaluate, given that this one has `more`; a stop signal reached some process)
+        in one collective on the host: an evaluation's rounds, the same number on every process."""
+        asked = self.requests is not None and self.requests.received is not None
+        if self.accelerator.num_processes == 1:
+            return more, asked
+        import torch.distributed as dist
+
+        flags = torch.tensor([float(more), float(asked)])
+        dist.all_reduce(flags, group=host_group())
+        return bool(flags[0] > 0), bool(flags[1] > 0)
+
     def with_skip(self, nonfinite: torch.Tensor) -> tuple[bool, bool, bool]:
         """(skip, stop, save) agreed in one collective read on the host."""
         acc = self.accelerator

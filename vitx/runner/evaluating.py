@@ -22,7 +22,6 @@ from ..evaluation.features import extract_features
 from ..evaluation.monitor import Monitors
 from ..evaluation.representation import read_as
 from ..plots.series import read_metrics
-from .preemption import pending
 from .randomness import EVAL, seed_position
 
 WATCH_IMAGES = 256  # the collapse watch's training images: RankMe up to 256 (vit-s: 384-d), 1 s of a CPU forward
@@ -130,12 +129,16 @@ class Evaluating:
                        objective.representation_layer())
 
     def stop_pending(self) -> bool:
-        """A stop came while this lone process evaluates before its last step: the checkpoint is next, then the run
-        stops, so its validation, monitor and watch are not worth a scheduler's grace period. (Several processes
-        finish them: their forwards are collective and the stop is agreed at the step; at the last step the run
-        finishes, with its figures.)"""
-        return self.setup.accelerator.num_processes == 1 and self.step_count < self.setup.cfg.steps and \
-            pending() is not None
+        """A stop came while the run evaluates before its last step: the checkpoint is next, then the run stops,
+        so its validation, monitor and watch are not worth a scheduler's grace period. Agreed by every process
+        (a collective on the host: all call this at the same points), so all give up at the same forward; at the
+        last step the run finishes, with its figures."""
+        return self.evaluation_round(False)[1]
+
+    def evaluation_round(self, more: bool) -> tuple[bool, bool]:
+        """(some process has another batch, given that this one has `more`; stop_pending) in one collective."""
+        any_more, stop = self.agreement.round(more)
+        return any_more, stop and self.step_count < self.setup.cfg.steps
 
     @torch.no_grad()
     def evaluate(self, source: Any = None, limit: int | None = None, prefix: str = "val_",
@@ -164,24 +167,25 @@ class Evaluating:
             for k, v in out.items():  # objectives report batch means: weighted by the batch's real samples
                 sums[k] = sums.get(k, 0) + v.detach().float() * weight
 
-        forwards = 0
+        # shards differ by a sample, and a process may have none (--eval-samples 1): every process runs as many
+        # forwards as the busiest one, the extra ones on a filler counted for nothing (FSDP needs each forward on
+        # every process), so the weighted sums equal a 1-process evaluation; each round also agrees on a stop
+        filler = None
         with iterate(loader) as batches:
-            for batch in batches:
-                if self.stop_pending():
+            mine = iter(batches)
+            while True:
+                batch = next(mine, None)
+                more, stop = self.evaluation_round(batch is not None)
+                if stop:
                     setup.model.train()
                     return {}
-                n = batch["label"].shape[0]
-                forward(batch, n)
-                count += n
-                forwards += 1
-        # shards differ by a sample, and a process may have none (--eval-samples 1): every process runs as many
-        # forwards as the busiest one, the extra ones on a filler counted for nothing (FSDP needs each forward
-        # on every process); the weighted sums then equal a 1-process evaluation
-        most = int(acc.gather(torch.tensor([forwards], device=acc.device)).max())
-        if most > forwards:
-            filler = first_sample_batch(source, setup.preprocess, self.views)
-            for _ in range(most - forwards):
-                forward(filler, 0)
+                if not more:
+                    break
+                weight = 0 if batch is None else int(batch["label"].shape[0])
+                if batch is None:
+                    batch = filler = filler or first_sample_batch(source, setup.preprocess, self.views)
+                forward(batch, weight)
+                count += weight
         setup.model.train()  # (the EMA's module stays in eval mode)
         if not sums:
             return {}

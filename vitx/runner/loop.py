@@ -184,7 +184,8 @@ class Trainer(Stepping, Evaluating, Saving):
             raise Collapsed(self.collapse_line(saved or self.setup.run.latest()))
         if due.stop:
             requests.answered()
-            raise Preempted(self._stopped_line(requests.received or "a stop signal (on another process)", saved))
+            raise Preempted(self._stopped_line(requests.received or "a stop signal (on another process)", saved,
+                                               due.save))
         return last
 
     def _input(self, requests: StopRequests) -> list[dict[str, Any]]:
@@ -198,11 +199,13 @@ class Trainer(Stepping, Evaluating, Saving):
         self.input_wait += time.perf_counter() - waiting  # the loop idle for its input (read at log steps)
         return batches
 
-    def _stopped_line(self, signame: str, saved: Path | None) -> str:
-        """A stop request answered: where the run stands on disk, and how to continue."""
+    def _stopped_line(self, signame: str, saved: Path | None, written: bool) -> str:
+        """A stop request answered: where the run stands on disk, and how to continue. `written`: a checkpoint of
+        this step was written at the stop (`saved`, its path, is the main process's alone)."""
         step, latest = self.step_count, saved or self.setup.run.latest()
-        if saved is not None:
-            return f"{signame} at step {step}: checkpoint {saved} written; run the same command with --resume to continue"
+        if written:
+            name = f"checkpoint {latest}" if latest is not None else "the main process's checkpoint"
+            return f"{signame} at step {step}: {name} written; run the same command with --resume to continue"
         if latest is not None:
             return (f"{signame} at step {step}, before its next step began: checkpoint {latest} holds it; run the "
                     "same command with --resume to continue")
