@@ -65,3 +65,24 @@ def test_a_hub_reached_through_a_proxy_is_not_probed(monkeypatch):
     monkeypatch.setenv("NO_PROXY", "huggingface.co")  # bypassed: probed as any direct connection
     monkeypatch.setattr(socket, "create_connection", lambda *a, **k: (_ for _ in ()).throw(OSError(111, "refused")))
     assert hub._probe("https://huggingface.co") == "huggingface.co cannot be reached from here: refused"
+
+
+def test_a_reachable_hub_is_probed_once_per_process(monkeypatch):
+    """A suite asks the hub before each task's read: one connection tells, the later asks use its answer."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+    tried = []
+    connect = socket.create_connection
+    monkeypatch.setattr(socket, "create_connection", lambda address, *a, **k: tried.append(address) or
+                        connect(address, *a, **k))
+    try:
+        assert [hub.unreachable() for _ in range(3)] == [None, None, None] and len(tried) == 1
+        hub.reset()  # a new command (in-process) asks again
+        assert hub.unreachable() is None and len(tried) == 2
+    finally:
+        hub.reset()
+        server.close()

@@ -16,6 +16,7 @@ _TRUE = ("1", "true", "yes", "on")
 PROBE_SECONDS = 3.0  # a hub that does not accept a connection in 3 s is not worth a minute of retries
 OFFLINE = "offline: HF_HUB_OFFLINE=1"
 _switched: dict[str, str] = {}  # endpoint → why this process put the hub clients offline (the probe's reason)
+_reached: set[str] = set()  # endpoints this process connected to: not probed again (a suite reads the hub per task)
 
 
 def _offline_env(datasets: bool) -> bool:
@@ -74,8 +75,12 @@ def unreachable(datasets: bool = False) -> str | None:
         return _switched[url]
     if offline(datasets):
         return OFFLINE
+    if url in _reached:
+        return None
     why = _probe(url)
-    if why is not None:
+    if why is None:
+        _reached.add(url)
+    else:
         _switched[url] = why
         _go_offline()
     return why
@@ -111,6 +116,7 @@ def reset() -> None:
         module, flag, value = _restore.pop()
         setattr(module, flag, value)
     _switched.clear()
+    _reached.clear()
 
 
 def not_cached(why: str, error: str) -> str:
