@@ -249,7 +249,7 @@ def test_a_comparison_of_two_runs_in_a_browser(browser, pretrained_run, mpp_run,
     out = tmp_path / "both.html"
     proc = vitx_cli("report", str(pretrained_run), str(mpp_run), "--output", str(out))
     assert proc.returncode == 0 and "a comparison of 2 folders" in proc.stdout, proc.stderr
-    from vitx.plots.curves import labels
+    from vitx.plots.series import labels
 
     parsed = check_loaded(browser.load(out), out)
     names = labels([pretrained_run, mpp_run])  # the shortest trailing parts that tell them apart

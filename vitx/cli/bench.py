@@ -8,7 +8,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from ..speed.config import BenchConfig
+from ..speed.config import OWN, BenchConfig
 from .options import RECIPE, SET, command
 
 DOC = ("Measure a run's training step here: img/s, TFLOP/s, MFU and the input wait, for a model, batch, precision "
@@ -16,17 +16,10 @@ DOC = ("Measure a run's training step here: img/s, TFLOP/s, MFU and the input wa
        "--data. E.g. vitx bench --model vit-b/16 --batch-size 256 --precision bf16 --compile.")
 
 
-# pre-training settings the measurement replaces with its own (a recipe's are replaced silently: it is a run's)
-OWN = {"steps": "--steps (the steps it times, after --warmup's)", "data": "--data (synthetic or your images)",
-       "output_dir": "--output (its figures; the run itself goes to a temporary folder)"}
-
-
 def _bench(options: dict[str, Any], resume: bool, recipe: Optional[str], sets: list[str]) -> None:
-    from ..recipe import resolve
-    from ..runner.config import PretrainConfig
-
     from ..errors import VitxError
-    from ..recipe import parse_sets
+    from ..recipe import parse_sets, resolve
+    from ..runner.config import PretrainConfig
 
     bench = BenchConfig(**options).validate()
     replaced = sorted(set(parse_sets(sets, PretrainConfig)) & set(OWN))  # the measurement's own, not the run's

@@ -205,8 +205,8 @@ def classes_unseen(train: Any, num_classes: int) -> list[int]:
     """The classes of 0..num_classes-1 with no image in `train` ([] when its labels cannot be listed cheaply)."""
     if not num_classes or not _cheap_labels(train):
         return []
-    have = np.bincount(np.asarray(source_labels(train), dtype=np.int64), minlength=num_classes)
-    return [int(c) for c in np.flatnonzero(have[:num_classes] == 0)]
+    have = class_counts(source_labels(train), num_classes)[:num_classes]
+    return [c for c, n in enumerate(have) if n == 0]
 
 
 def _cheap_labels(source: Any) -> bool:

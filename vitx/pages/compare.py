@@ -8,19 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import VitxError
-from ..plots.series import base_name
+from ..plots.series import base_name, labels
 from .html import Html, banner, code, command_block, data_json, document, esc, number, para, pct, pm, section, table
 from .records import Run, open_run
 
 HEADLINE = ("loss", "top1", "val_loss", "val_top1")  # shown for every run first; the others' last values follow
 NOT_COMPARED = ("output_dir", "tracker_run")  # a run's own name and place: they always differ
-
-
-def names_of(paths: list[Path]) -> list[str]:
-    """The shortest trailing parts of each path that tell them apart (as `vitx plot` labels runs)."""
-    from ..plots.curves import labels
-
-    return labels(paths)  # (one folder named twice, however typed: refused there)
 
 
 def _differing(settings: dict[str, dict[str, Any]]) -> list[tuple[str, list[Any]]]:
@@ -120,7 +113,7 @@ def _suites_page(paths: list[Path], names: list[str]) -> str:
 
 def compare_page(paths: list[Path], kinds: list[str]) -> str:
     """The page comparing `paths` (all pre-training runs, or all transfers)."""
-    names = names_of(paths)
+    names = labels(paths)  # (one folder named twice, however typed: refused there)
     if set(kinds) == {"run"}:
         return _runs_page(paths, names)
     if set(kinds) == {"suite"}:
@@ -129,4 +122,4 @@ def compare_page(paths: list[Path], kinds: list[str]) -> str:
     raise VitxError(f"compare runs with runs or transfers with transfers; got {shown}")
 
 
-__all__ = ["compare_page", "names_of"]
+__all__ = ["compare_page"]

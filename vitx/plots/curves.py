@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..errors import VitxError
 from .canvas import figure_format, new_figure, save, styled
-from .series import SPLITS, Panel, Records, base_name, plan_panels, read_metrics, read_metrics_counted, series
+from .series import SPLITS, Panel, Records, base_name, labels, plan_panels, read_metrics, read_metrics_counted, series
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -91,20 +91,6 @@ def draw_run(run: str | Path, path: str | Path | None = None, title: str = "") -
     return draw({run.name: read_metrics(run)}, path or run / CURVES, title)
 
 
-def labels(paths: Sequence[str | Path]) -> list[str]:
-    """The shortest trailing parts of each path that tell the runs apart (`sweep/lr0.01_steps500` → its name)."""
-    parts = [Path(p).resolve().parts for p in paths]
-    parts = [p[:-1] if p and p[-1] == "metrics.jsonl" else p for p in parts]
-    for i, part in enumerate(parts):  # (`r2`, `./r2/`, a link to it: one folder, however it is typed)
-        if part in parts[:i]:
-            raise VitxError(f"{paths[parts.index(part)]} and {paths[i]} are the same folder; name each once")
-    for n in range(1, max(len(p) for p in parts)):
-        names = ["/".join(p[-n:]) for p in parts]
-        if len(set(names)) == len(names):
-            return names
-    return [str(Path(*p)) for p in parts]  # (whole paths: distinct, as checked above)
-
-
 def draw_runs(paths: Sequence[str | Path], output: str | Path) -> list[Panel]:
     """Several runs overlaid in one figure (panels for the keys any of them has); returns the panels drawn."""
     if not paths:
@@ -122,4 +108,4 @@ def draw_runs(paths: Sequence[str | Path], output: str | Path) -> list[Panel]:
     return draw(runs, output, title=names[0] if len(names) == 1 else "")
 
 
-__all__ = ["CURVES", "draw", "draw_run", "draw_runs", "labels"]
+__all__ = ["CURVES", "draw", "draw_run", "draw_runs"]

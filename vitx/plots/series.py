@@ -1,4 +1,4 @@
-"""What a run's curves show: metrics.jsonl read into series, and the keys grouped into panels.
+"""What a run's curves show: metrics.jsonl read into series, the keys grouped into panels, the runs' names.
 
 Pure Python (no matplotlib, no torch): the drawing in `curves.py` follows this plan, and tests compare the
 plan with the keys of metrics.jsonl.
@@ -9,7 +9,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from ..errors import VitxError
 
@@ -112,3 +112,17 @@ def plan_panels(records: Records) -> list[Panel]:
               ("collapse watch (label-free)", watch),
               ("learning rate", ["lr"] if "lr" in keys else [])]
     return [Panel(title, tuple(group)) for title, group in titled if group]
+
+
+def labels(paths: Sequence[str | Path]) -> list[str]:
+    """The shortest trailing parts of each path that tell the runs apart (`sweep/lr0.01_steps500` → its name)."""
+    parts = [Path(p).resolve().parts for p in paths]
+    parts = [p[:-1] if p and p[-1] == "metrics.jsonl" else p for p in parts]
+    for i, part in enumerate(parts):  # (`r2`, `./r2/`, a link to it: one folder, however it is typed)
+        if part in parts[:i]:
+            raise VitxError(f"{paths[parts.index(part)]} and {paths[i]} are the same folder; name each once")
+    for n in range(1, max(len(p) for p in parts)):
+        names = ["/".join(p[-n:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+    return [str(Path(*p)) for p in parts]  # (whole paths: distinct, as checked above)

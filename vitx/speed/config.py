@@ -27,6 +27,9 @@ def _run(name: str) -> Any:
     return with_default(PretrainConfig, name, defaults(PretrainConfig)[name])
 
 
+# pre-training settings the measurement replaces with its own (a recipe's are replaced silently: it is a run's)
+OWN = {"steps": "--steps (the steps it times, after --warmup's)", "data": "--data (synthetic or your images)",
+       "output_dir": "--output (its figures; the run itself goes to a temporary folder)"}
 PROFILE_HEAD = "vitx bench --profile: "  # a profile's first words: what a later --profile may replace
 
 
@@ -94,8 +97,8 @@ class BenchConfig:
     def run_settings(self, given: dict[str, Any]) -> dict[str, Any]:
         """Of the options `given`, the run's (pre-training's settings; the data is the measurement's)."""
         run = {f.name for f in dataclasses.fields(PretrainConfig)}
-        return {k: v for k, v in given.items() if k in run and k not in ("steps", "data")}
+        return {k: v for k, v in given.items() if k in run and k not in OWN}
 
 
-__all__ = ["BenchConfig", "DEVICES", "PROFILE_HEAD", "SYNTHETIC", "SYNTHETIC_CLASSES", "SYNTHETIC_IMAGES",
+__all__ = ["OWN", "BenchConfig", "DEVICES", "PROFILE_HEAD", "SYNTHETIC", "SYNTHETIC_CLASSES", "SYNTHETIC_IMAGES",
            "is_bench_file"]
