@@ -92,7 +92,9 @@ def test_schedules_and_losses_are_logged_and_the_monitor_reads_teacher_and_stude
     # DINO's cosine_scheduler(0.04, 0.4, ...) over the 6 steps, for the update each row's step made
     assert [r["weight_decay"] for r in rows] == pytest.approx(
         [0.4 + 0.5 * (0.04 - 0.4) * (1 + math.cos(math.pi * s / 6)) for s in range(6)])
-    assert rows[0]["momentum"] == pytest.approx(0.9) and rows[-1]["momentum"] == pytest.approx(1.0)
+    # DINO's cosine_scheduler(0.9, 1, ...) (utils.py:193-194), the momentum of the update each row's step makes
+    assert [r["momentum"] for r in rows] == pytest.approx(
+        [1 + 0.5 * (0.9 - 1) * (1 + math.cos(math.pi * s / 6)) for s in range(6)], abs=1e-7)  # (float32)
     diagnostics = {"teacher_entropy", "teacher_batch_entropy", "teacher_student_kl"}
     assert all({"dino_loss", "ibot_loss", "koleo_loss", *diagnostics} <= set(r) for r in rows)
     k = json.loads((dino_run / "config.json").read_text())["objective"]["options"]["out_dim"]
@@ -171,19 +173,23 @@ def test_bad_options_are_one_line_errors(options, said):
 
 
 @pytest.mark.parametrize("images, fitted", [
-    # lightly-train 8f5a75c src/lightly_train/_methods/dino/dino.py:86-124 (`_scaling.interpolate` rounds to 2
-    # digits and clamps; `get_bucket_value` takes the first bucket whose threshold is above the size)
+    # lightly-train 8f5a75c src/lightly_train/_methods/dino/dino.py:86-151 (`_scaling.interpolate` rounds to 2
+    # digits and clamps; `get_bucket_value` takes the first bucket whose threshold is above the size); a warm-up
+    # temperature below the fitted one warms up over 37,500 steps (here 30% of a 100,000-step run)
     (1437, {"out_dim": 1024, "teacher_temp": 0.02, "warmup_teacher_temp": 0.02}),  # embedded:digits' train split
     (19_999, {"out_dim": 1024, "teacher_temp": 0.02, "warmup_teacher_temp": 0.02}),
     (20_000, {"out_dim": 2048, "teacher_temp": 0.02, "warmup_teacher_temp": 0.02}),
     (100_000, {"out_dim": 16384, "teacher_temp": 0.02, "warmup_teacher_temp": 0.02}),
-    (300_000, {"out_dim": 32768, "teacher_temp": 0.03, "warmup_teacher_temp": 0.02}),  # 0.0343 → 0.03
-    (510_000, {"out_dim": 65536, "teacher_temp": 0.04, "warmup_teacher_temp": 0.03}),  # 0.045 → 0.04; 0.028
-    (1_281_167, {"out_dim": 65536, "teacher_temp": 0.07, "warmup_teacher_temp": 0.04})])  # ImageNet: DINO's end
+    (300_000, {"out_dim": 32768, "teacher_temp": 0.03, "warmup_teacher_temp": 0.02,  # 0.0343 → 0.03
+               "warmup_teacher_temp_steps": 30_000}),
+    (510_000, {"out_dim": 65536, "teacher_temp": 0.04, "warmup_teacher_temp": 0.03,  # 0.045 → 0.04; 0.028
+               "warmup_teacher_temp_steps": 30_000}),
+    (1_281_167, {"out_dim": 65536, "teacher_temp": 0.07, "warmup_teacher_temp": 0.04,  # ImageNet: DINO's end
+                 "warmup_teacher_temp_steps": 30_000})])
 def test_defaults_are_fitted_to_the_number_of_training_images_by_lightly_trains_rule(images, fitted):
     from vitx.objectives import fit_to_data
 
-    made = fit_to_data("dino", {}, images)
+    made = fit_to_data("dino", {}, images, 100_000)
     assert made.values == fitted and made.images == images and "lightly-train" in made.rule
     assert made.values["warmup_teacher_temp"] <= made.values["teacher_temp"]
 
@@ -191,14 +197,18 @@ def test_defaults_are_fitted_to_the_number_of_training_images_by_lightly_trains_
 def test_an_explicit_setting_always_wins_over_the_fitted_default():
     from vitx.objectives import fit_to_data
 
-    assert fit_to_data("dino", {"out_dim": 64}, 1437).values == {"teacher_temp": 0.02, "warmup_teacher_temp": 0.02}
+    assert fit_to_data("dino", {"out_dim": 64}, 1437, 1000).values == {"teacher_temp": 0.02, "warmup_teacher_temp": 0.02}
     # a given teacher temperature keeps DINO's warm-up default; a given warm-up stays as given
-    assert fit_to_data("dino", {"teacher_temp": 0.07}, 1437).values == {"out_dim": 1024}
-    assert fit_to_data("dino", {"warmup_teacher_temp": 0.01}, 1437).values == {"out_dim": 1024, "teacher_temp": 0.02}
-    assert fit_to_data("dino", {"out_dim": 64, "teacher_temp": 0.04}, 1437) is None
-    assert fit_to_data("dino", {}, None) is None  # a stream: its size is unknown, DINO's defaults stay
+    assert fit_to_data("dino", {"teacher_temp": 0.07}, 1437, 1000).values == {"out_dim": 1024}
+    assert fit_to_data("dino", {"warmup_teacher_temp": 0.01}, 1437, 1000).values == {  # (warmed up to the fitted 0.02)
+        "out_dim": 1024, "teacher_temp": 0.02, "warmup_teacher_temp_steps": 300}
+    assert fit_to_data("dino", {"out_dim": 64, "teacher_temp": 0.04}, 1437, 1000) is None
+    # on ImageNet, a long run warms up over lightly-train's 37,500 steps; a given warm-up length stays as given
+    assert fit_to_data("dino", {"out_dim": 64}, 1_281_167, 10**6).values["warmup_teacher_temp_steps"] == 37_500
+    assert "warmup_teacher_temp_steps" not in fit_to_data("dino", {"warmup_teacher_temp_steps": 0}, 1_281_167, 10**6).values
+    assert fit_to_data("dino", {}, None, 1000) is None  # a stream: its size is unknown, DINO's defaults stay
     with pytest.raises(vitx.VitxError, match="dino local_crops must be in"):
-        fit_to_data("dino", {"local_crops": 100000}, 1437)  # the given options are checked first
+        fit_to_data("dino", {"local_crops": 100000}, 1437, 1000)  # the given options are checked first
 
 
 def test_the_run_says_and_records_what_it_fitted_and_a_resume_rebuilds_it(dino_run):
@@ -208,12 +218,12 @@ def test_the_run_says_and_records_what_it_fitted_and_a_resume_rebuilds_it(dino_r
     fitted = config["objective"]["fitted"]
     images = config["data"]["train_size"]
     assert fitted == {"values": {"out_dim": 2048 if images >= 20_000 else 1024}, "images": images,
-                      "rule": "lightly-train's rule, _methods/dino/dino.py:86-124"}
+                      "rule": "lightly-train's rule, _methods/dino/dino.py:86-151"}
     assert config["objective"]["options"]["out_dim"] == fitted["values"]["out_dim"]
     assert config["objective"]["options"]["teacher_temp"] == 0.04  # given: not fitted
     header = (dino_run.parent / "stdout.txt").read_text()
     assert (f"dino: out_dim {fitted['values']['out_dim']} fitted to {images:,} training images (lightly-train's "
-            "rule, _methods/dino/dino.py:86-124); set them to override") in header
+            "rule, _methods/dino/dino.py:86-151); set them to override") in header
     heads = load_file(dino_run / "heads.safetensors")
     assert heads["criterion.center"].shape[-1] == fitted["values"]["out_dim"]
 

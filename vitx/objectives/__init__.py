@@ -34,8 +34,9 @@ def create_objective(name: str, backbone: nn.Module, num_classes: int | None, /,
         raise VitxError(f"bad options for objective '{name}': {exc}") from None
 
 
-def fit_to_data(name: str, options: dict[str, Any], images: int | None) -> Fitted | None:
-    """What objective `name` chooses from the number of training `images` among the options the user left unset
+def fit_to_data(name: str, options: dict[str, Any], images: int | None, steps: int) -> Fitted | None:
+    """What objective `name` chooses from the number of training `images` (and the run's `steps`) among the
+    options the user left unset
     (`Objective.fit_to_data`), after the given `options` are checked against its declaration; None for a stream
     (`images` None: its size is unknown) or when it fits nothing."""
     cls = OBJECTIVES.get(name).obj
@@ -43,4 +44,4 @@ def fit_to_data(name: str, options: dict[str, Any], images: int | None) -> Fitte
         return None
     given = {k: v for k, v in options.items() if k != "num_classes"}  # (the data's, never fitted)
     cls.checked(given)
-    return cls.fit_to_data(given, images)
+    return cls.fit_to_data(given, images, steps)

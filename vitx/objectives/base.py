@@ -87,9 +87,10 @@ class Objective(nn.Module):
         return None if cls.Options is None else check_options(cls.name, cls.Options, options)
 
     @classmethod
-    def fit_to_data(cls, given: dict[str, Any], images: int) -> "Fitted | None":
+    def fit_to_data(cls, given: dict[str, Any], images: int, steps: int) -> "Fitted | None":
         """Options the user left unset that the objective's reference chooses from the number of training
-        `images` (DINO's teacher temperature and output dimension, by lightly-train's rule), chosen before the
+        `images` and the run's `steps` (DINO's teacher temperatures, their warm-up and the output dimension, by
+        lightly-train's rule), chosen before the
         objective is built (they size its heads); `given`: the options the user set. The runner builds with
         them, says them in the run's header with the rule, and records them in config.json (`objective.fitted`,
         which a resumed run is built with again). Not called for a stream (its size is unknown). None: nothing."""

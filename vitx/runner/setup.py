@@ -275,7 +275,7 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
         raise VitxError(f"--objective {obj_name} needs at least {fewest} images in each process's micro-batch; "
                         f"--batch-size {cfg.batch_size} gives {micro} (over {accelerator.num_processes} process(es) × "
                         f"{cfg.grad_accum} accumulation step(s))")
-    fitted = _fitted(obj_name, obj_opts, train_source, saved if resume_from is not None else None)
+    fitted = _fitted(obj_name, obj_opts, train_source, cfg.steps, saved if resume_from is not None else None)
     objective = create_objective(obj_name, backbone, train_source.num_classes, **obj_opts,
                                  **(fitted.values if fitted else {}))
     objective.fitted = fitted
@@ -297,12 +297,14 @@ def started(saved: dict[str, Any]) -> dict[str, Any] | None:
     return {"start": record} if isinstance(record, dict) else None
 
 
-def _fitted(name: str, options: dict[str, Any], train_source: Any, saved: dict[str, Any] | None) -> Fitted | None:
+def _fitted(name: str, options: dict[str, Any], train_source: Any, steps: int,
+            saved: dict[str, Any] | None) -> Fitted | None:
     """The options the objective chooses from the number of training images where the user left them unset
     (`Objective.fit_to_data`; none for a stream), or, resuming (`saved`: the checkpoint's config.json), those the
     run recorded: a resumed run is built as it was, and one recorded before fitting existed was fitted to nothing."""
     if saved is None:
-        return fit_to_data(name, options, None if hasattr(train_source, "micro_batches") else len(train_source))
+        return fit_to_data(name, options, None if hasattr(train_source, "micro_batches") else len(train_source),
+                           steps)
     record = (saved.get("objective") or {}).get("fitted")
     if record is None:
         return None

@@ -1,5 +1,5 @@
 """DINO as a vitx objective (Caron et al. 2021), in one file, on lightly's `DINOProjectionHead`, `DINOLoss`,
-`IBOTPatchLoss`, `KoLeoLoss`, `update_momentum` and `cosine_schedule`.
+`IBOTPatchLoss`, `KoLeoLoss` and `update_momentum`.
 
 The student (the vitx backbone and a projection head) sees every crop of an image: 2 global crops at the run's
 image size and N local crops at 96/224 of it, made in the loader's workers (`views()`: crop scale, flip, colour
@@ -84,11 +84,15 @@ def dino_views(size: int, local_size: int, global_crops: int = 2, local_crops: i
     return tuple(first + second + local)
 
 
-# lightly-train's data-size rule (lightly-ai/lightly-train 8f5a75c, src/lightly_train/_methods/dino/dino.py:86-124;
+# lightly-train's data-size rule (lightly-ai/lightly-train 8f5a75c, src/lightly_train/_methods/dino/dino.py:86-151;
 # `_scaling.py`: interpolate, clamped to its ends and rounded to 2 digits, and get_bucket_value): K by buckets of
 # images, the teacher temperature linear from 0.02 at 20k images to 0.07 at ImageNet (1M), the warm-up temperature
-# linear from 0.02 to 0.04 over that range of teacher temperatures and never above it
-FIT_RULE = "lightly-train's rule, _methods/dino/dino.py:86-124"
+# linear from 0.02 to 0.04 over that range of teacher temperatures and never above it, the warm-up over 37,500 steps
+# (dino.py:144-151: DINO's 30 ImageNet epochs at batch 1024) at most 30% of the run (its
+# warmup_teacher_temp_max_steps_fraction, dino.py:63, which its code applies to a warm-up given in epochs alone)
+FIT_RULE = "lightly-train's rule, _methods/dino/dino.py:86-151"
+WARMUP_TEACHER_STEPS, WARMUP_TEACHER_FRACTION = 37_500, 0.3
+DEFAULT_WARMUP_TEMP = 0.04  # main_dino.py:68
 OUT_DIMS = ((20_000, 1024), (50_000, 2048), (100_000, 4096), (200_000, 16384), (500_000, 32768),
             (math.inf, 65536))  # (images below, K)
 IMAGENET_IMAGES = 1_000_000  # lightly-train's _scaling.IMAGENET_SIZE
@@ -133,11 +137,14 @@ class DINOOptions:
     teacher_temp: float = option(0.04, "Teacher temperature after the warm-up (main_dino.py's 0.04). Unset, it is "
                                  "fitted to the number of training images (lightly-train: 0.02 up to 20k images, "
                                  "rising to 0.07 at ImageNet).", above=0, shown=FITTED.format(0.04))
-    warmup_teacher_temp: float = option(0.04, "Teacher temperature at the start of the warm-up (0.04). Unset while "
+    warmup_teacher_temp: float = option(DEFAULT_WARMUP_TEMP, "Teacher temperature at the start of the warm-up (0.04). Unset while "
                                         "teacher_temp is fitted, it is fitted too, never above it.", above=0,
                                         shown=FITTED.format(0.04))
-    warmup_teacher_temp_steps: int = option(0, "Steps of the linear teacher-temperature warm-up (0: none; "
-                                            "main_dino.py warms up over 30 epochs).", min=0)
+    warmup_teacher_temp_steps: int = option(0, "Steps of the linear teacher-temperature warm-up (0: none, "
+                                            "main_dino.py's default; its README's 0.07 runs warm up over 30 "
+                                            "epochs). Unset while teacher_temp is fitted above the warm-up "
+                                            "temperature, it is fitted too: 37,500 steps, at most 30% of the run "
+                                            "(lightly-train).", min=0, shown=FITTED.format(0))
     student_temp: float = option(0.1, "Student temperature (0.1).", above=0)
     center_momentum: float = option(0.9, "Momentum of the teacher output's moving centre (0.9).", min=0, below=1)
     ibot: float = option(0.0, "Weight of iBOT's masked-patch self-distillation (0: off).", min=0)
@@ -229,12 +236,14 @@ class DINO(Objective):
 
     # ---- defaults fitted to the data ----------------------------------------------------------------------
     @classmethod
-    def fit_to_data(cls, given: dict[str, Any], images: int) -> Fitted | None:
+    def fit_to_data(cls, given: dict[str, Any], images: int, steps: int) -> Fitted | None:
         """lightly-train's DINO defaults for the dataset's size (`DINOArgs.resolve_auto`, FIT_RULE), for those of
-        out_dim, teacher_temp and warmup_teacher_temp the user left unset: main_dino.py's 65,536 dimensions and
-        0.04 → 0.07 teacher temperatures are for ImageNet; on small data a lower temperature sharpens the teacher
-        enough to keep its output from collapsing to uniform. The warm-up temperature follows the fitted one and
-        never exceeds it. Each option the user set is kept as given."""
+        out_dim, teacher_temp, warmup_teacher_temp and warmup_teacher_temp_steps the user left unset: main_dino.py's
+        65,536 dimensions and 0.04 → 0.07 teacher temperatures are for ImageNet; on small data a lower temperature
+        sharpens the teacher enough to keep its output from collapsing to uniform. The warm-up temperature follows
+        the fitted one and never exceeds it; where it is below it, the warm-up takes 37,500 steps, at most 30% of
+        the run's `steps` (a fitted 0.07 from the first step is what main_dino.py calls unstable). Each option the
+        user set is kept as given."""
         values: dict[str, Any] = {}
         if "out_dim" not in given:
             values["out_dim"] = next(k for below, k in OUT_DIMS if images < below)
@@ -242,6 +251,9 @@ class DINO(Objective):
             values["teacher_temp"] = temp = _interpolate(images, (20_000, IMAGENET_IMAGES), (0.02, 0.07))
             if "warmup_teacher_temp" not in given:
                 values["warmup_teacher_temp"] = min(temp, _interpolate(temp, (0.02, 0.07), (0.02, 0.04)))
+            start = values.get("warmup_teacher_temp", given.get("warmup_teacher_temp", DEFAULT_WARMUP_TEMP))
+            if "warmup_teacher_temp_steps" not in given and start < temp:
+                values["warmup_teacher_temp_steps"] = min(WARMUP_TEACHER_STEPS, int(steps * WARMUP_TEACHER_FRACTION))
         return Fitted(values, images, FIT_RULE) if values else None
 
     # ---- what the loader makes ------------------------------------------------------------------------------
@@ -268,10 +280,11 @@ class DINO(Objective):
         return float(o["warmup_teacher_temp"] + (o["teacher_temp"] - o["warmup_teacher_temp"]) * self.step / (warm - 1))
 
     def teacher_momentum(self, step: int) -> float:
-        """The EMA momentum after optimiser step `step` (0-based): `momentum` → 1 on a cosine over the run."""
-        from lightly.utils.scheduler import cosine_schedule
-
-        return cosine_schedule(step, self.steps, self.options["momentum"], 1.0)
+        """The EMA momentum after optimiser step `step` (0-based): `momentum` → 1 on a cosine over the run, as
+        main_dino.py:250's `utils.cosine_scheduler(momentum, 1, epochs, niter_per_ep)` (utils.py:193-194: the
+        iteration i of N at 1 + (momentum − 1)(1 + cos(π i / N)) / 2, never quite 1)."""
+        m = self.options["momentum"]
+        return 1.0 + 0.5 * (m - 1.0) * (1.0 + math.cos(math.pi * step / self.steps))
 
     def on_after_backward(self) -> None:
         if self.step < self.frozen_steps:  # DINO keeps the last layer fixed for the first epoch (`grad = None`)

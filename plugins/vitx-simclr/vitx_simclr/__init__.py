@@ -4,10 +4,11 @@ Two augmented views of every image go through the backbone and lightly's `SimCLR
 `NTXentLoss` pulls each image's two views together and pushes the other 2B - 2 apart (gathered over all
 processes under Accelerate). No labels are needed.
 
-The runner hands every objective the same batch of cropped, normalised images; the views are made here, on the
-batch's device, as batched tensor ops (random resized crop and flip through one affine grid per image, then
-colour jitter and grayscale), so augmentation runs on the GPU and the data pipeline stays shared. Blur is left
-out, as SimCLR does for small (CIFAR-sized) images.
+The runner hands every objective the same batch of normalised images, here whole (the recipe's `--crop-scale 1`:
+SimCLR crops each view from the whole image); the views are made here, on the batch's device, as batched tensor
+ops (random resized crop and flip through one affine grid per image, then colour jitter and grayscale), so
+augmentation runs on the GPU and the data pipeline stays shared. Blur is left out, as SimCLR does for small
+(CIFAR-sized) images.
 
 The defaults are SimCLR's CIFAR-10 run (google-research/simclr README.md:79-84; docs/recipes.md gives each line):
 temperature 0.5, colour jitter strength 0.5 (brightness, contrast and saturation 0.4; its hue 0.1 is not made
@@ -33,6 +34,9 @@ class SimCLROptions:
     temperature: float = option(0.5, "NT-Xent temperature (SimCLR's CIFAR-10 run's 0.5; its ImageNet run at batch "
                                 "4096 takes 0.1; at least 1e-8, lightly's bound).", min=1e-8)
     proj_dim: int = option(128, "Output width of the projection head (SimCLR's 128).", min=1, max=65536)
+    proj_layers: int = option(2, "Linear layers of the projection head, each but the last followed by BatchNorm and "
+                              "ReLU, the last by BatchNorm (the SimCLR paper's head, one hidden layer; its v2 code, "
+                              "run.py:207, defaults to 3).", min=2, max=8)
     crop_scale: float = option(0.08, "Smallest share of the image a view's random resized crop keeps (SimCLR's "
                                "area_range 0.08–1).", above=0, max=1)
     jitter: float = option(0.4, "Colour jitter strength: brightness, contrast and saturation factors in "
@@ -44,20 +48,23 @@ class SimCLROptions:
 class SimCLR(Objective):
     Options = SimCLROptions  # each option with its type, bounds and help: vitx checks them before __init__ runs
     min_batch = 2  # each image's other view is its positive, the batch's other images its negatives
-    # SimCLR's schedule (google-research/simclr model_util.py; docs/recipes.md): a linear warm-up from 0, cosine to 0.
+    # SimCLR's schedule (google-research/simclr model_util.py; docs/recipes.md): a linear warm-up from 0, cosine to 0;
+    # no gradient clipping (run.py, model_util.py clip nothing); each view cropped from the whole image
+    # (data_util.py:469-472): the runner's crop keeps it whole (scale 1), the views crop it (`crop_scale=`).
     # Not its: AdamW where its ResNets take LARS (the module's docstring)
-    recipe = {"warmup_start": "zero", "schedule": "cosine", "min_lr": 0.0}
+    recipe = {"warmup_start": "zero", "schedule": "cosine", "min_lr": 0.0, "grad_clip": 0.0, "crop_scale": 1.0}
 
     def __init__(self, backbone: torch.nn.Module, **options: Any) -> None:
         super().__init__(backbone, **options)
         o = self.settings  # a SimCLROptions, every option filled
         temperature, proj_dim, crop_scale, jitter, gray = o.temperature, o.proj_dim, o.crop_scale, o.jitter, o.gray
+        proj_layers = o.proj_layers
         # lightly (and torchvision through it) takes seconds to import: only when a SimCLR is built
         from lightly.loss import NTXentLoss
         from lightly.models.modules import SimCLRProjectionHead
 
         dim = backbone.embed_dim
-        self.head = SimCLRProjectionHead(input_dim=dim, hidden_dim=dim, output_dim=proj_dim)
+        self.head = SimCLRProjectionHead(input_dim=dim, hidden_dim=dim, output_dim=proj_dim, num_layers=proj_layers)
         self.criterion = NTXentLoss(temperature=temperature, gather_distributed=True)
         self.crop_scale, self.jitter, self.gray = crop_scale, jitter, gray
         # colour constants live on the device with the module: built from Python lists at every step they
