@@ -223,6 +223,15 @@ def test_dinos_checkpoint_layout_restores_student_head_teacher_and_centre(dino_c
     assert setup.preprocess.mean == pytest.approx((0.485, 0.456, 0.406))  # DINO's normalisation
 
 
+def test_mean_and_std_given_to_a_pretraining_win_over_the_starts(tmp_path):
+    """DINO and MAE normalise with ImageNet's statistics (docs/recipes.md): `--mean/--std` give them to a run from
+    scratch (0.5 otherwise), and the run records them in config.json as it does the start's."""
+    imagenet = dict(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+    assert built(tmp_path / "a", data="embedded:shapes", batch_size=4).preprocess.mean == (0.5, 0.5, 0.5)
+    setup = built(tmp_path / "b", data="embedded:shapes", batch_size=4, **imagenet)
+    assert (setup.preprocess.mean, setup.preprocess.std) == (tuple(imagenet["mean"]), tuple(imagenet["std"]))
+
+
 def test_dinos_bare_backbone_and_another_objective(dino_checkpoint, tmp_path):
     bare = dino_checkpoint / "dino_vitt16_pretrain.safetensors"
     setup = built(tmp_path / "a", objective=DINO, start=str(bare), data="embedded:shapes", batch_size=4)

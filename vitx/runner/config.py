@@ -9,7 +9,8 @@ from ..evaluation import AUTO, FEATURE_CHOICES
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, SCHEDULE, check, setting
 from ..settings import current_keys, defaults, flags, result_settings, with_default
 from ..settings.groups import LIMITS, LOG_FORMATS, OPTIMIZERS, PRECISIONS
-from ..settings.groups import SCRATCH, Augmentation, Columns, Optimisation, Output, Seeded, Start, Streaming, System
+from ..settings.groups import (SCRATCH, Augmentation, Columns, Normalisation, Optimisation, Output, Seeded, Start,
+                               Streaming, System)
 from .threads import core_share
 from .preemption import parse_signals
 
@@ -54,7 +55,7 @@ def default_workers() -> int:
 
 
 @dataclass
-class PretrainConfig(Seeded, Start, Columns, Streaming, Augmentation, Optimisation, Output, System):
+class PretrainConfig(Seeded, Start, Columns, Normalisation, Streaming, Augmentation, Optimisation, Output, System):
     """Defaults run the embedded CPU demo (vit-nano/4, 16px shapes, 1,200 steps: ~2 minutes on 2 cores; 35.4%
     validation top-1 against 10% chance, measured). The paper's B/16 settings are in recipes/. Each field is one option of
     `vitx pretrain` (vitx/settings/); the settings other commands share are the groups' (settings/groups.py),

@@ -83,14 +83,21 @@ class Columns:
 
 
 @dataclass
-class Input:
+class Normalisation:
+    """The input's normalisation: the start's unless given."""
+
+    is_group = True
+    mean: list[float] | None = setting(None, "Input normalisation mean, per RGB channel, e.g. 0.485,0.456,0.406 (ImageNet's, which DINO, MAE and DeiT train with).", DATA, shown="the start's: timm's pretrained_cfg, a vitx run's preprocessing, a released DINO checkpoint's, 0.5 for scratch", example="0.5,0.5,0.5", length=3)
+    std: list[float] | None = setting(None, "Input normalisation std, per RGB channel, e.g. 0.229,0.224,0.225.", DATA, above=0, shown="the start's", example="0.5,0.5,0.5", length=3)
+
+
+@dataclass
+class Input(Normalisation):
     """How a start's images are prepared: its normalisation and resampling unless given, and where a registered
     task's local copy is."""
 
     is_group = True
     data_dir: str | None = setting(None, "A local copy of the task's data: the VTAB-1k folder release, the hub's WebDataset layout, or save_to_disk; for a suite, their root.", DATA)
-    mean: list[float] | None = setting(None, "Input normalisation mean, per RGB channel, e.g. 0.485,0.456,0.406.", DATA, shown="the start's: timm's pretrained_cfg, a vitx run's preprocessing, 0.5 for scratch", example="0.5,0.5,0.5", length=3)
-    std: list[float] | None = setting(None, "Input normalisation std, per RGB channel.", DATA, above=0, shown="the start's", example="0.5,0.5,0.5", length=3)
     interpolation: str | None = setting(None, "Resize interpolation: bicubic, bilinear or nearest.", DATA, choices=INTERPOLATIONS, shown="the start's")
 
 
@@ -260,5 +267,5 @@ class System:
 
 
 __all__ = ["INTERPOLATIONS", "LIMITS", "LOG_FORMATS", "OPTIMIZERS", "PRECISIONS", "SCRATCH", "Augmentation", "Columns",
-           "Input", "Optimisation", "Output", "Seeded", "Start", "Streaming", "System", "TestDraw", "TrainDraw",
-           "new_model"]
+           "Input", "Normalisation", "Optimisation", "Output", "Seeded", "Start", "Streaming", "System", "TestDraw",
+           "TrainDraw", "new_model"]
