@@ -94,8 +94,11 @@ def option_default(objective: str, name: str) -> Any:
 SPECIAL = {
     "weight decay spares": spared,
     "position embeddings trained": lambda o: built(o).backbone.pos_embed.requires_grad,
-    "hue jitter": lambda o: None if option_default(o, "hue") == NONE else option_default(o, "hue"),
-    "blur": lambda o: None if option_default(o, "blur") == NONE else option_default(o, "blur"),
+    "hue jitter": lambda o: built(o).views()[0].jitter[3],
+    "blur": lambda o: built(o).views()[0].blur,
+    # (data/views.py: a view's jitters in a random order, as torchvision's ColorJitter; the objective's own crops)
+    "jitter order": lambda o: "random" if built(o).views() else NONE,
+    "views": lambda o: "from the whole image" if built(o).views() else "from the runner's crop",
 }
 
 
