@@ -156,6 +156,15 @@ def test_export_never_writes_over_the_run_it_exports(pretrained_run, tmp_path):
             _one_line(vitx_cli("export", str(run), "--to", str(to), *force), fragment)
     assert sorted(p.name for p in run.iterdir()) == before and (proj / "config.json").is_file()
 
+    other = _copy_run(pretrained_run, tmp_path / "other")  # another run, or one of its checkpoints: its own files
+    (other / "checkpoints" / "step_00000001").mkdir(parents=True)
+    (other / "checkpoints" / "step_00000001" / "trainer_state.json").write_text('{"step": 1}')
+    kept = {p.name: p.read_bytes() for p in other.iterdir() if p.is_file()}
+    for to in (other, other / "checkpoints" / "step_00000001"):
+        _one_line(vitx_cli("export", str(run), "--to", str(to), "--force"), "whose own config.json and weights the "
+                  "export would replace (--force or not)")
+    assert {p.name: p.read_bytes() for p in other.iterdir() if p.is_file()} == kept
+
     here = tmp_path / "here"
     here.mkdir()
     (here / "NOTES.md").write_text("mine")

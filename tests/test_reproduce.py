@@ -196,8 +196,20 @@ def test_a_reproduction_from_before_the_curve_setting_continues_with_the_curve_i
     older = {k: v for k, v in json.loads(json.dumps(QUICK.to_dict())).items() if k != "curve"}
     (tmp_path / "plan.json").write_text(json.dumps(older))  # written before plans had a curve: MPP's alone
     _same_plan(tmp_path, replace(QUICK, curve=["mpp"]))  # what it ran: the same plan
+    (tmp_path / "transfer" / "mpp-p0-seed0").mkdir(parents=True)  # (something on disk: the plan binds the folder)
     with pytest.raises(VitxError, match=r"another plan \(curve differ: was \['mpp'\]\)"):
         _same_plan(tmp_path, QUICK)
+
+
+def test_a_call_that_failed_before_training_anything_does_not_bind_the_folder_to_its_plan(tmp_path):
+    """`--set model=typo` fails at its first pre-training, after plan.json is written: the corrected call takes the
+    folder, since nothing of the first plan was trained."""
+    from vitx.reproduce.pipeline import _same_plan
+
+    _same_plan(tmp_path, replace(QUICK, model="nonexist"))
+    (tmp_path / "pretrain-supervised-p0").mkdir()  # the failed job's folder, without a checkpoint
+    _same_plan(tmp_path, QUICK)
+    assert json.loads((tmp_path / "plan.json").read_text())["model"] == QUICK.model
 
 
 def test_a_folder_of_the_users_files_or_their_own_plan_json_is_refused_untouched(tmp_path):
@@ -225,6 +237,14 @@ def test_a_folder_of_the_users_files_or_their_own_plan_json_is_refused_untouched
         result = vitx_cli("reproduce", "--quick", "--output-dir", str(tmp_path / name))
         assert (result.returncode, result.stderr.strip()) == (2, expected[name])
         assert [p.name for p in (tmp_path / name).iterdir()] == [file] and (tmp_path / name / file).read_text() == text
+
+    run = tmp_path / "run"  # a pre-training run's folder: a reproduction goes into a folder of its own
+    (run / "checkpoints").mkdir(parents=True)
+    (run / RUN_MARK).write_text("")
+    result = vitx_cli("reproduce", "--quick", "--output-dir", str(run))
+    assert (result.returncode, result.stderr.strip()) == (2, f"error: --output-dir {run} holds a pre-training run; "
+                                                             "a reproduction goes into a folder of its own: give a new one")
+    assert sorted(p.name for p in run.iterdir()) == [RUN_MARK, "checkpoints"]
 
     legacy = tmp_path / "legacy"  # a reproduction's folder written before the mark existed
     legacy.mkdir()

@@ -28,7 +28,8 @@ from safetensors import SafetensorError
 from .. import __version__
 from ..safe_io import atomic_write_text, fsync_path, read_weights, save_weights
 from ..errors import VitxError, write_reason
-from ..runs.ownership import held, shown
+from ..runs.ownership import held, holds, is_vitx_folder, shown
+from ..runs.rundir import MARKER
 from ..runs.trained import TrainedRun, classifier_heads, resolve_run
 from .card import model_card
 
@@ -137,6 +138,9 @@ def _check_target(to: Path, runs: list[Path], force: bool) -> None:
     if not to.is_dir():
         raise VitxError(f"--to {to} is a file; give a folder to write")
     names = held(to, "--to")
+    if is_vitx_folder(to) or (to / MARKER).is_file():  # a run, a transfer, or a checkpoint (its marker)
+        raise VitxError(f"--to {to} holds {holds(to) or 'a vitx run'}, whose own config.json and weights the export "
+                        "would replace (--force or not); give a folder of the export's own")
     if force:
         return
     keep = f"or --force to replace only the export's own files ({', '.join(EXPORT_FILES)}) and keep everything else"

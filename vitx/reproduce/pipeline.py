@@ -23,7 +23,7 @@ from ..plots.series import read_metrics
 from ..runner import pretrain
 from ..runner.launch import process_device
 from ..runner.reporting import make_console
-from ..runs.ownership import check_output_dir
+from ..runs.ownership import REPRODUCTION, check_output_dir
 from ..runs.rundir import RunDir, mark_run
 from ..transfer import TransferConfig, transfer
 from ..runs.rundir import step_number
@@ -224,7 +224,7 @@ def _take(out: Path) -> None:
         raise VitxError(f"{out / 'plan.json'} is not a vitx reproduction's plan ({why}): the folder holds your "
                         "own plan.json, which vitx would write over; choose a new --output-dir")
     if not (out / "plan.json").exists():
-        check_output_dir(out)
+        check_output_dir(out, writes=REPRODUCTION)
     try:
         out.mkdir(parents=True, exist_ok=True)
         mark_run(out)
@@ -250,10 +250,20 @@ def _same_plan(out: Path, plan: Plan) -> None:
         atomic_write_text(out / "plan.json", json.dumps(now, indent=1))
         return
     differ = [k for k in now if k != "jobs" and _science(k, saved.get(k, UNRECORDED.get(k))) != _science(k, now[k])]
+    if differ and not _trained_any(out):  # (an earlier call failed before its first checkpoint: a --set typo)
+        atomic_write_text(out / "plan.json", json.dumps(now, indent=1))
+        return
     if differ:
         was = saved.get(differ[0], UNRECORDED.get(differ[0]))
         raise VitxError(f"{out} holds a reproduction of another plan ({', '.join(differ)} differ: was {was!r}); "
                         "continue it with the same plan or choose a new --output-dir")
+
+
+def _trained_any(out: Path) -> bool:
+    """Whether a reproduction in `out` has a pre-training checkpoint or a transfer on disk (its plan then binds
+    the folder)."""
+    runs = [p for p in out.glob("pretrain-*") if p.is_dir()]
+    return any(RunDir(p).latest() is not None for p in runs) or any((out / "transfer").glob("*"))
 
 
 def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console: Console | None = None) -> dict[str, Any]:

@@ -55,6 +55,7 @@ def shown(names: list[str]) -> str:
 
 
 PRETRAINING, TRANSFER = "a pre-training run", "a transfer"  # what a vitx folder holds (`holds`)
+REPRODUCTION = "a reproduction"  # what `vitx reproduce` writes (a folder `holds` knows as none of the others)
 ITEM = "a transfer's work item (a sweep point or final run: `vitx transfer --resume` continues it)"
 
 
@@ -96,4 +97,4 @@ def check_output_dir(folder: str | Path, flag: str = "--output-dir", writes: str
                     "over files there: give a new or empty folder")
 
 
-__all__ = ["PRETRAINING", "TRANSFER", "check_output_dir", "held", "holds", "is_vitx_folder", "shown"]
+__all__ = ["PRETRAINING", "REPRODUCTION", "TRANSFER", "check_output_dir", "held", "holds", "is_vitx_folder", "shown"]
