@@ -77,6 +77,22 @@ def test_an_exported_transfer_keeps_its_classifier_and_labels(transfer_run, tmp_
     assert vitx_cli("export", str(out / "vtab-dsprites_loc"), "--to", str(folder), "--force").returncode == 0
 
 
+def test_a_damaged_result_json_is_said_as_damaged_not_as_an_unfinished_transfer(transfer_run, tmp_path):
+    import shutil
+
+    out, _ = transfer_run
+    task = shutil.copytree(out / "vtab-dsprites_loc", tmp_path / "t" / "vtab-dsprites_loc")
+    said = f"error: {task / 'result.json'} is damaged (not a JSON object with a numeric test_top1)"
+    for text in ("junk", '{"test_top1": "x"}'):
+        (task / "result.json").write_text(text)
+        for args in (["export", str(task), "--to", str(tmp_path / "e")], ["export", str(task / "final"), "--to",
+                                                                        str(tmp_path / "e")]):
+            proc = vitx_cli(*args)
+            assert proc.returncode == 2 and proc.stderr.startswith(said) and len(proc.stderr.splitlines()) == 1, \
+                proc.stderr
+    assert not (tmp_path / "e").exists()
+
+
 def test_a_run_started_by_the_command_records_it_in_its_card(mpp_run, tmp_path):
     from vitx.safe_io import read_config
 

@@ -116,6 +116,8 @@ def test_the_peft_protocol_fills_what_is_not_given():
     ("vpt(tokens=100000)", "vpt tokens must be an integer from 1 to 1024"),  # (it grew to 9 GB, deaf to SIGTERM)
     ("vpt(deep=2)", "vpt deep must be True or False, got 2"),
     ("bitfit(rank=2)", "adapter 'bitfit' has no option 'rank' (its options: none)"),
+    ("fewshot(reg='a')", "fewshot reg must be a positive number (big_vision's 1024), got 'a'"),  # (a traceback)
+    ("fewshot(reg=-1)", "fewshot reg must be a positive number (big_vision's 1024), got -1"),  # (ran at 19.7%)
 ])
 def test_bad_method_options_are_one_line(spec, needle, tmp_path):
     proc = vitx_cli("transfer", "--from", "scratch", "--model", "vit-nano/4", "--adapter", spec,

@@ -2,8 +2,11 @@
 (few-shot: the head is solved for in closed form; see `vitx.evaluation.least_squares`)."""
 from __future__ import annotations
 
+import math
+
 import torch.nn as nn
 
+from ..errors import VitxError
 from ..evaluation import FEWSHOT_REG
 from ..registry import register_adapter
 from .base import TRAINING, AdaptContext, Adapter, freeze
@@ -38,6 +41,8 @@ class FewShot(Adapter):
 
     def __init__(self, reg: float = FEWSHOT_REG) -> None:
         super().__init__(reg=reg)
+        if isinstance(reg, bool) or not isinstance(reg, (int, float)) or not math.isfinite(reg) or reg <= 0:
+            raise VitxError(f"fewshot reg must be a positive number (big_vision's 1024), got {reg!r}")
         self.reg = float(reg)
 
     def apply(self, model: nn.Module, ctx: AdaptContext) -> None:

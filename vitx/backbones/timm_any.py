@@ -26,7 +26,8 @@ def create_timm_backbone(arch: str, **overrides: Any) -> "nn.Module":
     args = {"num_classes": 0, **overrides}
     pretrained = bool(args.pop("pretrained", False))
     why = None
-    if pretrained and not arch.startswith("local-dir:"):
+    hub = (pretrained or arch.startswith("hf-hub:")) and not arch.startswith("local-dir:")  # (hf-hub: its config too)
+    if hub:
         from ..hub import unreachable
 
         why = unreachable()  # (offline, or unreachable: then timm's cache only, at once, never a minute of retries)
@@ -37,12 +38,13 @@ def create_timm_backbone(arch: str, **overrides: Any) -> "nn.Module":
     except Exception as exc:  # hub failures come as many types (OSError, HTTPError, LocalEntryNotFoundError)
         if arch.startswith("local-dir:"):
             raise VitxError(f"timm cannot build {arch}: {first_line(exc)}") from None
-        if pretrained:
+        if hub:
             from ..hub import not_cached
 
             said = f"{type(exc).__name__}: {first_line(exc)}"
             said = not_cached(why, said) if why else said
-            raise VitxError(f"could not fetch pretrained weights for timm:{arch} ({said}); download them where "
+            what = "pretrained weights" if pretrained else "the model's config"
+            raise VitxError(f"could not fetch {what} for timm:{arch} ({said}); download them where "
                             "you have internet and pass the folder (timm's save_for_hf or `hf download` layout), or "
                             "start from a vitx run") from None
         raise

@@ -84,6 +84,11 @@ def _metrics(run: TrainedRun) -> list[str]:
     return lines + [""]
 
 
+def _pct(value: Any) -> str:
+    """A share as a percentage; anything else (a hand-edited file) as it is."""
+    return f"{value:.2%}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
 def _transfer_results(result: dict[str, Any] | None) -> list[str]:
     if not result:
         return []
@@ -91,9 +96,10 @@ def _transfer_results(result: dict[str, Any] | None) -> list[str]:
     lines = [f"**Test top-1 {result['test_top1']:.2%}** on {result.get('test_samples', '?')} test images of "
              f"`{result.get('task')}` ({result.get('shots')} training images; the chosen lr {chosen.get('lr')} × "
              f"{chosen.get('steps')} steps, retrained on train + val).", ""]
-    if result.get("sweep"):
+    points = [p for p in result.get("sweep") or [] if isinstance(p, dict)]
+    if points:
         lines += ["| lr | steps | val top-1 |", "|---|---|---|"]
-        lines += [f"| {p['lr']:g} | {p['steps']} | {p['val_top1']:.2%} |" for p in result["sweep"]]
+        lines += [f"| {p.get('lr')} | {p.get('steps')} | {_pct(p.get('val_top1'))} |" for p in points]
         lines.append("")
     return lines
 

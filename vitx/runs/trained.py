@@ -77,8 +77,9 @@ class TrainedRun:
         return Preprocess.from_dict(self.config["preprocess"], f"{self.path}/config.json preprocess")
 
     def result(self) -> dict[str, Any] | None:
-        """A transfer's result.json (test accuracy, sweep, choice); None for a pre-training."""
-        return read_json_object(self.task_dir / "result.json") if self.task_dir else None
+        """A transfer's result.json (test accuracy, sweep, choice); None for a pre-training, or a transfer that
+        has not finished."""
+        return read_result(self.task_dir) if self.task_dir else None
 
     def metrics(self) -> list[dict[str, Any]]:
         """metrics.jsonl, one dict per logged step (empty when absent, e.g. in a checkpoint directory)."""
@@ -191,8 +192,22 @@ def _model_dir(path: Path) -> TrainedRun:
     return TrainedRun(path, config, next((p for p in homes if (p / "transfer.json").is_file()), None))
 
 
+def read_result(task_dir: Path) -> dict[str, Any] | None:
+    """A task's result.json; None while the transfer has not written it; one line when it is there but damaged
+    (not a JSON object with a numeric test_top1): not taken for an unfinished transfer."""
+    path = task_dir / "result.json"
+    if not path.exists():
+        return None
+    result = read_json_object(path)
+    top1 = (result or {}).get("test_top1")
+    if result is None or isinstance(top1, bool) or not isinstance(top1, (int, float)):
+        raise VitxError(f"{path} is damaged (not a JSON object with a numeric test_top1): vitx reads the "
+                        "transfer's result from it; restore it, or run the transfer again into a new --output-dir")
+    return result
+
+
 def _task_dir(path: Path) -> TrainedRun:
-    result = read_json_object(path / "result.json")
+    result = read_result(path)
     name = (result or read_json_object(path / "transfer.json") or {}).get("task", path.name)
     if result is not None and result.get("chosen") is None:
         raise VitxError(f"{path}: {name} was evaluated in closed form (few-shot least squares); no classifier was "
@@ -271,4 +286,5 @@ def load_classifier(run: TrainedRun) -> "nn.Module":
     return model.eval()
 
 
-__all__ = ["RUN_HELP", "TrainedRun", "check_config", "classifier_heads", "load_classifier", "resolve_run"]
+__all__ = ["RUN_HELP", "TrainedRun", "check_config", "classifier_heads", "load_classifier", "read_result",
+           "resolve_run"]
