@@ -414,6 +414,10 @@ def test_a_page_of_a_run_in_progress_says_so(pretrained_run, two_task_suite, tmp
     (suite / "leases" / "vtab-dsprites_ori-final-seed1.lease").write_text(json.dumps({"host": "node7", "pid": 42}))
     _, html = page([suite], figures=False)
     assert 'data-state="running"' in html and "vtab-dsprites_ori-final-seed1 (node7, pid 42)" in html
+    for result in suite.glob("*/result.json"):  # no task finished yet: the sweep points on disk are shown
+        result.unlink()
+    _, html = page([suite], figures=False)
+    assert 'data-table="sweep"' in html and "No sweep points on disk yet" not in html
 
 
 def test_report_errors_are_one_line(tmp_path, pretrained_run, two_task_suite):
@@ -482,3 +486,15 @@ def test_a_page_says_when_metrics_lines_are_damaged(tmp_path, pretrained_run):
     (run / "metrics.jsonl").write_text("garbage\n\n[1]\n")
     html = page([run], figures=False)[1]
     assert "metrics.jsonl holds 2 lines and none is a metrics record" in html and "Nothing logged yet" not in html
+
+
+def test_the_input_row_says_what_training_saw():
+    """A transfer's VTAB protocol trains on whole resized images (preprocess.augment false), an objective with views
+    on its own crops: the page said `random resized crop` for both."""
+    from vitx.pages.run import _augmentation
+
+    pre = {"crop_scale": 0.08, "hflip": True, "randaugment": ""}
+    assert _augmentation(pre, None) == "random resized crop scale ≥ 0.08, flip on"
+    assert _augmentation({**pre, "augment": False}, None) == "no augmentation (each image resized whole, as " \
+                                                             "evaluation sees it)"
+    assert _augmentation(pre, [{"count": 2}, {"count": 4}]).startswith("the objective's 6 views of each image")

@@ -233,6 +233,12 @@ def test_probes_on_small_data_and_starts_without_a_class_token():
     sim, idx = (b @ a.T).topk(20, dim=1)
     votes = torch.zeros(2500, 3).scatter_add_(1, torch.from_numpy(labels)[idx], (sim / 0.07).exp())
     assert knn_accuracy(train, labels, test, truth, 3) == float((votes.argmax(1).numpy() == truth).mean())
+    # a small temperature (DINO's exp(sim / T) overflows float32 below T ≈ 0.0113): the vote tends to the nearest
+    # neighbour's, never a tie of infinities
+    nearest = torch.from_numpy(labels)[idx[:, 0]].numpy()
+    for t in (0.011, 0.001, 1e-6):
+        assert knn_accuracy(train, labels, test, truth, 3, temperature=t) == pytest.approx(
+            float((nearest == truth).mean()), abs=0.002), t
 
 
 NEAREST_CLASS_MEAN = '''

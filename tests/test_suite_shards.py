@@ -426,10 +426,12 @@ def test_jobs_have_their_own_settings_session_and_death_and_get_a_stop_at_once(t
     thread.start()
     cfg = TransferConfig(task="vtab/dtd", jobs=2, output_dir=str(tmp_path / "suite"))
     mine = [Item("vtab/dtd", SWEEP, tmp_path / f"p{n}", tmp_path, 2, 0.01, 0, n) for n in (1, 2, 3)]
+    (tmp_path / "p2" / "checkpoints" / "step_00000001").mkdir(parents=True)  # the item a job checkpointed at the stop
+    (tmp_path / "p2" / "checkpoints" / "step_00000001" / "trainer_state.json").write_text('{"step": 1}')
     with pytest.raises(Preempted) as stopped:
         jobs.run_jobs(cfg, mine, lambda item: item.index == 1, Console(file=io.StringIO()))
-    assert str(stopped.value) == ("SIGTERM: the 2 jobs stopped with 1 of 3 item(s) on disk and 2 left (one begun was "
-                                  "checkpointed); run the same command with --resume to continue the suite")
+    assert str(stopped.value) == ("SIGTERM: the 2 jobs stopped with 1 of 3 item(s) on disk and 2 left (one of them "
+                                  "begun and checkpointed); run the same command with --resume to continue the suite")
     thread.join()
     (folder,) = (tmp_path / "suite" / "logs").iterdir()
     assert folder.name.startswith(f"{socket.gethostname()}-{os.getpid()}-") and (folder / "jobs.toml").is_file()

@@ -17,7 +17,10 @@ def knn_accuracy(train: np.ndarray, train_labels: np.ndarray, test: np.ndarray, 
     predicted = []
     for rows in b.split(1024):  # (m, N) similarities at a time: never (M, N) for a large train set
         sim, idx = (rows @ a.T).topk(min(k, a.shape[0]), dim=1)  # (m, k)
-        votes = torch.zeros(rows.shape[0], num_classes).scatter_add_(1, labels[idx], (sim / temperature).exp())
+        # DINO's weights exp(sim / T), each row scaled by exp(-its largest sim / T): the same vote, where a small T
+        # overflowed float32 to inf (T < 0.0113) and turned the vote into a tie of infinities
+        weights = ((sim - sim[:, :1]) / temperature).exp()  # (m, k), in (0, 1]
+        votes = torch.zeros(rows.shape[0], num_classes).scatter_add_(1, labels[idx], weights)
         predicted.append(votes.argmax(1))  # (m,)
     return float((torch.cat(predicted).numpy() == np.asarray(test_labels)).mean()) if predicted else 0.0
 

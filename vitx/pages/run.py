@@ -81,6 +81,19 @@ def _shown(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (list, dict, bool)) or value is None else str(value)
 
 
+def _augmentation(pre: dict[str, Any], views: Any) -> str:
+    """What training saw of each image, as config.json records it: the objective's views, no augmentation (a
+    transfer's VTAB protocol: resized whole), or the one random resized crop."""
+    if isinstance(views, list) and views:
+        crops = [v for v in views if isinstance(v, dict)]
+        counts = sum(int(v.get("count", 1)) for v in crops if isinstance(v.get("count", 1), int))
+        return f"the objective's {counts} views of each image, each cropped from the whole image (config.json: views)"
+    if pre.get("augment") is False:
+        return "no augmentation (each image resized whole, as evaluation sees it)"
+    return (f"random resized crop scale ≥ {pre.get('crop_scale')}, flip {'on' if pre.get('hflip') else 'off'}"
+            + (f", RandAugment {pre['randaugment']}" if pre.get("randaugment") else ""))
+
+
 def _summary(run: Run) -> Html:
     cfg, config = run.settings, run.config
     backbone, data, pre = config.get("backbone") or {}, config.get("data") or {}, config.get("preprocess") or {}
@@ -105,9 +118,7 @@ def _summary(run: Run) -> Html:
         rows.append(("validation", f"{validation.get('images', '?')} images: {validation.get('how', '')}"))
     if pre:
         rows.append(("input", f"{pre.get('image_size')}px, mean {pre.get('mean')}, std {pre.get('std')}, "
-                              f"{pre.get('interpolation')}; random resized crop scale ≥ {pre.get('crop_scale')}, "
-                              f"flip {'on' if pre.get('hflip') else 'off'}"
-                              + (f", RandAugment {pre['randaugment']}" if pre.get("randaugment") else "")))
+                              f"{pre.get('interpolation')}; {_augmentation(pre, config.get('views'))}"))
     if cfg:
         rows.append(("optimisation", f"{cfg.get('optimizer')} at lr {cfg.get('lr')} ({cfg.get('schedule')} schedule, "
                                      f"{cfg.get('warmup_steps')} warm-up steps), weight decay {cfg.get('weight_decay')}, "

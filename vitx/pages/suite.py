@@ -266,7 +266,8 @@ def _selection(t: Transfer, figures: bool) -> Html:
     points = _points(t)
     mode = (t.summary or {}).get("selection", {}).get("select") or t.settings.get("select", "")
     first = next(iter(t.results.values()), {})
-    if not points or not any(r.get("sweep") for r in t.results.values()):
+    swept = any(r.get("sweep") for r in t.results.values()) or any(_points_on_disk(t, task) for task in t.tasks)
+    if not points or not swept:  # (a suite in progress or stopped: its finished sweep points are on disk)
         how = first.get("selection") or mode
         text = ("No sweep: every final run trains the fixed lr × steps (--no-sweep)." if "fixed" in str(how) else
                 "Closed form: no sweep and no training (few-shot least squares)." if how == "closed form" else

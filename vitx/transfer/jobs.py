@@ -28,6 +28,7 @@ from ..safe_io import atomic_write_text
 from ..errors import Preempted, SelectionPending, VitxError
 from ..runner.preemption import adopt, pass_on, stopping
 from ..runner.threads import granted_cores
+from ..runs.rundir import RunDir
 from .leases import JOURNAL
 from .config import TransferConfig
 from .items import Item
@@ -205,9 +206,12 @@ def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console)
         if not left:  # they finished the last items as it came: nothing is left to continue
             console.print(f"{stop[0]}: the jobs stopped with all {len(mine)} item(s) on disk", soft_wrap=True)
             return []
+        begun = sum(RunDir(item.folder).latest() is not None for item in left)  # (a closed form has none)
+        said = {0: "none of them begun", 1: "one of them begun and checkpointed"}.get(
+            begun, f"{begun} of them begun and checkpointed")
         raise Preempted(f"{stop[0]}: the {jobs} jobs stopped with {len(mine) - len(left)} of {len(mine)} item(s) "
-                        f"on disk and {len(left)} left (one begun was checkpointed); run the same command with "
-                        "--resume to continue the suite")
+                        f"on disk and {len(left)} left ({said}); run the same command with --resume to continue "
+                        "the suite")
     return [(i, p.returncode, folder / f"job{i}.log") for i, p in enumerate(children) if p.returncode]
 
 
