@@ -762,3 +762,21 @@ def test_items_are_never_started_from_a_start_trained_on_since_the_suite_began(p
     with pytest.raises(VitxError, match=rf"holds a transfer from {run} at step {step}, which is at step {step + 50} "
                                         r"now: its items left would start from another model than those done"):
         check_suite(cfg, ["embedded/digits"], joining=True, begun=True)
+
+
+def test_a_new_transfer_of_other_tasks_into_a_folder_with_finished_ones_is_refused(tmp_path):
+    """Without --resume, a transfer of other tasks into a folder where tasks were trained replaced suite.json, and
+    the folder's summary and page lost them (their results still on disk); --resume adds the new tasks."""
+    from vitx.transfer import TransferConfig
+    from vitx.transfer.folders import check_suite
+
+    out = tmp_path / "suite"
+    done = out / "embedded-digits"
+    (done / "final").mkdir(parents=True)
+    (done / "transfer.json").write_text(json.dumps({"task": "embedded/digits"}))
+    cfg = TransferConfig(task="embedded/shapes", start="scratch", output_dir=str(out))
+    with pytest.raises(VitxError, match=rf"^{out} holds a transfer of embedded/digits; --resume adds these tasks to "
+                                        r"it, or choose another --output-dir$"):
+        check_suite(cfg, ["embedded/shapes"], joining=False, begun=False)
+    assert check_suite(cfg, ["embedded/shapes"], joining=True, begun=False)  # --resume: added
+    assert check_suite(cfg, ["embedded/digits"], joining=False, begun=False)  # its own task: as before

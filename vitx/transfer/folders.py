@@ -159,6 +159,10 @@ def check_suite(cfg: TransferConfig, tasks: list[str], joining: bool, begun: boo
     path = output / SUITE
     step = start_step(cfg.start)
     record = {"tasks": tasks, "settings": result_settings(cfg), **({"start_step": step} if step is not None else {})}
+    others = _others_done(output, tasks) if output.is_dir() else []
+    if others and not joining:  # a new transfer of other tasks would leave these out of the folder's summary
+        raise VitxError(f"{output} holds a transfer of {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}; "
+                        "--resume adds these tasks to it, or choose another --output-dir")
     if write:
         own(output)
         if _create(path, record):
@@ -185,6 +189,16 @@ def check_suite(cfg: TransferConfig, tasks: list[str], joining: bool, begun: boo
         raise VitxError(f"{output} holds a transfer with different settings ({_differences(before, record['settings'])}"
                         f"); run it with the settings of {path}, or choose another --output-dir")
     return False
+
+
+def _others_done(output: Path, tasks: list[str]) -> list[str]:
+    """The tasks other than `tasks` that a transfer into `output` has trained something of."""
+    try:
+        folders = [p for p in output.iterdir() if p.is_dir() and (p / "transfer.json").is_file()]
+    except OSError:
+        return []
+    named = [((read_json_object(p / "transfer.json") or {}).get("task"), p) for p in folders]
+    return sorted(str(name) for name, p in named if name not in tasks and started(p))
 
 
 def _create(path: Path, record: dict[str, Any]) -> bool:
