@@ -180,7 +180,7 @@ def test_what_run_may_be(transfer_run, mpp_run, tmp_path):
         resolve_run(next((task / "sweep").iterdir()))
     with pytest.raises(VitxError, match="not a vitx run"):
         resolve_run(tmp_path)
-    for name, result in (("a", {"task": "vtab/a", "chosen": None}), ("b", None)):  # closed form; unfinished
+    for name, result in (("a", {"task": "vtab/a", "chosen": None, "test_top1": 0.5}), ("b", None)):  # closed form; unfinished
         (tmp_path / "many" / name).mkdir(parents=True)
         (tmp_path / "many" / name / "transfer.json").write_text("{}")
         if result:

@@ -97,11 +97,11 @@ def _options_table(name: str, console: Console) -> None:
 
     declared = getattr(OBJECTIVES.get(name).obj, "Options", None)
     if declared is None:
-        console.print(f"{name}: its options are not declared (its constructor's keywords)")
+        console.print(f"{name}: its options are not declared (its constructor's keywords)", markup=False)
         return
     rows = described(declared)
     if not rows:
-        console.print(f"{name}: no options")
+        console.print(f"{name}: no options", markup=False)
         return
     table = _table(f"{name}(option=value, ...)", ("option", "type", "default", "bounds", "help"))
     for row in rows:

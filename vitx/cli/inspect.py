@@ -47,11 +47,11 @@ def inspect(
                                   components=components, progress=progress, normal=normal)
     pos = result["position_similarity"]
     means = ", ".join(f"{d:.1f}" for d in result["attention_distance"]["layer_mean"])
-    console.print(f"{name}: {result['image_size']}px, {result['grid'][0]}×{result['grid'][1]} patches", soft_wrap=True)
+    console.print(f"{name}: {result['image_size']}px, {result['grid'][0]}×{result['grid'][1]} patches", soft_wrap=True, markup=False)
     console.print(f"  position embeddings: same row/column {pos['same_row_or_column']:.3f} vs neither "
-                  f"{pos['neither']:.3f} (gap {pos['row_column_gap']:.3f})", soft_wrap=True)
+                  f"{pos['neither']:.3f} (gap {pos['row_column_gap']:.3f})", soft_wrap=True, markup=False)
     fewer = f" (the data holds {result['samples']} of the {samples} asked)" if "samples_asked" in result else ""
     console.print(f"  mean attention distance by layer (px, {result['samples']} images of {data}{fewer}): {means}",
-                  soft_wrap=True)
+                  soft_wrap=True, markup=False)
     written = [f for f in FIGURES if (out / f).exists()]
-    console.print(f"wrote {', '.join(written)} and analysis.json → {out}", soft_wrap=True)
+    console.print(f"wrote {', '.join(written)} and analysis.json → {out}", soft_wrap=True, markup=False)

@@ -48,6 +48,7 @@ def predict(
 
 def _table(predictions: Sequence["Prediction"], names: Sequence[str]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     k = max(len(p.classes) for p in predictions)
@@ -56,5 +57,6 @@ def _table(predictions: Sequence["Prediction"], names: Sequence[str]) -> None:
     for rank in range(1, k + 1):
         table.add_column(f"#{rank}", justify="left")
     for p in predictions:
-        table.add_row(p.image, *(f"{names[c]} {prob:.1%}" for c, prob in zip(p.classes, p.probabilities)))
+        table.add_row(escape(p.image), *(f"{escape(str(names[c]))} {prob:.1%}"  # (a class folder [b]: as written)
+                                         for c, prob in zip(p.classes, p.probabilities)))
     Console().print(table)

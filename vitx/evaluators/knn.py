@@ -62,10 +62,10 @@ class Knn(Evaluator):
         console.print(f"{result['num_classes']} classes, chance {1 / result['num_classes']:.1%}; "
                       f"{result['train_samples']} train, {result['test_samples']} test images; "
                       f"T {result['temperature']:g}; {result['feature_dim']}-d features: {escape(result['features'])}",
-                      soft_wrap=True)
+                      soft_wrap=True, markup=False)
         if result.get("k_capped"):  # --k above the train images: the vote used all of them, and says so
             console.print(f"--k {', '.join(result['k_capped'])}: more than the {result['train_samples']} train "
-                          f"images, so k = {result['train_samples']} (every train image votes)", soft_wrap=True)
+                          f"images, so k = {result['train_samples']} (every train image votes)", soft_wrap=True, markup=False)
 
 
 __all__ = ["Knn", "KnnConfig"]

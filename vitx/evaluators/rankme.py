@@ -42,13 +42,12 @@ class RankMe(Evaluator):
         return {k: figures[k] for k in ("rankme", "rankme_fraction", "feature_std")}
 
     def table(self, result: dict[str, Any], console: Any) -> None:
-        from rich.markup import escape
-
         console.print(f"label-free, {result['data']} from {self.cfg.start}: effective rank (RankMe) "
                       f"{result['rankme']:.1f} of at most {min(result['images'], result['feature_dim'])} "
                       f"({result['rankme_fraction']:.1%}); normalised features' s.d. per dimension "
                       f"{result['feature_std']:.4f} (spread evenly: {result['feature_std_spread']:.4f}, collapsed: 0); "
-                      f"{result['images']} images, {result['feature_dim']}-d {escape(result['features'])}", soft_wrap=True)
+                      f"{result['images']} images, {result['feature_dim']}-d {result['features']}", soft_wrap=True,
+                      markup=False)
 
 
 __all__ = ["RankConfig", "RankMe", "label_free"]

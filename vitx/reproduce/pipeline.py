@@ -95,7 +95,7 @@ def _pretrainings(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: C
                               ("--resume",) if resume else (), append=resume).wait()
             if code != 0:
                 raise VitxError(f"pre-training {key} failed (exit {code}); see {log}")
-        console.print(f"pre-training {key}: done")
+        console.print(f"pre-training {key}: done", markup=False)
         return {**_last_metrics(folder), "steps": settings["steps"], "seed": seed,
                 "seconds": time.perf_counter() - tick}
 
@@ -191,7 +191,7 @@ def _transfers(jobs: dict[str, dict[str, Any]], parallel: int, console: Console)
                                   append=False).wait()
             if code != 0:
                 raise VitxError(f"transfer {name} failed (exit {code}); see {log}")
-        console.print(f"transfer {name}: done")
+        console.print(f"transfer {name}: done", markup=False)
         return json.loads(summary.read_text())["tasks"][0]
 
     with ThreadPoolExecutor(parallel) as pool:

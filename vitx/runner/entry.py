@@ -29,7 +29,7 @@ def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | 
         if main:
             setup.run.repair()  # the top-level files a kill may have left at an older step
             console.print(f"{cfg.output_dir} is already complete at step {setup.start_step}; nothing to do",
-                          soft_wrap=True)
+                          soft_wrap=True, markup=False)
         return {"step": setup.start_step}
     trainer = Trainer(setup, console)
     try:

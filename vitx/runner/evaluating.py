@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from rich.markup import escape
 
 import numpy as np
 
@@ -97,7 +98,7 @@ class Evaluating:
         if acc.is_main_process:
             for finding in found:
                 style = "yellow]warning" if finding.kind == "collapse" else "cyan]note"
-                self.console.print(f"[{style}: {finding.line()}[/]", soft_wrap=True)
+                self.console.print(f"[{style}: {escape(finding.line())}[/]", soft_wrap=True)
         if setup.cfg.stop_on_collapse:
             seen = torch.tensor([0.0 if self.watch.found is None else 1.0], device=acc.device)
             self.collapse_stop = bool(acc.reduce(seen, reduction="sum") > 0) and step < setup.cfg.steps

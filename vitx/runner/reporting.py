@@ -168,7 +168,7 @@ def announce(setup: Any, resume: bool, console: Console) -> None:
     what = f"resuming {cfg.output_dir} at step {setup.start_step}" if setup.resumed_from else f"run {cfg.output_dir}"
     console.print(f"vitx {__version__}: {what} | {cfg.objective} on {cfg.model} ({n_params / 1e6:.2f}M) "
                   f"| {cfg.data} ({size}, {setup.preprocess.image_size}px) "
-                  f"| {acc.num_processes} process(es) on {acc.device}", soft_wrap=True)
+                  f"| {acc.num_processes} process(es) on {acc.device}", soft_wrap=True, markup=False)
     if "threads" in setup.record:
         console.print(describe_threads(setup.record["threads"]), soft_wrap=True)
     if getattr(setup.objective, "fitted", None) is not None:  # options chosen from the data, and by whose rule
@@ -177,12 +177,12 @@ def announce(setup: Any, resume: bool, console: Console) -> None:
     validation = setup.data_info.get("validation") or {}
     if validation:
         console.print(f"data: {setup.data_info.get('layout', 'data')}, labels {setup.data_info.get('labels')} | "
-                      f"validation: {validation['how']}", soft_wrap=True)
+                      f"validation: {validation['how']}", soft_wrap=True, markup=False)
     note = getattr(src, "sharding_note", lambda world: None)(acc.num_processes)
     if note:
-        console.print(f"note: {note}", soft_wrap=True)
+        console.print(f"note: {note}", soft_wrap=True, markup=False)
     if resume and setup.resumed_from is None:
-        console.print(f"nothing to resume in {cfg.output_dir}; starting a new run", soft_wrap=True)
+        console.print(f"nothing to resume in {cfg.output_dir}; starting a new run", soft_wrap=True, markup=False)
     start = setup.record.get("start") if setup.resumed_from is None else None
     if isinstance(start, dict):  # --from: where each part of the model came from (runs/continuation.py)
         step = f", step {start['step']}" if start.get("step") is not None else ""
@@ -192,10 +192,10 @@ def announce(setup: Any, resume: bool, console: Console) -> None:
     changed = setup.record.get("lr_changes", [])
     if changed and changed[-1]["step"] == setup.start_step:
         console.print(f"note: --lr {cfg.lr:g} from step {setup.start_step} (the run had {changed[-1]['from']:g}); "
-                      "the schedule goes on with the new peak (config.json: lr_changes)", soft_wrap=True)
+                      "the schedule goes on with the new peak (config.json: lr_changes)", soft_wrap=True, markup=False)
 
 
 def finished(last: dict[str, Any], output_dir: str, console: Console) -> None:
     """The run's last line: the final figures and where the weights are."""
     shown = ", ".join(f"{k} {last[k]:.4g}" for k in ("loss", "top1", "val_loss", "val_top1") if k in last)
-    console.print(f"done: step {last.get('step')}: {shown} → {output_dir}/model.safetensors", soft_wrap=True)
+    console.print(f"done: step {last.get('step')}: {shown} → {output_dir}/model.safetensors", soft_wrap=True, markup=False)

@@ -77,7 +77,7 @@ class Assembler:
     def say(self, line: str) -> None:
         """A line for people, from the main process only (a launch's others assemble the same, silently)."""
         if self.main:
-            self.console.print(line, soft_wrap=True)
+            self.console.print(line, soft_wrap=True, markup=False)
 
     def task_result(self, name: str) -> dict[str, Any] | None:
         """The task's result: read, or assembled and written when all its items are on disk; None before."""

@@ -117,7 +117,7 @@ def dry_run(cfg: TransferConfig, tasks: list[Task], folders: dict[str, Path], co
     estimate = _estimate(cfg, start, failed, size, tasks, totals, per_shard, ways, console)
     if count > 1:
         console.print(f"this process (--shard {cfg.shard}) would run {per_shard[index]['items']} of them",
-                      soft_wrap=True)
+                      soft_wrap=True, markup=False)
     return {"items": rows, "totals": totals, "shards": per_shard, "estimate": estimate, "selection": mode}
 
 
@@ -136,7 +136,7 @@ def _print_items(rows: list[dict[str, Any]], ways: int, sharded: bool, console: 
 def _estimate(cfg: TransferConfig, start: nn.Module | None, failed: str, size: int | None, tasks: list[Task],
               totals: dict[str, Any], per_shard: list[dict[str, Any]], ways: int, console: Console) -> dict[str, Any]:
     if start is None or size is None:
-        console.print(f"no estimate: the start could not be built here ({failed})", soft_wrap=True)
+        console.print(f"no estimate: the start could not be built here ({failed})", soft_wrap=True, markup=False)
         return {}
     if not totals["images"]:
         console.print("no training: a closed-form fit per task costs one forward pass over its images", soft_wrap=True)
@@ -150,12 +150,12 @@ def _estimate(cfg: TransferConfig, start: nn.Module | None, failed: str, size: i
     console.print(
         f"estimate: {per_image * 1000:.1f} ms per training image on this machine ({timed['device']}: {timed['steps']} "
         f"optimiser steps of {timed['batch']} images at {size} px in {timed['precision']}) → {hours:,.1f} {unit} "
-        f"for the work list{shards}", soft_wrap=True)
+        f"for the work list{shards}", soft_wrap=True, markup=False)
     console.print(f"assumes: the time per image measured at batch {timed['batch']} holds at --batch-size "
                   f"{cfg.batch_size} (a GPU is usually faster per image at a larger batch; more processes on one GPU "
                   "share it); training steps only (the validation of each sweep point and the test split of each "
                   "final run add their forward passes); final runs counted at the longest swept steps until the "
-                  "selection chooses; data loading keeping up", soft_wrap=True)
+                  "selection chooses; data loading keeping up", soft_wrap=True, markup=False)
     return {**timed, "hours": hours, "unit": unit, "longest_shard_hours": longest}
 
 

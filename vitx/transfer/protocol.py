@@ -68,7 +68,7 @@ def open_suite(cfg: TransferConfig, tasks: list[Task], folders: dict[str, Path],
                     raise
                 missing.append(f"{task.name} ({exc})")
             else:
-                console.print(f"skipping {task.name}: {exc}", soft_wrap=True)
+                console.print(f"skipping {task.name}: {exc}", soft_wrap=True, markup=False)
                 skipped.append(task.name)
     if missing:
         raise VitxError(f"{len(missing)} of {len(tasks)} tasks have no data: {missing[0]}; ... "
@@ -207,7 +207,7 @@ def _finish(suite: Suite, assembler: Assembler, console: Console) -> dict[str, A
     left = [i.key for i in suite.items if not suite.done(i)]
     shown = ", ".join(left[:4]) + (", ..." if len(left) > 4 else "")
     console.print(f"{len(left)} of the suite's {len(suite.items)} items are not on disk yet ({shown}): the process "
-                  "that finishes the last writes summary.json (or run the suite again with --resume)", soft_wrap=True)
+                  "that finishes the last writes summary.json (or run the suite again with --resume)", soft_wrap=True, markup=False)
     done = [r for r in (assembler.task_result(t.name) for t in suite.runnable) if r is not None]
     return {"tasks": done, "complete": False, "missing": left}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..tasks import GROUPS
@@ -52,7 +53,7 @@ def print_summary(results: list[dict[str, Any]], summary: dict[str, Any], consol
         chosen = r.get("chosen") or {}
         best = next((p for p in r.get("sweep") or [] if (p["lr"], p["steps"]) == (chosen.get("lr"), chosen.get("steps"))),
                     None)  # the chosen point's validation score (with --select suite, not always the task's best)
-        table.add_row(r["task"], r.get("group", ""), r.get("source", ""), str(r.get("num_classes", "")),
+        table.add_row(escape(r["task"]), r.get("group", ""), r.get("source", ""), str(r.get("num_classes", "")),
                       str(r.get("shots", "")),
                       f"{chosen['lr']:g}" if chosen else "closed form", str(chosen.get("steps", "-")),
                       f"{best['val_top1']:.1%}" if best else "-", _top1(r["test_top1"], r.get("test_top1_std")),
@@ -106,7 +107,7 @@ def print_selection(choice: dict[str, Any], console: Console) -> None:
         mark = " *" if (row["lr"], row["steps"]) == (choice["lr"], choice["steps"]) else ""
         table.add_column(f"lr {row['lr']:g} × {row['steps']}{mark}", justify="right")
     for task in choice["tasks"]:
-        table.add_row(task, *(f"{row['val_top1'][task]:.1%}" for row in choice["table"]))
+        table.add_row(escape(task), *(f"{row['val_top1'][task]:.1%}" for row in choice["table"]))
     table.add_section()
     table.add_row("[bold]mean", *(f"[bold]{row['mean_val_top1']:.2%}" for row in choice["table"]))
     table.caption = (f"* chosen: lr {choice['lr']:g} × {choice['steps']} steps, mean val top-1 "

@@ -27,7 +27,7 @@ def open_task_run(cfg: TransferConfig, task: Task, splits: TaskSplits | None,
     prep = prepare(cfg, task, splits)
     console.print(f"{task.name}: {len(prep.train)} train + {len(prep.val)} val images, test {describe_test(prep.test, cfg.test_samples)} "
                   f"({prep.splits.origin}) at {prep.preprocess.image_size}px | from {cfg.start} | "
-                  f"adapters {', '.join(a.describe() for a in prep.adapters)}", soft_wrap=True)
+                  f"adapters {', '.join(a.describe() for a in prep.adapters)}", soft_wrap=True, markup=False)
     unseen = classes_unseen(prep.train, task.num_classes)
     if unseen:  # (a data task's draw is refused for it: custom.py; a registered task's N-shot split is the protocol)
         console.print(f"warning: {task.name}: {len(unseen)} of {task.num_classes} classes have no image among the "
@@ -35,7 +35,7 @@ def open_task_run(cfg: TransferConfig, task: Task, splits: TaskSplits | None,
                       "--shots gives them some)", soft_wrap=True, markup=False)
     pre = prep.preprocess
     console.print(f"{task.name}: input mean {tuple(round(v, 4) for v in pre.mean)}, std {tuple(round(v, 4) for v in pre.std)}, "
-                  f"{pre.interpolation} ({prep.input_from})", soft_wrap=True)
+                  f"{pre.interpolation} ({prep.input_from})", soft_wrap=True, markup=False)
     settings = {"task": task.name, **result_settings(cfg), "vitx_version": __version__,
                 "source": prep.splits.source, "synthetic": prep.splits.synthetic,
                 "input": {"mean": list(prep.preprocess.mean), "std": list(prep.preprocess.std),
@@ -45,13 +45,13 @@ def open_task_run(cfg: TransferConfig, task: Task, splits: TaskSplits | None,
                 "protocol_settings": protocol_origins(cfg)}  # the settings --protocol filled, and from where
     if settings["protocol_settings"]:
         console.print(f"{task.name}: --protocol {cfg.protocol}: {describe_origins(settings['protocol_settings'])}",
-                      soft_wrap=True)
+                      soft_wrap=True, markup=False)
     counts = settings["parameters"]
-    console.print(f"{task.name}: trains {counts['trainable']:,} of {counts['total']:,} parameters", soft_wrap=True)
+    console.print(f"{task.name}: trains {counts['trainable']:,} of {counts['total']:,} parameters", soft_wrap=True, markup=False)
     record = prep.splits.record
     if record is not None:  # how the splits were made: a data task's draw, a VTAB task's definition
         shown = describe_record(record) if task.data is not None else f"splits {record['definition']}"
-        console.print(f"{task.name}: labels {task.label}; {shown}", soft_wrap=True)
+        console.print(f"{task.name}: labels {task.label}; {shown}", soft_wrap=True, markup=False)
         settings["splits"] = record
     return prep, settings
 
@@ -139,7 +139,7 @@ class Worker:
                                                  "selection": selection, "chosen": {"lr": lr, "steps": steps}},
                            curves=self.cfg.curves and item.index == 0)
         limit = len(prep.test)  # --test-samples drew them already (data/draws.py: one rule, eval's too)
-        self.console.print(f"{item.task}: evaluating on {describe_test(prep.test, self.cfg.test_samples)} test images", soft_wrap=True)
+        self.console.print(f"{item.task}: evaluating on {describe_test(prep.test, self.cfg.test_samples)} test images", soft_wrap=True, markup=False)
         tested = fitted.trainer.evaluate(prep.test, limit=limit, prefix="test_")
         if fitted.trainer.setup.ema is not None:  # --ema-decay: the average of the weights, tested beside them
             tested.update(fitted.trainer.evaluate(prep.test, limit=limit, prefix="ema_test_",
@@ -159,7 +159,7 @@ class Worker:
                   "selection": "closed form", **metrics, "seconds": time.perf_counter() - began}
         confirm()
         write_json(item.marker, result)
-        self.console.print(f"{task.name}: test top-1 {result['test_top1']:.2%} (closed form)", soft_wrap=True)
+        self.console.print(f"{task.name}: test top-1 {result['test_top1']:.2%} (closed form)", soft_wrap=True, markup=False)
 
 
 __all__ = ["Worker", "open_task_run"]
