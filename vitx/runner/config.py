@@ -7,7 +7,7 @@ from typing import Any
 from ..errors import VitxError
 from ..evaluation import AUTO, FEATURE_CHOICES
 from ..settings import CHECKPOINTS, DATA, EVALUATION, MODEL, OPTIMISATION, OUTPUT, SCHEDULE, check, setting
-from ..settings import current_keys, defaults, flags, result_settings, with_default
+from ..settings import check_field, current_keys, declared, defaults, flags, result_settings, with_default
 from ..settings.groups import LIMITS, LOG_FORMATS, OPTIMIZERS, PRECISIONS
 from ..settings.groups import (SCRATCH, Augmentation, Columns, Normalisation, Optimisation, Output, Seeded, Start,
                                Streaming, System)
@@ -70,7 +70,7 @@ class PretrainConfig(Seeded, Start, Columns, Normalisation, Streaming, Augmentat
     skip_corrupt: bool = setting(False, "Skip (and count) undecodable images instead of stopping.", DATA)
     lr: float = setting(2e-3, "Peak learning rate, or give --blr; where neither is given, an objective whose reference scales its rate by the batch takes that rule (--blr: dino 5e-4, mae 1.5e-4).", OPTIMISATION, above=0, limit=LIMITS["lr"])
     blr: float | None = setting(None, "Base learning rate per 256 images: lr = blr × --batch-size / 256, the linear scaling rule DINO (main_dino.py) and MAE (main_pretrain.py) state their rates in; the run's header and config.json give the lr it makes. Give --lr or --blr, not both.", OPTIMISATION, above=0, limit=LIMITS["lr"], shown="the objective's: dino 5e-4, mae 1.5e-4; else --lr")
-    betas: list[float] = setting(list(BETAS), "Adam(W)'s β1, β2.", OPTIMISATION, min=0, below=1, length=2, shown="the objective's: mae 0.9,0.95; else 0.9,0.999 (the ViT paper's, DINO's)")
+    betas: list[float] = setting(list(BETAS), "Adam(W)'s β1, β2.", OPTIMISATION, min=0, below=1, length=2, shown="the objective's: mae 0.9,0.95; else 0.9,0.999 (the ViT paper's, DINO's)", example="0.9,0.999")
     grad_clip_mode: str = setting("global", "How --grad-clip clips: global (the norm of every gradient together, as torch, timm and the ViT paper clip) or per-parameter (each parameter's gradient norm to --grad-clip separately, DINO's utils.clip_gradients). The logged grad_norm is the global norm before clipping either way.", OPTIMISATION, choices=CHOICES["grad_clip_mode"], shown="the objective's: per-parameter for dino, else global")
     decay_tokens: bool = setting(False, "Weight-decay the position embeddings and the \\[class] and register tokens too, as DINO's get_params_groups and MAE's add_weight_decay do (they exempt only biases and 1-D parameters); off: exempt them as well, as timm and big_vision do. Biases and norms are never decayed.", OPTIMISATION, shown="the objective's: on for dino and mae, else off")
     max_nonfinite_steps: int = setting(10, "Steps with a non-finite loss or gradient are skipped; stop after this many in a row.", OPTIMISATION, above=0, affects_result=False)
@@ -148,11 +148,15 @@ def objective_recipe(explicit: dict[str, Any]) -> dict[str, Any]:
 def configured(explicit: dict[str, Any]) -> PretrainConfig:
     """A new run's config: `explicit` over the objective's reference recipe over vitx's defaults, validated, with
     the lr --blr makes (lr = blr × batch / 256)."""
+    if "from_objective" in explicit:  # (vitx records it; a given value was dropped without a word)
+        raise VitxError("from_objective is what vitx records of the objective's reference recipe, not a setting: "
+                        "give the settings themselves (--set lr=..., a recipe's keys)")
     if "lr" in explicit and explicit.get("blr") is not None:
         raise VitxError(f"give --lr or --blr, not both (--lr {explicit['lr']:g}, --blr {explicit['blr']:g})")
     taken = objective_recipe(explicit)
     cfg = PretrainConfig(**{**taken, **explicit, "from_objective": sorted(taken)})
     if cfg.blr is not None:
+        check_field(next(f for f in declared(PretrainConfig) if f.name == "blr"), cfg.blr)  # (its own words first)
         cfg.lr = cfg.blr * cfg.batch_size / 256
     return cfg.validate()
 

@@ -30,6 +30,8 @@ def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | 
             setup.run.repair()  # the top-level files a kill may have left at an older step
             console.print(f"{cfg.output_dir} is already complete at step {setup.start_step}; nothing to do",
                           soft_wrap=True, markup=False)
+            if page and not (setup.run.path / "report.html").exists():  # a stop after its last line took it
+                page(cfg, console)
         return {"step": setup.start_step}
     trainer = Trainer(setup, console)
     try:

@@ -2,6 +2,7 @@
 Accelerate trackers) for tools."""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import sys
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
+from ..errors import VitxError
 from ..safe_io import atomic_write_text
 from .config import describe_optimisation
 from .threads import describe as describe_threads
@@ -45,8 +47,18 @@ class MetricsLog:
 
     def __init__(self, path: Path, resume_step: int | None) -> None:
         self.path = path
+        try:
+            self._open(resume_step)
+        except OSError as exc:  # a folder of that name, an immutable file: one line, the checkpoints untouched
+            if exc.errno not in (errno.EISDIR, errno.ENOTDIR, errno.EPERM, errno.EACCES):
+                raise  # (a full disk: the loop says so, with what is kept)
+            why = "a folder of that name is in the way" if path.is_dir() else (exc.strerror or str(exc))
+            raise VitxError(f"cannot write {path} ({why}); move it aside and run the same command again") from None
+
+    def _open(self, resume_step: int | None) -> None:
+        path = self.path
         if resume_step is not None and path.exists():
-            kept = [line for line in path.read_text().splitlines()
+            kept = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
                     if line.strip() and _step(line) is not None and _step(line) <= resume_step]
             atomic_write_text(path, "".join(line + "\n" for line in kept))
         elif path.exists():

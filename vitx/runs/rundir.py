@@ -246,13 +246,21 @@ class RunDir:
                 check_weights(checkpoint / name, self.path)
         for name in stale:
             src, top = checkpoint / name, self.path / name
-            if src.exists():
-                link = self.path / f".{name}.link"
-                link.unlink(missing_ok=True)
-                os.link(src, link)
-                os.replace(link, top)
-            else:  # the top level mirrors the latest checkpoint: an older step's file must not pass for its own
-                top.unlink()
+            try:
+                if src.exists():
+                    link = self.path / f".{name}.link"
+                    link.unlink(missing_ok=True)
+                    os.link(src, link)
+                    try:
+                        os.replace(link, top)
+                    finally:
+                        link.unlink(missing_ok=True)
+                else:  # the top level mirrors the latest checkpoint: an older step's file must not pass for its own
+                    top.unlink()
+            except OSError as exc:  # a folder of that name in the way, an immutable file, a read-only disk
+                why = "a folder of that name is in the way" if top.is_dir() else (exc.strerror or str(exc))
+                raise VitxError(f"cannot put {top} back from {checkpoint} ({why}); move it aside and run the same "
+                                "command again") from None
         if stale:
             fsync_path(self.path)
 
