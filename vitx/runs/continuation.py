@@ -190,12 +190,17 @@ def open_init(given: str, use_ema: bool = False, seed: int = 0) -> Continuation:
     """The --from source, opened and checked: every way it cannot be read is one line (VitxError) that starts
     with the flag."""
     try:
-        return _open(given, use_ema, seed)
+        found = _open(given, use_ema, seed)
     except VitxError as exc:
         said = str(exc)
         if said.startswith(("--from", "--use-ema")):
             raise
         raise VitxError(f"--from {given}: {said}") from None
+    tensors = {**found.backbone.state_dict(), **found.state}
+    bad = next((k for k, v in tensors.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+    if bad is not None:  # (every step would be skipped as non-finite, and the error then blamed the lr)
+        raise VitxError(f"--from {given}: {bad} holds NaN or infinite values; these weights cannot be trained on")
+    return found
 
 
 def _open(given: str, use_ema: bool, seed: int) -> Continuation:
