@@ -184,12 +184,30 @@ def describe_optimisation(cfg: PretrainConfig) -> str:
 RESUME_FREE = set(defaults(PretrainConfig)) - set(result_settings(PretrainConfig))
 
 
+def _same(key: str, saved: Any, given: Any) -> bool:
+    """Whether a resumed run's setting is given as it was: an --objective or --model spec by what it means (its
+    name and options, an objective's with their declared defaults filled), not how it is spelt."""
+    if saved == given or key not in ("objective", "model") or not (isinstance(saved, str) and isinstance(given, str)):
+        return saved == given
+    from ..registry import OBJECTIVES
+    from ..spec import parse_spec
+
+    try:
+        (a, a_opts), (b, b_opts) = parse_spec(saved), parse_spec(given)
+        if key == "objective" and a == b:
+            cls = OBJECTIVES.get(a).obj
+            a_opts, b_opts = cls.checked(a_opts) or a_opts, cls.checked(b_opts) or b_opts
+    except VitxError:
+        return False
+    return (a, a_opts) == (b, b_opts)
+
+
 def merge_for_resume(saved: PretrainConfig, explicit: dict[str, Any]) -> PretrainConfig:
     """The saved run's config, with the explicitly given options that may change; others must match."""
     named = flags(PretrainConfig)  # (a setting's option: start's is --from)
     explicit = {k: SCRATCH if k == "start" and v == "" else v for k, v in explicit.items()}  # (an old recipe's init = "")
     clash = [f"{named.get(k, '--' + k.replace('_', '-'))} {v!r} (run has {getattr(saved, k)!r})"
-             for k, v in explicit.items() if k not in RESUME_FREE and getattr(saved, k) != v]
+             for k, v in explicit.items() if k not in RESUME_FREE and not _same(k, getattr(saved, k), v)]
     if clash:
         raise VitxError("cannot resume with different settings: " + "; ".join(clash))
     return PretrainConfig.from_dict({**saved.to_dict(), **{k: v for k, v in explicit.items() if k in RESUME_FREE}})
