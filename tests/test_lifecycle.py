@@ -497,6 +497,15 @@ def test_a_loader_workers_hangup_at_a_stop_prints_no_traceback(capsys):
     assert capsys.readouterr().err == ""
     _quiet_hangups(raised(ValueError("a real failure")))
     assert "ValueError: a real failure" in capsys.readouterr().err
+    # the resource sharer's own loop reports through sys.excepthook (multiprocessing/resource_sharer.py `_serve`)
+    from vitx.data.loader import _quiet_sharer
+
+    reset = raised(ConnectionResetError(104, "Connection reset by peer"))
+    _quiet_sharer(reset.exc_type, reset.exc_value, reset.exc_traceback)
+    assert capsys.readouterr().err == ""
+    failed = raised(ValueError("a real failure"))
+    _quiet_sharer(failed.exc_type, failed.exc_value, failed.exc_traceback)
+    assert "ValueError: a real failure" in capsys.readouterr().err
 
 
 def test_evaluation_builds_no_graph(tmp_path):

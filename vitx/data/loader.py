@@ -150,6 +150,7 @@ def _worker_init(worker_id: int) -> None:
         signal.signal(sig, signal.SIG_IGN)
     _terminate_only_from(parent)
     threading.excepthook = _quiet_hangups
+    sys.excepthook = _quiet_sharer  # (the resource sharer's thread reports through sys.excepthook itself)
     torch.set_num_threads(1)
 
 
@@ -161,6 +162,14 @@ def _quiet_hangups(args: threading.ExceptHookArgs) -> None:
     if issubclass(args.exc_type, (ConnectionError, EOFError)):
         return
     threading.__excepthook__(args)
+
+
+def _quiet_sharer(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """`_quiet_hangups` for multiprocessing's resource sharer, whose `_serve` loop hands its errors to
+    sys.excepthook directly (1 stop in 3 printed its ConnectionResetError before the stop's line)."""
+    if issubclass(exc_type, (ConnectionError, EOFError)):
+        return
+    sys.__excepthook__(exc_type, exc, tb)
 
 
 def _die_with(parent: int) -> None:
