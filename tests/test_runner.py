@@ -395,6 +395,21 @@ def test_stop_signals_are_checked_and_restored(tmp_path):
     assert signal.getsignal(signal.SIGUSR1) is before
 
 
+def test_a_signal_not_chosen_keeps_its_default_action_inside_the_command():
+    """`--stop-signals USR1`: SIGTERM during the loop has its action from before vitx's (here the default: the
+    process dies by it), not the line of a stop "as the command started, before it began"."""
+    script = ("import os, signal, sys, time\n"
+              "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+              "sys.argv[0] = os.path.join(sys.prefix, 'bin', 'vitx')  # as the console script starts\n"
+              "from vitx.runner import preemption\n"
+              "preemption.starting()\n"
+              "with preemption.command_stops(), preemption.StopRequests([signal.SIGUSR1]):\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    time.sleep(5)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert (proc.returncode, proc.stderr) == (-signal.SIGTERM, "")
+
+
 def test_a_stop_signal_delivered_twice_is_one_request_and_a_second_one_says_it_exits():
     """SIGTERM twice 50 ms apart (a scheduler signals the process group and the launcher forwards it again) is one
     request: the process lives on to checkpoint. A second request later exits at once with the signal's status,

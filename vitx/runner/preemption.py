@@ -382,7 +382,9 @@ class StopRequests:
                 self._previous[sig] = signal.signal(sig, _handle)
             for sig in set(SCHEDULER_SIGNALS) - set(self.signals):
                 if sig in self._state.before:
-                    self._previous[sig] = signal.signal(sig, self._state.before[sig])  # type: ignore[arg-type]
+                    before = self._state.before[sig]  # (vitx's own from the script's first moment: the default's)
+                    before = signal.SIG_DFL if before is _before_the_command else before
+                    self._previous[sig] = signal.signal(sig, before)  # type: ignore[arg-type]
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
