@@ -184,6 +184,12 @@ class Stepping:
         from before that step: its weights were trained on, with a finite loss and gradient."""
         run = self.setup.run
         good = run.latest(before=self.step_count - streak)
+        if good is None and run.steps():  # written, and pruned since (the diverging weights were still finite)
+            left = ", ".join(p.name for p in run.steps())
+            return (f"the checkpoints from before step {self.step_count - streak} were pruned (--keep-checkpoints "
+                    f"{self.setup.cfg.keep_checkpoints} keeps the newest) and those left ({left}) hold the weights "
+                    "that failed: start again with a lower --lr in another --output-dir (a larger "
+                    "--keep-checkpoints keeps older ones)")
         if good is None:
             return "no checkpoint was written before that: start again with a lower --lr in another --output-dir"
         later = [p.name for p in run.steps() if step_number(p) > step_number(good)]
