@@ -299,3 +299,13 @@ def test_classes_a_training_split_has_no_image_of():
     kept = np.flatnonzero(labels < 3)[:6]  # (6,) images of classes 0-2 only
     assert classes_unseen(Subset(digits, kept), 10) == list(range(3, 10))
     assert classes_unseen(digits, 10) == []
+
+
+def test_a_column_key_for_embedded_data_is_refused():
+    """Embedded data is generated: --label-key there was recorded in config.json and ignored."""
+    from vitx.data import DataOptions
+    from vitx.data.opener import open_data
+
+    with pytest.raises(VitxError, match=r"^--label-key names a column of a dataset's table; embedded:digits is "
+                                        "generated"):
+        open_data("embedded:digits", DataOptions(label_key="nope"))

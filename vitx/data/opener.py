@@ -143,6 +143,10 @@ def _open_embedded(spec: str, opts: DataOptions) -> Opened:
     name, options = parse_spec(spec[len("embedded:"):])
     if name not in EMBEDDED:
         raise VitxError(f"unknown embedded dataset '{name}'; choose from {', '.join(EMBEDDED)}")
+    given = [flag for flag, value in (("--label-key", opts.label_key), ("--image-key", opts.image_key)) if value]
+    if given:  # (recorded and ignored before: a run's config.json said it read a column it never had)
+        raise VitxError(f"{given[0]} names a column of a dataset's table; embedded:{name} is generated, its images "
+                        "and labels have no columns to choose: drop it")
     known = [f.name for f in dataclasses.fields(EMBEDDED[name]) if f.name not in ("split", "num_classes", "class_names")]
     unknown = sorted(set(options) - set(known) - {"eval_length"})
     if unknown:
