@@ -430,6 +430,12 @@ def test_report_errors_are_one_line(tmp_path, pretrained_run, two_task_suite):
         proc = vitx_cli("report", *args, "--output", str(tmp_path / "x.html"))
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and fragment in proc.stderr, proc.stderr
     assert not (tmp_path / "x.html").exists()
+    page_before = (pretrained_run / "report.html").read_bytes()
+    for output, fragment in ((tmp_path / "x.png", "a page is HTML; give a name ending in .html"),
+                             (pretrained_run / "report.html", "is the page of the run in")):  # (a comparison there)
+        proc = vitx_cli("report", str(pretrained_run), f"{pretrained_run}-other", "--output", str(output))
+        assert proc.returncode == 2 and fragment in proc.stderr, proc.stderr
+    assert (pretrained_run / "report.html").read_bytes() == page_before and not (tmp_path / "x.png").exists()
 
 
 def test_report_reads_damaged_records_as_one_line_and_replaces_only_its_own_pages(tmp_path, pretrained_run,
