@@ -223,6 +223,28 @@ def test_dinos_checkpoint_layout_restores_student_head_teacher_and_centre(dino_c
     assert setup.preprocess.mean == pytest.approx((0.485, 0.456, 0.406))  # DINO's normalisation
 
 
+def test_a_start_with_non_finite_weights_is_refused_naming_the_tensor(pretrained_run, tmp_path):
+    """Every step from NaN weights is skipped as non-finite, and the run then blamed its lr: refused at the start."""
+    import shutil
+
+    run = shutil.copytree(pretrained_run, tmp_path / "nan", ignore=shutil.ignore_patterns("checkpoints"))
+    state = load_file(run / "model.safetensors")
+    state["blocks.0.attn.qkv.weight"][0, 0] = float("nan")
+    save_file(state, run / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(VitxError, match=rf"^--from {run}: blocks.0.attn.qkv.weight holds NaN or infinite values"):
+        built(tmp_path, start=str(run), data="embedded:shapes", batch_size=4)
+
+
+def test_a_resumed_objective_is_compared_by_what_it_means_not_its_spelling():
+    from vitx.runner.config import PretrainConfig, merge_for_resume
+
+    saved = PretrainConfig(objective="dino(local_crops=1,hidden_dim=32)")
+    for same in ("dino(hidden_dim=32, local_crops=1)", "dino(local_crops=1, hidden_dim=32, momentum=0.996)"):
+        assert merge_for_resume(saved, {"objective": same}).objective == saved.objective
+    with pytest.raises(VitxError, match="cannot resume with different settings: --objective"):
+        merge_for_resume(saved, {"objective": "dino(local_crops=2, hidden_dim=32)"})
+
+
 def test_mean_and_std_given_to_a_pretraining_win_over_the_starts(tmp_path):
     """DINO and MAE normalise with ImageNet's statistics (docs/recipes.md): `--mean/--std` give them to a run from
     scratch (0.5 otherwise), and the run records them in config.json as it does the start's."""

@@ -115,7 +115,7 @@ Evaluating.evaluation_round = evaluation_round
 def test_a_stop_on_one_process_during_validation_gives_it_up_on_both_at_the_same_batch(tmp_path):
     """SIGTERM reaches one of 2 processes while the step-4 validation runs (5 rounds of 8 images each): both give
     it up at that round (a forward more on one would hang the other), the checkpoint of step 4 is written
-    without val_* figures, and the run stops after the next step, exit 75, with its line."""
+    without val_* figures, and the run stops there, exit 75, with its line."""
     plugin, rounds = tmp_path / "stop_in_validation.py", tmp_path / "rounds"
     plugin.write_text(STOP_IN_VALIDATION)
     rounds.mkdir()
@@ -130,13 +130,13 @@ def test_a_stop_on_one_process_during_validation_gives_it_up_on_both_at_the_same
     assert two.returncode == 1 and two.stderr.count("exitcode  : 75") == 2, two.stderr[-3000:]
     said = sorted(line for line in two.stderr.splitlines() if line.startswith("stopped:"))
     assert [line.split(" written;")[0] for line in said] == [  # each process's line, true to what is on disk
-        f"stopped: {who} at step 5: checkpoint {tmp_path / 'run' / 'checkpoints' / 'step_00000005'}"
+        f"stopped: {who} at step 4: checkpoint {tmp_path / 'run' / 'checkpoints' / 'step_00000004'}"
         for who in ("SIGTERM", "a stop signal (on another process)")], said
     seen = [[line.split() for line in (rounds / f"rank{r}.txt").read_text().splitlines()] for r in (0, 1)]
     assert seen[0] == seen[1] == [["4", "True", "True"]], seen  # both gave up at the first round of step 4's
     log = metrics(tmp_path / "run")
-    assert [m["step"] for m in log] == [1, 2, 3, 4, 5] and not any(k.startswith("val_") for k in log[3])
-    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step_00000004", "step_00000005"]
+    assert [m["step"] for m in log] == [1, 2, 3, 4] and not any(k.startswith("val_") for k in log[3])
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step_00000004"]
 
 
 RECORDING_MPP = '''

@@ -125,6 +125,19 @@ def test_a_start_repairs_the_top_level_and_removes_half_pruned_checkpoints(tmp_p
     assert not half.exists() and sorted(p.name for p in run.steps()) == ["step_00000002", "step_00000004"]
 
 
+def test_a_folder_in_the_way_of_a_top_level_file_is_one_line_and_leaves_no_link(tmp_path):
+    run = RunDir(tmp_path / "run")
+    _fake_checkpoint(run, 2)
+    newest = _fake_checkpoint(run, 4)
+    (run.path / "config.json").write_text("config.json of step 2")
+    (run.path / "curves.png").mkdir()  # (and no curves.png in the checkpoint: the stale top-level file goes)
+    (newest / "curves.png").write_bytes(b"png of step 4")
+    with pytest.raises(vitx.VitxError, match=rf"^cannot write {run.path / 'curves.png'}: a folder of that name is in the "
+                                        "way; move it aside and run the same command again$"):
+        run.repair()
+    assert not list(run.path.glob(".*.link"))
+
+
 def test_pruning_removes_the_completeness_marker_first(tmp_path, monkeypatch):
     """A kill while pruning the oldest checkpoint must never leave its marker over missing weights."""
     import vitx.runs.rundir as rundir

@@ -775,8 +775,9 @@ def test_a_new_transfer_of_other_tasks_into_a_folder_with_finished_ones_is_refus
     (done / "final").mkdir(parents=True)
     (done / "transfer.json").write_text(json.dumps({"task": "embedded/digits"}))
     cfg = TransferConfig(task="embedded/shapes", start="scratch", output_dir=str(out))
-    with pytest.raises(VitxError, match=rf"^{out} holds a transfer of embedded/digits; --resume adds these tasks to "
-                                        r"it, or choose another --output-dir$"):
-        check_suite(cfg, ["embedded/shapes"], joining=False, begun=False)
-    assert check_suite(cfg, ["embedded/shapes"], joining=True, begun=False)  # --resume: added
-    assert check_suite(cfg, ["embedded/digits"], joining=False, begun=False)  # its own task: as before
+    for joining in (False, True):  # (--resume with only the new task would drop it from suite.json all the same)
+        with pytest.raises(VitxError, match=rf"^{out} holds a transfer of embedded/digits too: name every task of the "
+                                            r"folder in --task \(with --resume\) to add tasks to it"):
+            check_suite(cfg, ["embedded/shapes"], joining=joining, begun=False)
+    assert check_suite(cfg, ["embedded/digits", "embedded/shapes"], joining=True, begun=False)  # both named: added
+    assert json.loads((out / "suite.json").read_text())["tasks"] == ["embedded/digits", "embedded/shapes"]

@@ -141,6 +141,12 @@ def export_state(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, 
     return state
 
 
+def nonfinite(state: dict[str, torch.Tensor]) -> list[str]:
+    """The names of the floating-point tensors of `state` that hold NaN or infinite values (weights no run
+    publishes, or starts from)."""
+    return [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+
+
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """Load a safetensors file; a missing or damaged file is a user error, not a traceback."""
     if not path.exists():

@@ -159,17 +159,20 @@ def _quiet_hangups(args: threading.ExceptHookArgs) -> None:
     batches' file descriptors) see the main process hang up when a stop ends the run mid-handshake: a
     ConnectionResetError or EOFError there is the stop, not a failure, and its traceback cut into the stop's
     one line. Any other exception is printed as before."""
-    if issubclass(args.exc_type, (ConnectionError, EOFError)):
-        return
-    threading.__excepthook__(args)
+    if not _hangup(args.exc_type):
+        threading.__excepthook__(args)
 
 
 def _quiet_sharer(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
     """`_quiet_hangups` for multiprocessing's resource sharer, whose `_serve` loop hands its errors to
     sys.excepthook directly (1 stop in 3 printed its ConnectionResetError before the stop's line)."""
-    if issubclass(exc_type, (ConnectionError, EOFError)):
-        return
-    sys.__excepthook__(exc_type, exc, tb)
+    if not _hangup(exc_type):
+        sys.__excepthook__(exc_type, exc, tb)
+
+
+def _hangup(kind: type[BaseException]) -> bool:
+    """The main process hung up on this worker (a stop): what `_quiet_hangups` and `_quiet_sharer` keep quiet."""
+    return issubclass(kind, (ConnectionError, EOFError))
 
 
 def _die_with(parent: int) -> None:

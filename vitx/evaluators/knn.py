@@ -52,8 +52,6 @@ class Knn(Evaluator):
 
     def table(self, result: dict[str, Any], console: Any) -> None:
         """A column for each k."""
-        from rich.markup import escape
-
         table = self.titled(f"weighted kNN: {result['data']} from {self.cfg.start} (test top-1)", console)
         for k in result["top1"]:
             table.add_column(f"k = {k}", justify="right")
@@ -61,7 +59,7 @@ class Knn(Evaluator):
         console.print(table)
         console.print(f"{result['num_classes']} classes, chance {1 / result['num_classes']:.1%}; "
                       f"{result['train_samples']} train, {result['test_samples']} test images; "
-                      f"T {result['temperature']:g}; {result['feature_dim']}-d features: {escape(result['features'])}",
+                      f"T {result['temperature']:g}; {result['feature_dim']}-d features: {result['features']}",
                       soft_wrap=True, markup=False)
         if result.get("k_capped"):  # --k above the train images: the vote used all of them, and says so
             console.print(f"--k {', '.join(result['k_capped'])}: more than the {result['train_samples']} train "

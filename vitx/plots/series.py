@@ -43,9 +43,9 @@ def read_metrics_counted(path: str | Path) -> tuple[Records, int]:
     file = path / "metrics.jsonl" if path.is_dir() else path
     if not file.is_file():
         raise VitxError(f"no metrics.jsonl in {path}")
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    try:  # (a byte that is not UTF-8 spoils its line alone, as the resumed run's cut reads it)
+        text = file.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
         raise VitxError(f"cannot read {file} as metrics ({exc})") from None
     records, skipped = [], 0
     for line in text.splitlines():

@@ -51,28 +51,24 @@ class Agreement:
             time.monotonic() - self.last_save >= self.minutes * 60
         return asked, due
 
-    def on_host(self) -> tuple[bool, bool]:
-        """(stop, save) agreed without touching the device."""
-        asked, due = self.local()
+    def _any(self, *flags: bool) -> tuple[bool, ...]:
+        """Each flag true on some process: one all-reduce over the host's group (none for one process)."""
         if self.accelerator.num_processes == 1:
-            return asked, due
+            return flags
         import torch.distributed as dist
 
-        flags = torch.tensor([float(asked), float(due)])
-        dist.all_reduce(flags, group=host_group())
-        return bool(flags[0] > 0), bool(flags[1] > 0)
+        summed = torch.tensor([float(f) for f in flags])
+        dist.all_reduce(summed, group=host_group())
+        return tuple(bool(v > 0) for v in summed)
+
+    def on_host(self) -> tuple[bool, bool]:
+        """(stop, save) agreed without touching the device."""
+        return self._any(*self.local())  # type: ignore[return-value]
 
     def round(self, more: bool) -> tuple[bool, bool]:
         """(some process has more to evaluate, given that this one has `more`; a stop signal reached some process)
         in one collective on the host: an evaluation's rounds, the same number on every process."""
-        asked = self.requests is not None and self.requests.received is not None
-        if self.accelerator.num_processes == 1:
-            return more, asked
-        import torch.distributed as dist
-
-        flags = torch.tensor([float(more), float(asked)])
-        dist.all_reduce(flags, group=host_group())
-        return bool(flags[0] > 0), bool(flags[1] > 0)
+        return self._any(more, self.local()[0])  # type: ignore[return-value]
 
     def with_skip(self, nonfinite: torch.Tensor) -> tuple[bool, bool, bool]:
         """(skip, stop, save) agreed in one collective read on the host."""

@@ -139,7 +139,10 @@ class Evaluating:
     def evaluation_round(self, more: bool) -> tuple[bool, bool]:
         """(some process has another batch, given that this one has `more`; stop_pending) in one collective."""
         any_more, stop = self.agreement.round(more)
-        return any_more, stop and self.step_count < self.setup.cfg.steps
+        stop = stop and self.step_count < self.setup.cfg.steps
+        if stop:  # agreed by every process: the loop checkpoints this step and stops (`stop_agreed`)
+            self.stop_requested = True
+        return any_more, stop
 
     @torch.no_grad()
     def evaluate(self, source: Any = None, limit: int | None = None, prefix: str = "val_",

@@ -2,7 +2,6 @@
 Accelerate trackers) for tools."""
 from __future__ import annotations
 
-import errno
 import json
 import math
 import sys
@@ -14,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
-from ..errors import VitxError
+from ..errors import DISK_STATE_ERRNOS, VitxError, cannot_write
 from ..safe_io import atomic_write_text
 from .config import describe_optimisation
 from .threads import describe as describe_threads
@@ -50,10 +49,9 @@ class MetricsLog:
         try:
             self._open(resume_step)
         except OSError as exc:  # a folder of that name, an immutable file: one line, the checkpoints untouched
-            if exc.errno not in (errno.EISDIR, errno.ENOTDIR, errno.EPERM, errno.EACCES):
+            if exc.errno in DISK_STATE_ERRNOS:
                 raise  # (a full disk: the loop says so, with what is kept)
-            why = "a folder of that name is in the way" if path.is_dir() else (exc.strerror or str(exc))
-            raise VitxError(f"cannot write {path} ({why}); move it aside and run the same command again") from None
+            raise VitxError(f"{cannot_write(path, exc)}; move it aside and run the same command again") from None
 
     def _open(self, resume_step: int | None) -> None:
         path = self.path
@@ -76,8 +74,8 @@ class MetricsLog:
 def _step(line: str) -> int | None:
     try:
         return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return None  # a line torn by a kill
+    except (ValueError, KeyError, TypeError, OverflowError):
+        return None  # a line torn by a kill (or a step of 1e400)
 
 
 def make_console(quiet: bool = False, log_format: str = "auto") -> Console:

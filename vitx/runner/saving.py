@@ -14,7 +14,7 @@ import torch
 from accelerate import Accelerator
 from safetensors import SafetensorError
 
-from ..safe_io import export_state, save_weights, torch_write_failure
+from ..safe_io import export_state, nonfinite, save_weights, torch_write_failure
 from ..errors import VitxError, cannot_write
 from ..runs.rundir import PREFIX, RunDir, write_weights
 from .ema import RAW as EMA_RAW
@@ -88,8 +88,7 @@ class Saving:
         setup, acc = self.setup, self.setup.accelerator
         state = acc.get_state_dict(setup.model)
         state = export_state(acc.unwrap_model(setup.model), state)  # e.g. LoRA factors merged into their layers
-        broken = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())] \
-            if acc.is_main_process else []
+        broken = nonfinite(state) if acc.is_main_process else []
         if together.any_of(len(broken)):
             if acc.is_main_process:
                 setup.run.discard(together.target)

@@ -16,7 +16,7 @@ from ..data import train_loader
 from ..data.loader import close
 from ..data.photometry import Params, apply
 from ..errors import VitxError
-from ..runs.rundir import step_number
+from ..runs.rundir import MARKER, step_number
 from .optim import clip_per_parameter, set_weight_decay, weight_decay_at
 from .randomness import TRAIN, seed_position
 from .threads import training_workers
@@ -184,12 +184,11 @@ class Stepping:
         from before that step: its weights were trained on, with a finite loss and gradient."""
         run = self.setup.run
         good = run.latest(before=self.step_count - streak)
-        if good is None and run.steps():  # written, and pruned since (the diverging weights were still finite)
-            left = ", ".join(p.name for p in run.steps())
-            return (f"the checkpoints from before step {self.step_count - streak} were pruned (--keep-checkpoints "
-                    f"{self.setup.cfg.keep_checkpoints} keeps the newest) and those left ({left}) hold the weights "
-                    "that failed: start again with a lower --lr in another --output-dir (a larger "
-                    "--keep-checkpoints keeps older ones)")
+        later = [p.name for p in run.steps() if (p / MARKER).is_file()]  # complete ones, all after the last good step
+        if good is None and later:  # (finite but diverging weights were written; --keep-checkpoints kept only them)
+            return (f"no checkpoint from before step {self.step_count - streak} is left (--keep-checkpoints "
+                    f"{self.setup.cfg.keep_checkpoints} keeps the newest), and those left ({', '.join(later)}) hold "
+                    "the weights that failed: start again with a lower --lr in another --output-dir")
         if good is None:
             return "no checkpoint was written before that: start again with a lower --lr in another --output-dir"
         later = [p.name for p in run.steps() if step_number(p) > step_number(good)]

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 from ..adapters.posemb import grid_of, resample_pos_embed
-from ..safe_io import read_config, read_weights
+from ..safe_io import nonfinite, read_config, read_weights
 from ..errors import VitxError, first_line
 from .released import DINO_MEAN, DINO_STD, PICKLED, Released, build_vit, read_released, refuse_pickle
 from .rundir import weights_file
@@ -196,10 +196,9 @@ def open_init(given: str, use_ema: bool = False, seed: int = 0) -> Continuation:
         if said.startswith(("--from", "--use-ema")):
             raise
         raise VitxError(f"--from {given}: {said}") from None
-    tensors = {**found.backbone.state_dict(), **found.state}
-    bad = next((k for k, v in tensors.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
-    if bad is not None:  # (every step would be skipped as non-finite, and the error then blamed the lr)
-        raise VitxError(f"--from {given}: {bad} holds NaN or infinite values; these weights cannot be trained on")
+    bad = nonfinite({**found.backbone.state_dict(), **found.state})
+    if bad:  # (every step would be skipped as non-finite, and the error then blamed the lr)
+        raise VitxError(f"--from {given}: {bad[0]} holds NaN or infinite values; these weights cannot be trained on")
     return found
 
 

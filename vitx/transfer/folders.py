@@ -160,9 +160,10 @@ def check_suite(cfg: TransferConfig, tasks: list[str], joining: bool, begun: boo
     step = start_step(cfg.start)
     record = {"tasks": tasks, "settings": result_settings(cfg), **({"start_step": step} if step is not None else {})}
     others = _others_done(output, tasks) if output.is_dir() else []
-    if others and not joining:  # a new transfer of other tasks would leave these out of the folder's summary
-        raise VitxError(f"{output} holds a transfer of {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}; "
-                        "--resume adds these tasks to it, or choose another --output-dir")
+    if others:  # a transfer of other tasks here would leave these out of the folder's summary and page
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise VitxError(f"{output} holds a transfer of {shown} too: name every task of the folder in --task (with "
+                        "--resume) to add tasks to it, or choose another --output-dir")
     if write:
         own(output)
         if _create(path, record):
@@ -197,8 +198,8 @@ def _others_done(output: Path, tasks: list[str]) -> list[str]:
         folders = [p for p in output.iterdir() if p.is_dir() and (p / "transfer.json").is_file()]
     except OSError:
         return []
-    named = [((read_json_object(p / "transfer.json") or {}).get("task"), p) for p in folders]
-    return sorted(str(name) for name, p in named if name not in tasks and started(p))
+    named = [((read_json_object(p / "transfer.json") or {}).get("task") or p.name, p) for p in folders]
+    return sorted(str(name) for name, p in named if all(_other_task(name, t) for t in tasks) and started(p))
 
 
 def _create(path: Path, record: dict[str, Any]) -> bool:
