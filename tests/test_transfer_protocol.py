@@ -434,9 +434,7 @@ def test_data_folders_that_share_a_name_get_a_task_folder_each(tmp_path):
     assert len(set(same.values())) == 2 and all(p.name.startswith("data-photos-") for p in same.values())
 
     # a task folder holding another dataset's transfer is never continued as this one's
-    (out / "data-photos").mkdir()
-    for name in ("transfer.json", "result.json"):
-        (out / "data-photos" / name).write_text((out / "data-a-photos" / name).read_text())
+    (out / "data-a-photos").rename(out / "data-photos")  # (a's transfer, in the folder b's would take)
     proc = vitx_cli("transfer", "--task", str(b), "--shots", "5", *TINY_TRANSFER, "--output-dir", str(out), "--resume")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"error: {out / 'data-photos'} holds a transfer of {a}, not {b}; choose another --output-dir" in proc.stderr

@@ -86,6 +86,7 @@ def _pretrainings(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: C
         tick = time.perf_counter()
         settings = _pretrain_settings(plan, name, seed, folder)
         resume = RunDir(folder).latest() is not None
+        done_before = _finished(folder, settings["steps"])  # (an earlier call's: timed from its own log below)
         if plan.jobs <= 1:
             pretrain(settings, resume=resume, console=console)
         elif not _finished(folder, settings["steps"]):
@@ -96,8 +97,11 @@ def _pretrainings(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: C
             if code != 0:
                 raise VitxError(f"pre-training {key} failed (exit {code}); see {log}")
         console.print(f"pre-training {key}: done", markup=False)
-        return {**_last_metrics(folder), "steps": settings["steps"], "seed": seed,
-                "seconds": time.perf_counter() - tick}
+        found = _last_metrics(folder)
+        speed = found["images_per_s"]
+        seconds = settings["steps"] * settings["batch_size"] / speed if done_before and speed else \
+            time.perf_counter() - tick  # (a run an earlier call finished took no time in this one)
+        return {**found, "steps": settings["steps"], "seed": seed, "seconds": seconds}
 
     if plan.jobs <= 1:
         return {key: run(key) for key in jobs}

@@ -184,11 +184,11 @@ class Stepping:
         from before that step: its weights were trained on, with a finite loss and gradient."""
         run = self.setup.run
         good = run.latest(before=self.step_count - streak)
-        later = [p.name for p in run.steps() if (p / MARKER).is_file()]  # complete ones, all after the last good step
-        if good is None and later:  # (finite but diverging weights were written; --keep-checkpoints kept only them)
+        kept = sum((p / MARKER).is_file() for p in run.steps())  # complete ones, all from after the last good step
+        if good is None and kept >= self.setup.cfg.keep_checkpoints:  # (as many as it keeps: older ones may be gone)
             return (f"no checkpoint from before step {self.step_count - streak} is left (--keep-checkpoints "
-                    f"{self.setup.cfg.keep_checkpoints} keeps the newest), and those left ({', '.join(later)}) hold "
-                    "the weights that failed: start again with a lower --lr in another --output-dir")
+                    f"{self.setup.cfg.keep_checkpoints} keeps the newest, which hold the weights that failed): start "
+                    "again with a lower --lr in another --output-dir")
         if good is None:
             return "no checkpoint was written before that: start again with a lower --lr in another --output-dir"
         later = [p.name for p in run.steps() if step_number(p) > step_number(good)]

@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from ..safe_io import atomic_write_text, create_whole, read_json_object
 from ..errors import VitxError, cannot_write
@@ -146,20 +146,22 @@ def own(output: Path) -> None:
         raise VitxError(f"{cannot_write(output, exc)}; choose another --output-dir") from None
 
 
-def check_suite(cfg: TransferConfig, tasks: list[str], joining: bool, begun: bool, write: bool = True) -> bool:
+def check_suite(cfg: TransferConfig, tasks: list[str], joining: bool, begun: bool, write: bool = True,
+                folders: Iterable[Path] = ()) -> bool:
     """The suite's settings (`result_settings`) and tasks, recorded once in `<output>/suite.json`: every process
     that joins the folder (a shard, a job, a --resume) must have the same ones, or is refused in one line naming
     what differs. `joining`: this process expects others' work there; `begun`: some task has trained something.
     A record that nothing was trained under binds only processes that join (shards started together); a lone
-    new transfer replaces it (its predecessor failed before training). `write`: False only checks. Returns
-    whether this call wrote it."""
+    new transfer replaces it (its predecessor failed before training). A task trained there that `tasks` leaves
+    out is refused (the summary would lose it; `folders`, this call's task folders, say their own refusals).
+    `write`: False only checks. Returns whether this call wrote it."""
     from ..runs.trained import start_step
 
     output = Path(cfg.output_dir)
     path = output / SUITE
     step = start_step(cfg.start)
     record = {"tasks": tasks, "settings": result_settings(cfg), **({"start_step": step} if step is not None else {})}
-    others = _others_done(output, tasks) if output.is_dir() else []
+    others = _others_done(output, tasks, {Path(f).resolve() for f in folders}) if output.is_dir() else []
     if others:  # a transfer of other tasks here would leave these out of the folder's summary and page
         shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
         raise VitxError(f"{output} holds a transfer of {shown} too: name every task of the folder in --task (with "
@@ -192,10 +194,12 @@ def check_suite(cfg: TransferConfig, tasks: list[str], joining: bool, begun: boo
     return False
 
 
-def _others_done(output: Path, tasks: list[str]) -> list[str]:
-    """The tasks other than `tasks` that a transfer into `output` has trained something of."""
+def _others_done(output: Path, tasks: list[str], own: set[Path]) -> list[str]:
+    """The tasks other than `tasks` that a transfer into `output` has trained something of (in folders other than
+    `own`)."""
     try:
-        folders = [p for p in output.iterdir() if p.is_dir() and (p / "transfer.json").is_file()]
+        folders = [p for p in output.iterdir() if p.is_dir() and (p / "transfer.json").is_file()
+                   and p.resolve() not in own]
     except OSError:
         return []
     named = [((read_json_object(p / "transfer.json") or {}).get("task") or p.name, p) for p in folders]

@@ -135,7 +135,7 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
     console = _shown_here(console)
     joining = resume or bool(cfg.shard)  # a shard joins the suite's folder, which the others write too
     names, begun = [t.name for t in tasks], any(started(f) for f in folders.values())
-    check_suite(cfg, names, joining, begun, write=False)  # the suite's settings first: the line names them
+    check_suite(cfg, names, joining, begun, write=False, folders=folders.values())  # the suite's settings first
     for task in tasks:
         check_task(cfg, task, joining, folders[task.name])
     check_start(cfg)  # a --from that is not there or does not load: one line, before anything is written
@@ -143,7 +143,7 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
     if stopped:
         console.print(stopped, markup=False, soft_wrap=True)
     made = not Path(cfg.output_dir).expanduser().exists()
-    wrote = check_suite(cfg, names, joining, begun)
+    wrote = check_suite(cfg, names, joining, begun, folders=folders.values())
     try:
         suite = open_suite(cfg, tasks, folders, console)
         assembler = Assembler(suite, console, is_main_process())
