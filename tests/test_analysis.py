@@ -140,11 +140,14 @@ def test_vitx_inspect_writes_four_figures_and_the_numbers(pretrained_run, tmp_pa
     assert numbers["samples"] == numbers["attention_distance"]["images"] == 16 and "samples_asked" not in numbers
     # again into its own folder (replaced unasked), asking for more images than the data holds: the count used
     proc = vitx_cli("inspect", str(pretrained_run), "--image", str(picture), "--samples", "100000",
-                    "--output-dir", str(out))
+                    "--components", "100000", "--output-dir", str(out))
     numbers = json.loads((out / "analysis.json").read_text())
     assert proc.returncode == 0 and numbers["samples_asked"] == 100000, proc.stderr[-2000:]
     assert numbers["samples"] == numbers["attention_distance"]["images"] == 360
     assert f"(px, 360 images of embedded:digits (the data holds 360 of the 100000 asked))" in proc.stderr
+    filters = numbers["embedding_filters"]  # (as many components as the filters have: said, and recorded)
+    assert filters["components_asked"] == 100000 and len(filters["explained_variance"]) < 100000
+    assert f"{len(filters['explained_variance'])} principal components, all the filters have" in proc.stderr
 
 
 def test_vitx_inspect_user_errors_are_one_line(tmp_path, pretrained_run):

@@ -235,6 +235,18 @@ def test_a_start_with_non_finite_weights_is_refused_naming_the_tensor(pretrained
         built(tmp_path, start=str(run), data="embedded:shapes", batch_size=4)
 
 
+def test_a_timm_folder_with_pickled_weights_only_says_so(tmp_path):
+    """A folder saved without safe_serialization holds pytorch_model.bin: said as such (it was 'model.safetensors
+    is not a readable safetensors file (No such file ...)')."""
+    folder = tmp_path / "tf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architecture": "vit_tiny_patch16_224", "model_args": {}}))
+    (folder / "pytorch_model.bin").write_bytes(b"not read")
+    with pytest.raises(VitxError, match=r"has no model.safetensors \(weights found: pytorch_model.bin\); vitx reads "
+                                        "safetensors only"):
+        built(tmp_path, start=str(folder), data="embedded:shapes", batch_size=4)
+
+
 def test_a_resumed_objective_is_compared_by_what_it_means_not_its_spelling():
     from vitx.runner.config import PretrainConfig, merge_for_resume
 

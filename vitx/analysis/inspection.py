@@ -133,7 +133,8 @@ def inspect_backbone(backbone: nn.Module, out_dir: str | Path, data: str = "embe
         result["embedding_filters"] = {"skipped": "the patch embedding does not project RGB pixels (hybrid stem)"}
     else:
         filter_figure(*pcs, out / FIGURES[0])
-        result["embedding_filters"] = {"explained_variance": [float(v) for v in pcs[1]]}
+        result["embedding_filters"] = {"explained_variance": [float(v) for v in pcs[1]],
+                                       **({"components_asked": components} if len(pcs[1]) < components else {})}
 
     sim = position_similarity(position_embeddings(backbone))
     position_figure(sim, grid, out / FIGURES[1])

@@ -50,6 +50,10 @@ def inspect(
     console.print(f"{name}: {result['image_size']}px, {result['grid'][0]}×{result['grid'][1]} patches", soft_wrap=True, markup=False)
     console.print(f"  position embeddings: same row/column {pos['same_row_or_column']:.3f} vs neither "
                   f"{pos['neither']:.3f} (gap {pos['row_column_gap']:.3f})", soft_wrap=True, markup=False)
+    filters = result["embedding_filters"]
+    if "components_asked" in filters:  # (the filters span no more: D filters of 3·P² pixels)
+        console.print(f"  embedding filters: {len(filters['explained_variance'])} principal components, all the "
+                      f"filters have (--components {components} asked)", soft_wrap=True, markup=False)
     fewer = f" (the data holds {result['samples']} of the {samples} asked)" if "samples_asked" in result else ""
     console.print(f"  mean attention distance by layer (px, {result['samples']} images of {data}{fewer}): {means}",
                   soft_wrap=True, markup=False)

@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 
 from ..adapters.posemb import grid_of, resample_pos_embed
+from ..backbones.timm_any import timm_folder
 from ..safe_io import nonfinite, read_config, read_weights
 from ..errors import VitxError, first_line
 from .released import DINO_MEAN, DINO_STD, PICKLED, Released, build_vit, read_released, refuse_pickle
@@ -210,6 +211,7 @@ def _open(given: str, use_ema: bool, seed: int) -> Continuation:
     if path.is_file():
         return _open_file(given, path, use_ema)
     if is_timm_folder(path):
+        timm_folder(str(path))  # its config and that its weights are safetensors (a pytorch_model.bin is never read)
         classifier = timm_classifier(path)  # (its weights' header read first: a damaged file is one line)
         backbone = load_start(given, None, seed, "--from", use_ema, files=True)
         architecture = backbone.vitx_record["name"].removeprefix("timm:")
