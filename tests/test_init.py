@@ -247,6 +247,15 @@ def test_a_timm_folder_with_pickled_weights_only_says_so(tmp_path):
         built(tmp_path, start=str(folder), data="embedded:shapes", batch_size=4)
 
 
+def test_a_start_that_stopped_before_its_first_checkpoint_says_so(tmp_path):
+    from vitx.runs.rundir import RUN_MARK
+
+    (tmp_path / "early").mkdir()
+    (tmp_path / "early" / RUN_MARK).write_text("")
+    with pytest.raises(VitxError, match=r"is a vitx run that has no checkpoint yet \(it stopped before its first"):
+        built(tmp_path, start=str(tmp_path / "early"), data="embedded:shapes", batch_size=4)
+
+
 def test_a_resumed_objective_is_compared_by_what_it_means_not_its_spelling():
     from vitx.runner.config import PretrainConfig, merge_for_resume
 
