@@ -186,10 +186,5 @@ def read_json(path: Path) -> Any:
 def read_config(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / "config.json"
     if not path.exists():
-        from .runs.rundir import RUN_MARK  # (the run folder's format: its module reads and writes through this one)
-
-        if (Path(run_dir) / RUN_MARK).is_file():
-            raise VitxError(f"{run_dir} is a vitx run that has no checkpoint yet (it stopped before its first; "
-                            "--resume in it starts it again)")
         raise VitxError(f"{run_dir} is not a vitx checkpoint (no config.json)")
     return read_json(path)

@@ -11,7 +11,7 @@ from ..adapters.vpt import restore_prompts
 from ..safe_io import read_config, read_weights
 from ..errors import VitxError
 from ..evaluation.representation import LAYER_KEY, tanh_layer
-from .rundir import weights_file
+from .rundir import RUN_MARK, weights_file
 
 
 def require_teacher(run_dir: str | Path) -> None:
@@ -36,6 +36,9 @@ def load_backbone(run_dir: str | Path, ema: bool = False) -> nn.Module:
     from ..backbones.spec import check_saved_backbone
 
     run_dir = Path(run_dir)
+    if not (run_dir / "config.json").exists() and (run_dir / RUN_MARK).is_file():
+        raise VitxError(f"{run_dir} is a vitx run that has no checkpoint yet (it stopped before its first; --resume "
+                        "in it starts it again)")
     config = read_config(run_dir)
     if ema:
         require_ema(run_dir)
