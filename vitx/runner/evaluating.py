@@ -140,7 +140,7 @@ class Evaluating:
         """(some process has another batch, given that this one has `more`; stop_pending) in one collective."""
         any_more, stop = self.agreement.round(more)
         stop = stop and self.step_count < self.setup.cfg.steps
-        if stop:  # agreed by every process: the loop checkpoints this step and stops (`stop_agreed`)
+        if stop:  # agreed by every process: the loop checkpoints this step and stops (Trainer._fit)
             self.stop_requested = True
         return any_more, stop
 

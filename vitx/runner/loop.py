@@ -171,9 +171,9 @@ class Trainer(Stepping, Evaluating, Saving):
                 due = self.due()
                 if due.log:
                     last = self._report(due, log, progress)
-                if self.stop_requested and not due.stop:  # agreed during its evaluation: checkpoint, then stop
-                    due = Due(log=due.log, validate=False, monitor=False, watch=False, save=True, stop=True)
-                if self.collapse_stop:  # --stop-on-collapse: a checkpoint of where it collapsed, then stop
+                # --stop-on-collapse saw a collapse, or a stop was agreed during the step's evaluation: a checkpoint
+                # of this step, then stop
+                if self.collapse_stop or (self.stop_requested and not due.stop):
                     due = Due(log=due.log, validate=False, monitor=False, watch=False, save=True, stop=True)
                 if due.save:
                     saved = self.save()
