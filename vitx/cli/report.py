@@ -15,19 +15,11 @@ def report(
     """Write one HTML page: figures inline, no network, no scripts; it opens anywhere and prints."""
     from ..pages import page, replaceable, write  # (matplotlib loads at the first figure)
 
-    from ..errors import VitxError
-    from ..runs.ownership import is_vitx_folder
-
     folders = [Path(p).expanduser() for p in paths]
     target = Path(output).expanduser() if output else \
         folders[0] / "report.html" if len(folders) == 1 else Path("comparison.html")
-    replaceable(target, "--output" if output else "the page", force)  # before the page is built: nothing is lost
-    if target.suffix.lower() not in (".html", ".htm"):
-        raise VitxError(f"--output {target}: a page is HTML; give a name ending in .html")
-    own = target.name == "report.html" and is_vitx_folder(target.parent)
-    if own and [f.resolve() for f in folders] != [target.parent.resolve()]:  # (a run's page is its own)
-        raise VitxError(f"--output {target} is the page of the run in {target.parent}; write this page elsewhere "
-                        "(-o comparison.html)")
+    # before the page is built: nothing is lost
+    replaceable(target, "--output" if output else "the page", force, folders)
     kind, html = page(folders)
     write(html, target)
     what = f"a comparison of {len(folders)} folders" if kind == "comparison" else \
