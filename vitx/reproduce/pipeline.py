@@ -89,7 +89,7 @@ def _pretrainings(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: C
         done_before = _finished(folder, settings["steps"])  # (an earlier call's: timed from its own log below)
         if plan.jobs <= 1:
             pretrain(settings, resume=resume, console=console)
-        elif not _finished(folder, settings["steps"]):
+        elif not done_before:
             recipe = write_recipe(folder.parent / f"{folder.name}.toml", settings, section="pretrain")
             log = folder.parent / f"{folder.name}.log"
             code = start_vitx("pretrain", recipe, log, list(jobs).index(key), plan.jobs,
