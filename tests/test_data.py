@@ -6,8 +6,9 @@ import pytest
 import torch
 from PIL import Image
 
-from vitx.data import Batches, DeadLeaves, EncodedImage, Preprocess, Shapes, StreamSampler, decode, open_source
-from vitx.data.loader import eval_loader, train_loader
+from vitx.data import (Batches, DeadLeaves, EncodedImage, Preprocess, Shapes, StreamSampler, TensorSplit, decode,
+                       open_source)
+from vitx.data.loader import eval_loader, iterate, train_loader
 from vitx.errors import CorruptImageError, VitxError
 
 from .helpers import write_image_folder
@@ -190,6 +191,21 @@ def test_batches_arrive_as_uint8_and_are_pinned_for_a_gpu():
     assert pinned.pin_memory  # the runner asks for it when the device is CUDA
     if torch.cuda.is_available():
         assert next(iter(pinned))["image"].is_pinned()
+
+
+def test_a_split_held_in_memory_gives_the_same_batches_from_workers():
+    """A GPU run crops a held split in loader workers (`threads.training_workers`): the batches are those the
+    process draws itself."""
+    g = torch.Generator().manual_seed(0)
+    held = TensorSplit(torch.randint(0, 256, (24, 3, 20, 20), generator=g, dtype=torch.uint8),
+                       torch.arange(24) % 3, 3)
+    streams = [train_loader(held, Preprocess(image_size=16), global_micro_batch=8, rank=0, world=1, seed=4,
+                            start_micro_step=1, workers=workers, skip_corrupt=False) for workers in (0, 2)]
+    with iterate(streams[0]) as own, iterate(streams[1]) as workers:
+        for _ in range(5):  # across epochs (24 images, 8 a step)
+            a, b = next(own), next(workers)
+            assert torch.equal(a["image"], b["image"]) and torch.equal(a["label"], b["label"])
+            assert a["image"].dtype == torch.uint8 and a["image"].shape == (8, 3, 16, 16)
 
 
 def test_stream_is_the_same_for_any_process_count():

@@ -83,6 +83,7 @@ def test_only_a_stream_that_decodes_or_makes_crops_counts_its_workers():
     assert threads.training_workers(3, held, []) == 0  # in memory, one crop: nothing for workers to do
     assert threads.training_workers(3, held, ["a view"]) == 3  # multi-crop: the workers make the crops
     assert threads.training_workers(3, object(), []) == 3  # decoded from files or a stream
+    assert threads.training_workers(3, held, [], on_gpu=True) == 3  # a GPU's process launches kernels: workers crop
 
 
 def test_the_console_script_makes_openmp_spin_briefly_unless_a_policy_is_given(monkeypatch):

@@ -39,9 +39,9 @@ class Stepping:
         return self._batches
 
     def _workers(self, source: Any) -> int:
-        """Loader workers for `source`: none for a split held in memory (nothing to decode), unless the
-        objective's crops are to be made (multi-crop augmentation is the work workers exist for)."""
-        return training_workers(self.workers, source, self.views)
+        """Loader workers for `source` (`threads.training_workers`: on a CPU none for a split held in memory)."""
+        return training_workers(self.workers, source, self.views,
+                                on_gpu=self.setup.accelerator.device.type == "cuda")
 
     def close(self) -> None:
         """Stop the training stream's loader workers (the end of every run, sweep point and failure)."""

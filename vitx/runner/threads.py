@@ -92,12 +92,15 @@ def core_share() -> int:
     return max(1, granted_cores()[0] // local_processes())
 
 
-def training_workers(workers: int, source: Any, views: list[Any]) -> int:
-    """Loader workers the training stream runs: none for a split held in memory (nothing to decode) unless the
-    objective's crops are to be made (the work multi-crop workers exist for); else `workers`."""
+def training_workers(workers: int, source: Any, views: list[Any], on_gpu: bool = False) -> int:
+    """Loader workers the training stream runs: on a CPU none for a split held in memory (nothing to decode: its
+    one crop per image costs less than a worker's core takes from the step) unless the objective's crops are to
+    be made (the work multi-crop workers exist for); else, and always for a GPU's step, `workers`. A GPU's
+    process is busy launching kernels: cropping a held split there in turn fed ViT-B/16 1,299 img/s (input wait
+    97%) where its step runs 2,713 (one H200, 2026-11-28, BENCHMARKS.md)."""
     from ..data import TensorSplit
 
-    return 0 if isinstance(source, TensorSplit) and not views else workers
+    return 0 if isinstance(source, TensorSplit) and not views and not on_gpu else workers
 
 
 def fit_threads(workers: int) -> dict[str, Any]:

@@ -141,8 +141,9 @@ def build_trainer(options: dict[str, Any], synthetic: bool = False) -> Any:
         setup.train_source = synthetic_split(max(256, 2 * micro), setup.preprocess.image_size, SYNTHETIC_CLASSES,
                                              cfg.seed)
     trainer = Trainer(setup, make_console(quiet=True))
-    if synthetic:  # the threads for the stream it now trains from (held in memory: no decoding workers)
-        setup.record["threads"] = fit_threads(training_workers(trainer.workers, setup.train_source, trainer.views))
+    if synthetic:  # the threads for the stream it now trains from (held in memory: on a CPU no workers)
+        setup.record["threads"] = fit_threads(training_workers(trainer.workers, setup.train_source, trainer.views,
+                                                               on_gpu=setup.accelerator.device.type == "cuda"))
     setup.objective.epoch_steps = epoch_steps(setup.train_source, cfg.batch_size)
     setup.objective.on_fit_start(trainer.step_count, cfg.steps)
     return trainer
