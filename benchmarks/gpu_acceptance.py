@@ -13,8 +13,8 @@ so the work is in groups, each one command under 10 minutes, the steps of a grou
                (benchmarks/train_step.py; MFU against the 989 TFLOP/s datasheet peak; goal ≥ 45%, above plain)
     variants   the plain loop with one change at a time (issue 50, build item 1): the default AdamW instead of the
                fused one, no host sync per step, flash or cuDNN attention alone, bf16 weights with an fp32 master
-               instead of autocast, CUDA graphs (torch.compile mode reduce-overhead); the max-autotune modes are
-               left out (minutes of autotuning each)
+               instead of autocast, CUDA graphs (torch.compile mode reduce-overhead), and bf16 weights compiled
+               (whether the two add up); the max-autotune modes are left out (minutes of autotuning each)
     dino       DINO ViT-S/16 (2 × 224 + 8 × 96 crops, 15 workers, photo-like JPEGs) by `vitx bench`: eager with
                the student's crops unpacked and its torch.profiler table (dino-profile.txt: the device's busy share
                of the step), then compiled, unpacked and local crops packed (vitx/backbones/packing.py; eager
@@ -98,7 +98,8 @@ MFU_SIDES = "vitx,vitx+compile,plain,plain+compile"
 # the plain loop with one change at a time (benchmarks/train_step.py's sides); the CPU smoke leaves out what needs
 # CUDA (cuDNN attention) or minutes of compilation on a CPU
 VARIANT_SIDES = "plain,plain+unfused,plain+nosync,plain+sdpa=flash,plain+sdpa=cudnn,plain+bf16w," \
-                "plain+compile=reduce-overhead"
+                "plain+compile=reduce-overhead,plain+bf16w+compile"  # (the last: whether bf16 weights' +12% eager
+# on an H200, 2026-11-28, adds to compilation's +27%)
 CPU_VARIANT_SIDES = "plain,plain+unfused,plain+nosync,plain+sdpa=math,plain+bf16w"
 # DINO ViT-S/16 as issue 37 measured it (680 img/s on an H200: 2 × 224 + 8 × 96 crops, 15 workers making the
 # geometry from photo-like JPEGs, the device the photometry), by `vitx bench`, with the student's crops packed
@@ -176,9 +177,9 @@ def plan(out: Path) -> list[Step]:
     """Every step, in the order they run."""
     train_step = [PY, str(HERE / "train_step.py"), *MFU]
     steps = [
-        Step("mfu", 100, "MFU: vit-b/16, batch 256, bf16, vitx and plain timm, eager and compiled",
+        Step("mfu", 90, "MFU: vit-b/16, batch 256, bf16, vitx and plain timm, eager and compiled",
              [[*train_step, "--sides", MFU_SIDES, "--rounds", "3", "--steps", "8"]]),
-        Step("variants", 80, "the plain loop's step with one change at a time",
+        Step("variants", 100, "the plain loop's step with one change at a time",
              [[*train_step, "--sides", VARIANT_SIDES, "--rounds", "2", "--steps", "8"]]),
         Step("dino", 300, "DINO ViT-S/16 (2×224 + 8×96 crops, 15 workers, JPEGs) by vitx bench: eager unpacked "
              "(profiled), compiled unpacked and local packed: img/s, MFU, input wait",

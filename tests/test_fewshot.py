@@ -173,6 +173,10 @@ def test_fewshot_evaluates_several_datasets_in_one_call(tmp_path):
                      "--data", "embedded:digits,embedded:shapes(length=200)", "--test-samples", "50",
                      "--output", str(tmp_path / "draws.json"))  # --draws: the count's own name; --seeds its former
     assert again.returncode == 0 and json.loads((tmp_path / "draws.json").read_text()) == both
+    late = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4", "--shots", "1", "--seeds", "1",
+                    "--data", f"embedded:digits,{tmp_path / 'missing'}", "--test-samples", "50")
+    assert late.returncode == 2 and "few-shot linear evaluation" not in late.stdout  # refused before the first ran
+    assert len(late.stderr.strip().splitlines()) == 1 and "missing" in late.stderr, late.stderr
 
 
 def test_big_vision_geometry_resizes_the_short_side_then_crops_the_centre(tmp_path):

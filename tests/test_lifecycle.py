@@ -249,7 +249,7 @@ def test_a_stop_signal_in_start_up_or_a_stalled_wait_for_input_stops_at_once(tmp
     proc = vitx_cli("pretrain", *as_flags(tiny(tmp_path, output_dir=str(tmp_path / "start"))))
     assert (proc.returncode, proc.stderr.splitlines()[-1]) == (75, (
         "stopped: SIGTERM during start-up, before the first step: stopped at once; run the same command again "
-        "(given --resume, a run or a suite continues from what is on disk)"))
+        "(given --resume, the run continues from what is on disk)"))
     monkeypatch.undo()
 
     def stalled_from_step_2(self):
@@ -352,6 +352,26 @@ def test_a_stop_acted_on_at_once_names_the_last_checkpoint_or_says_there_is_none
                                             "(75)")
     assert stopped(signal.SIGINT, None) == ("interrupted: Ctrl-C; run the same command again (given --resume, a run "
                                             "or a suite continues from what is on disk) (130)")
+
+
+def test_a_stopped_evaluation_offers_no_resume(tmp_path, monkeypatch):
+    """`vitx eval` keeps nothing between calls: its stop line says to run it again, not to give --resume (which
+    it has not)."""
+    import os
+    import signal
+    import time
+
+    from vitx.evaluators.frozen import Frozen
+
+    def signalled(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        yield from ()
+
+    monkeypatch.setattr(Frozen, "datasets", signalled)
+    proc = vitx_cli("eval", "knn", "--from", "scratch", "--model", "vit-nano/4")
+    assert (proc.returncode, proc.stderr.strip()) == (75, "stopped: SIGTERM: stopped at once; run the same command "
+                                                          "again"), proc.stderr[-2000:]
 
 
 @pytest.mark.parametrize("signum, expected", [

@@ -55,6 +55,10 @@ add_evaluators()  # the built-in ones now (`app` is whole when imported); main()
 
 
 WORKING = ("pretrain", "transfer", "eval", "inspect", "reproduce", "export", "predict", "plot", "report", "bench")
+# how a command stopped part-way continues from what it wrote (the others keep nothing between calls)
+CONTINUES = {"pretrain": "given --resume, the run continues from what is on disk",
+             "transfer": "given --resume, the suite continues from what is on disk",
+             "reproduce": "it continues from what is on disk"}
 
 
 def _take_plugins(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -132,10 +136,12 @@ def main(argv: list[str] | None = None) -> None:
     if script:  # before any plugin or command loads torch; in-process callers keep their environment
         wait_briefly()
     try:
-        with command_stops():  # a stop signal or Ctrl-C is one line (runner/preemption.py: the rule for every command)
+        with command_stops() as stops:  # a stop signal or Ctrl-C is one line (runner/preemption.py: the rule for every
+            # command)
             given = sys.argv[1:] if argv is None else list(argv)
             _check_utf8(given)
             argv, plugins = _take_plugins(given)
+            stops.continues = CONTINUES.get(argv[0], "") if argv else ""  # (--resume said only where it is one)
             strict = bool(argv) and argv[0] in WORKING and "--help" not in argv and argv != ["eval"]  # (a listing,
             # --version or a help shows the failure as a warning)
             load_env_plugins(strict)

@@ -34,14 +34,16 @@ class Frozen:
         self.workers, self.device = default_workers(), process_device()
 
     def datasets(self) -> Iterator[tuple[str, Any, Any, Any]]:
-        """(name, train source, test source, preprocess) of every dataset or task the config names, opened one at
-        a time."""
+        """(name, train source, test source, preprocess) of every dataset or task the config names, all opened
+        before the first is yielded: a bad later name or path is one line before minutes of evaluation, not after
+        (sources read their images lazily, so holding them all open costs little)."""
         from ..data import Preprocess
         from ..data.opener import DataOptions, looks_like_data, open_labelled
         from ..tasks import get_task, open_full_splits
 
         cfg, size, normal = self.cfg, self.size, self.normalisation
         items = split_specs(cfg.task, "--task") if cfg.task else split_specs(cfg.data or "embedded:digits", "--data")
+        opened = []
         for item in items:
             if cfg.task and not looks_like_data(item):  # a registered task; your own data given as --task is --data
                 train, test, _ = open_full_splits(get_task(item), cfg.data_dir)
@@ -53,7 +55,8 @@ class Frozen:
                                         eval_resize=self.given["eval_resize"], eval_crop_mode=self.crop_mode, **normal)
             if cfg.preprocess == "big_vision":  # one geometry for every dataset, as big_vision's evaluator has
                 preprocess = Preprocess(image_size=size, eval_resize="big_vision", **normal)
-            yield item, train, test, preprocess
+            opened.append((item, train, test, preprocess))
+        yield from opened
 
     def record(self, item: str, preprocess: Any, features: str) -> dict[str, Any]:
         """What every result says of its start, data and input."""

@@ -59,12 +59,16 @@ class Folder(Protocol):
     def latest(self, before: int | None = None) -> Path | None: ...
 
 
-def on_disk(run: Folder | None) -> str:
+CONTINUES = "given --resume, a run or a suite continues from what is on disk"  # (a loop run outside the CLI)
+
+
+def on_disk(run: Folder | None, continues: str = CONTINUES) -> str:
     """What a stop acted on at once leaves, true to what is on disk: the run's last checkpoint (its step), or that
-    none was written; `run` None (no run writing, or a command that writes none): how to go on."""
-    again = "run the same command again (given --resume, a run or a suite continues from what is on disk)"
+    none was written; `run` None (no run writing, or a command that writes none): how to go on, and how the
+    command `continues` from what it wrote ("": it keeps nothing between calls)."""
     if run is None:
-        return again
+        return "run the same command again" + (f" ({continues})" if continues else "")
+    again = on_disk(None, continues)
     try:
         latest = run.latest()
     except OSError:  # (an unreadable folder: the handler must still stop, in one line)
@@ -107,6 +111,7 @@ class Requests:
     again: threading.Timer | None = None  # what sends its signal again (its handler raises `swallowed`)
     children: list[Any] = field(default_factory=list)  # child processes (subprocess.Popen) that stop with it
     passed: int | None = None  # the stop signal passed on to them (no child starts after it)
+    continues: str = CONTINUES  # how the command continues from what it wrote ("": an evaluation keeps nothing)
 
     def raise_swallowed(self) -> None:
         """Raise the stop Python ignored, where the signal sent again came; a `Waiting` only while the loop still
@@ -119,7 +124,7 @@ class Requests:
 
     def line(self, name: str) -> str:
         doing = f" {self.doing}" if self.doing else ""
-        return f"{name}{doing}: stopped at once; {on_disk(self.run)}"
+        return f"{name}{doing}: stopped at once; {on_disk(self.run, self.continues)}"
 
 
 _current: Requests | None = None
@@ -141,7 +146,7 @@ def _handle(signum: int, frame: FrameType | None) -> None:
     _pass_on_all(state, signum)
     if state.received is not None:  # asked twice: stop now, without the checkpoint, and say so
         os.write(2, f"stopped: a second stop signal ({name}): exiting at once, without a checkpoint of this "
-                    f"step; {on_disk(state.run)}\n".encode())
+                    f"step; {on_disk(state.run, state.continues)}\n".encode())
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
@@ -164,7 +169,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
         return
     if _current is not None:
         _pass_on_all(_current, signum)
-    raise Stop(Interrupted(f"{CTRL_C}; {on_disk(_current.run if _current is not None else None)}"))
+    raise Stop(Interrupted(f"{CTRL_C}; " + (on_disk(_current.run, _current.continues) if _current is not None
+                                             else on_disk(None))))
 
 
 def adopt(child: Any) -> None:

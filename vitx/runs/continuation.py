@@ -54,6 +54,7 @@ class Continuation:
     parts: dict[str, str] = field(default_factory=dict)  # part → where it came from, in the order restored
     grid: tuple[int, int] = (0, 0)  # the source's patch grid (its position embeddings')
     weights: dict[str, torch.Tensor] = field(default_factory=dict)  # the backbone's, as `fit` made it
+    class_names: list[str] | None = None  # the classes a vitx run trained on (its config.json's data)
 
     # ---- the backbone -------------------------------------------------------------------------------------------
     def fit(self, image_size: int | None) -> nn.Module:
@@ -73,9 +74,10 @@ class Continuation:
         return self.backbone
 
     # ---- the objective's parts ----------------------------------------------------------------------------------
-    def restore(self, objective: nn.Module, name: str) -> None:
+    def restore(self, objective: nn.Module, name: str, class_names: list[str] | None = None) -> None:
         """Load each part `objective.init_parts()` declares from the source where it holds that part; say where
-        each came from, and what of the source this objective does not use."""
+        each came from, and what of the source this objective does not use. `class_names`: this run's data's, for
+        the parts the data sizes (a classifier of as many other classes starts new, as one of another count)."""
         # an objective may initialise the backbone it is given (MAE's masked ViT re-draws every weight and sets
         # sine-cosine positions): the start's weights are loaded again once it is built
         _, unexpected = objective.backbone.load_state_dict(self.weights, strict=False)
@@ -100,6 +102,12 @@ class Continuation:
             if other is not None and part in objective.sized_by_data:  # (a classifier of other classes)
                 self.parts[part] = (f"{NEW} (sized by other data: {other} is {_shape(given[other])} there, "
                                     f"{_shape(own[other])} here)")
+                continue
+            if part in objective.sized_by_data and None not in (class_names, self.class_names) \
+                    and list(class_names) != list(self.class_names):  # as many classes, other ones (or order)
+                pairs = [(i, a, b) for i, (a, b) in enumerate(zip(self.class_names, class_names)) if a != b]
+                said = f": class {pairs[0][0]} is {pairs[0][1]!r} there, {pairs[0][2]!r} here" if pairs else ""
+                self.parts[part] = f"{NEW} (trained on other classes{said})"
                 continue
             fitted = {k: self._fitted(part, name, k, given[k], v, objective) for k, v in own.items() if k in given}
             objective.load_state_dict(fitted, strict=False)
@@ -229,6 +237,9 @@ def _open(given: str, use_ema: bool, seed: int) -> Continuation:
                          read_weights(heads) if heads.is_file() else {})
     if weights_file(path, ema=True).is_file():
         found.ema_from = path
+    names = config.get("data", {}).get("class_names") if isinstance(config.get("data"), dict) else None
+    if isinstance(names, list) and all(isinstance(n, str) for n in names):
+        found.class_names = names
     return found
 
 

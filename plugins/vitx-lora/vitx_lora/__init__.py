@@ -128,6 +128,11 @@ class LoRA(Adapter):
         for name, module in list(model.backbone.named_modules()):
             parent_name, _, child = name.rpartition(".")
             if child in self.targets and type(module) is nn.Linear:
+                width = min(module.in_features, module.out_features)
+                if self.rank >= width:  # B A would then be any matrix, with more parameters than the layer's own
+                    raise VitxError(f"lora rank {self.rank} is not below the width of {name} ({module.in_features} "
+                                    f"in, {module.out_features} out): the update would not be low-rank; give "
+                                    f"rank below {width}")
                 parent = model.backbone.get_submodule(parent_name) if parent_name else model.backbone
                 setattr(parent, child, LoRALinear(module, self.rank, self.alpha, self.init, self.dropout))
                 wrapped += 1
