@@ -22,6 +22,7 @@ from ..errors import VitxError
 from .config import PROFILE_HEAD, SYNTHETIC, SYNTHETIC_CLASSES, SYNTHETIC_IMAGES, BenchConfig
 
 PROFILED_STEPS = 3
+INPUT_BOUND = 0.1  # an input wait from which `vitx bench` says the input, not the step, sets the rate
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Measured:
     peak_source: str
     mfu: float | None
     input_wait: float  # share of the timed span the main process waited for its input
+    workers: int  # the loader workers that made it (0: the process itself, between steps)
     memory_gib: float | None  # the most the main process's GPU held (None on a CPU)
 
     def lines(self) -> list[str]:
@@ -69,10 +71,19 @@ class Measured:
             f"TFLOP/s: {self.tflops:.3f} ({self.gflop_per_image:.3f} GFLOP per image, forward and backward, counted "
             "by torch's FlopCounterMode)",
             f"MFU: {mfu}",
-            f"input wait: {self.input_wait:.1%} of the timed steps' time",
+            f"input wait: {self.input_wait:.1%} of the timed steps' time{self._input_reading()}",
             "memory: " + (f"{self.memory_gib:.1f} GiB at most on the device" if self.memory_gib is not None
                           else "not measured on a CPU"),
         ]
+
+    def _input_reading(self) -> str:
+        """What an input wait of INPUT_BOUND or more means: the step waited for its images, so the rate is the
+        loader's (on a GPU the kernels run while the process waits: the wait does not say the step's own rate)."""
+        if self.input_wait < INPUT_BOUND:
+            return ""
+        made = f"more than its {self.workers} loader workers would feed it" if self.workers else \
+            "its images are cropped in this process between steps, as a CPU does for images held in memory"
+        return f": the input sets the rate, not the step; {made}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -226,7 +237,7 @@ def _timed(trainer: Any, bench: BenchConfig) -> Measured | None:
         loss=metrics.get("loss"), images_per_s=images_per_s, gflop_per_image=flops / 1e9, tflops=achieved / 1e12,
         peak_tflops=peak / 1e12 if peak else None, peak_source=source,
         mfu=achieved / (peak * world) if peak else None,
-        input_wait=min(1.0, trainer.input_wait / timed_s),
+        input_wait=min(1.0, trainer.input_wait / timed_s), workers=trainer._workers(setup.train_source),
         memory_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None)
 
 
