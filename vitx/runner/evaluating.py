@@ -157,7 +157,7 @@ class Evaluating:
             return {}
         loader = eval_loader(source, setup.preprocess, batch=max(self.micro, 256) if isinstance(source, TensorSplit)
                              else self.micro, rank=acc.process_index, world=acc.num_processes, limit=limit,
-                             workers=self._workers(source), skip_corrupt=setup.cfg.skip_corrupt,
+                             workers=self.loader_workers(source, training=False), skip_corrupt=setup.cfg.skip_corrupt,
                              pin=acc.device.type == "cuda", seed=setup.cfg.seed, views=self.views)
         net.eval()
         seed_position(setup.cfg.seed, acc.process_index, self.step_count, EVAL)  # e.g. MPP's corruption at evaluation

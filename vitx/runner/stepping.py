@@ -33,15 +33,16 @@ class Stepping:
             loader = train_loader(source, self.setup.preprocess, global_micro_batch=self.micro * acc.num_processes,
                                   rank=acc.process_index, world=acc.num_processes, seed=cfg.seed,
                                   start_micro_step=self.step_count * cfg.grad_accum,
-                                  workers=self._workers(source), skip_corrupt=cfg.skip_corrupt,
+                                  workers=self.loader_workers(source), skip_corrupt=cfg.skip_corrupt,
                                   pin=acc.device.type == "cuda", views=self.views)
             self._batches = iter(loader)
         return self._batches
 
-    def _workers(self, source: Any) -> int:
-        """Loader workers for `source` (`threads.training_workers`: on a CPU none for a split held in memory)."""
+    def loader_workers(self, source: Any, training: bool = True) -> int:
+        """Loader workers for `source` (`threads.training_workers`: none for a split held in memory on a CPU, and
+        for evaluating one anywhere: its images are held at the evaluation's geometry, nothing to crop)."""
         return training_workers(self.workers, source, self.views,
-                                on_gpu=self.setup.accelerator.device.type == "cuda")
+                                on_gpu=training and self.setup.accelerator.device.type == "cuda")
 
     def close(self) -> None:
         """Stop the training stream's loader workers (the end of every run, sweep point and failure)."""

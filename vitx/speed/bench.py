@@ -237,7 +237,7 @@ def _timed(trainer: Any, bench: BenchConfig) -> Measured | None:
         loss=metrics.get("loss"), images_per_s=images_per_s, gflop_per_image=flops / 1e9, tflops=achieved / 1e12,
         peak_tflops=peak / 1e12 if peak else None, peak_source=source,
         mfu=achieved / (peak * world) if peak else None,
-        input_wait=min(1.0, trainer.input_wait / timed_s), workers=trainer._workers(setup.train_source),
+        input_wait=min(1.0, trainer.input_wait / timed_s), workers=trainer.loader_workers(setup.train_source),
         memory_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None)
 
 
