@@ -33,7 +33,7 @@ def test_bench_times_the_runners_step_and_says_img_s_tflops_mfu_and_input_wait(t
 
 def test_an_input_bound_measurement_says_so():
     """1,299 img/s with the input waited for 97% of the time (B/16's synthetic data cropped in the training
-    process on an H200, 2026-11-28): the line says the loader, not the step, set the rate."""
+    process on an H200, 2026-11-28): on a GPU the line says the loader, not the GPU, set the rate."""
     from vitx.speed.bench import Measured
 
     base = dict(model="vit-b/16", objective="supervised", image_size=224, batch_size=256, precision="bf16",
@@ -41,13 +41,14 @@ def test_an_input_bound_measurement_says_so():
                 warmup_s=1.0, steps=20, timed_s=3.9, loss=2.3, images_per_s=1299.0, gflop_per_image=105.9,
                 tflops=137.5, peak_tflops=989.0, peak_source="datasheet", mfu=0.139, memory_gib=17.7)
     line = next(x for x in Measured(**base, input_wait=0.97, workers=15).lines() if x.startswith("input wait"))
-    assert line == "input wait: 97.0% of the timed steps' time: the input sets the rate, not the step; more than " \
+    assert line == "input wait: 97.0% of the timed steps' time: the input sets the rate, not the GPU; more than " \
                    "its 15 loader workers would feed it"
-    line = next(x for x in Measured(**base, input_wait=0.3, workers=0).lines() if x.startswith("input wait"))
-    assert line.endswith("not the step; its images are cropped in this process between steps, as a CPU does for "
-                         "images held in memory")
-    quiet = next(x for x in Measured(**base, input_wait=0.004, workers=15).lines() if x.startswith("input wait"))
-    assert quiet == "input wait: 0.4% of the timed steps' time"
+    line = next(x for x in Measured(**base, input_wait=0.6, workers=0).lines() if x.startswith("input wait"))
+    assert line.endswith("not the GPU; its images are made in this process between steps (--workers 0)")
+    on_cpu = {**base, "memory_gib": None, "device": "CPU, 2 threads"}  # the wait is then part of each step's time
+    assert "input wait: 97.0% of the timed steps' time" in Measured(**on_cpu, input_wait=0.97, workers=1).lines()
+    quiet = next(x for x in Measured(**base, input_wait=0.3, workers=15).lines() if x.startswith("input wait"))
+    assert quiet == "input wait: 30.0% of the timed steps' time"
 
 
 def test_a_cpu_has_no_known_peak():

@@ -156,9 +156,10 @@ def test_a_runs_moving_average_continues_where_this_run_keeps_one(tmp_path):
     assert parts["classifier"] == "new (sized by other data: head.fc.bias is 10 there, 3 here)"
     assert not setup.objective.head.fc.weight.any()  # the paper's zero-initialised classifier
     # as many classes, other ones: the classifier's rows would mean the source's classes, so it starts new too
-    parts = built(tmp_path / "c", start=str(source), data="embedded:digits").record["start"]["parts"]
+    setup = built(tmp_path / "c", start=str(source), data="embedded:digits")
+    parts = setup.record["start"]["parts"]
     assert parts["classifier"] == "new (trained on other classes: class 0 is 'circle' there, '0' here)"
-    assert parts["pre-logits"] == where
+    assert parts["pre-logits"] == where and not setup.objective.head.fc.weight.any()  # zero, as any new one
 
 
 def test_an_mpp_run_continues_with_its_head_and_mask_token(tmp_path):

@@ -123,9 +123,9 @@ def test_bad_options_are_one_line_errors():
                           ("lora(alpha='x')", "alpha must be a positive finite number"),
                           ("lora(alpha=1e400)", "alpha must be a positive finite number, got inf"),
                           ("lora(targets='nothing')", "found no nn.Linear named nothing"),
-                          ("lora(rank=4096)", "lora rank 4096 is not below the width of blocks.0.attn.qkv "
-                                              "\\(128 in, 384 out\\): the update would not be low-rank; give rank "
-                                              "below 128"),
+                          ("lora(rank=128)", "lora rank 128 is not below the width of blocks.0.attn.qkv "
+                                             "\\(128 in, 384 out\\): the update would not be low-rank; give rank "
+                                             "below 128"),
                           ("lora(dropout=1)", "dropout must be a number in \\[0, 1\\)")]:
         with pytest.raises(vitx.VitxError, match=message):
             lora_model(spec)

@@ -86,6 +86,22 @@ def test_only_a_stream_that_decodes_or_makes_crops_counts_its_workers():
     assert threads.training_workers(3, held, [], on_gpu=True) == 3  # a GPU's process launches kernels: workers crop
 
 
+def test_a_gpu_run_crops_a_held_split_in_workers_and_evaluates_it_in_process():
+    """What the runner's loaders run (`Stepping.loader_workers`, which training, evaluation and `vitx bench`
+    read): a GPU's training stream of a held split gets its workers, its evaluation none, a CPU none for either."""
+    from types import SimpleNamespace
+
+    from vitx.runner.stepping import Stepping
+
+    held = TensorSplit(torch.zeros(4, 3, 8, 8), torch.zeros(4, dtype=torch.long))
+    for device, training, expected in (("cuda", True, 3), ("cuda", False, 0), ("cpu", True, 0), ("cpu", False, 0)):
+        run = SimpleNamespace(workers=3, views=[], setup=SimpleNamespace(
+            accelerator=SimpleNamespace(device=torch.device(device))))
+        assert Stepping.loader_workers(run, held, training) == expected, (device, training)
+    run.views = ["a view"]  # the objective's crops: workers make them wherever it runs
+    assert Stepping.loader_workers(run, held, False) == 3
+
+
 def test_the_console_script_makes_openmp_spin_briefly_unless_a_policy_is_given(monkeypatch):
     for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):  # set, then removed: monkeypatch's undo removes them again
         monkeypatch.setenv(name, "x")

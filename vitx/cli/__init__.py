@@ -55,10 +55,6 @@ add_evaluators()  # the built-in ones now (`app` is whole when imported); main()
 
 
 WORKING = ("pretrain", "transfer", "eval", "inspect", "reproduce", "export", "predict", "plot", "report", "bench")
-# how a command stopped part-way continues from what it wrote (the others keep nothing between calls)
-CONTINUES = {"pretrain": "given --resume, the run continues from what is on disk",
-             "transfer": "given --resume, the suite continues from what is on disk",
-             "reproduce": "it continues from what is on disk"}
 
 
 def _take_plugins(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -141,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
             given = sys.argv[1:] if argv is None else list(argv)
             _check_utf8(given)
             argv, plugins = _take_plugins(given)
-            stops.continues = CONTINUES.get(argv[0], "") if argv else ""  # (--resume said only where it is one)
+            stops.continues = ""  # run again; a command that resumes says how as it starts (`continues_with`)
             strict = bool(argv) and argv[0] in WORKING and "--help" not in argv and argv != ["eval"]  # (a listing,
             # --version or a help shows the failure as a warning)
             load_env_plugins(strict)

@@ -10,12 +10,14 @@ from typing import Any, Optional
 import typer
 
 from ..recipe import resolve
+from ..runner.preemption import continues_with
 from ..runner.config import PretrainConfig
 from ..transfer.config import TransferConfig, with_protocol
 from .options import command
 
 
 def _pretrain(options: dict[str, Any], resume: bool, recipe: Optional[str], sets: list[str]) -> None:
+    continues_with("given --resume, the run continues from what is on disk")  # (a stop's line)
     chosen = resolve(PretrainConfig, "pretrain", recipe, sets, options)
     from ..pages import write_run_page
     from ..runner import pretrain as run_pretrain  # torch, timm, accelerate: seconds, so only here
@@ -24,6 +26,7 @@ def _pretrain(options: dict[str, Any], resume: bool, recipe: Optional[str], sets
 
 
 def _transfer(options: dict[str, Any], resume: bool, recipe: Optional[str], sets: list[str]) -> None:
+    continues_with("given --resume, the suite continues from what is on disk")  # (a stop's line)
     chosen = with_protocol(resolve(TransferConfig, "transfer", recipe, sets, options))
     from ..pages import write_transfer_page
     from ..transfer import transfer as run_transfer  # torch, timm, accelerate: seconds, so only here

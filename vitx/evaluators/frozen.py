@@ -2,7 +2,7 @@
 prepared as the start expects them, and the evaluator run on its features: one result per dataset."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
@@ -33,10 +33,10 @@ class Frozen:
         self.backbone = resize_backbone(backbone, self.size)
         self.workers, self.device = default_workers(), process_device()
 
-    def datasets(self) -> Iterator[tuple[str, Any, Any, Any]]:
+    def datasets(self) -> list[tuple[str, Any, Any, Any]]:
         """(name, train source, test source, preprocess) of every dataset or task the config names, all opened
-        before the first is yielded: a bad later name or path is one line before minutes of evaluation, not after
-        (sources read their images lazily, so holding them all open costs little)."""
+        before the first is evaluated: a bad later name or path is one line before minutes of evaluation, not
+        after (sources read their images lazily, so holding them all open costs little)."""
         from ..data import Preprocess
         from ..data.opener import DataOptions, looks_like_data, open_labelled
         from ..tasks import get_task, open_full_splits
@@ -56,7 +56,7 @@ class Frozen:
             if cfg.preprocess == "big_vision":  # one geometry for every dataset, as big_vision's evaluator has
                 preprocess = Preprocess(image_size=size, eval_resize="big_vision", **normal)
             opened.append((item, train, test, preprocess))
-        yield from opened
+        return opened
 
     def record(self, item: str, preprocess: Any, features: str) -> dict[str, Any]:
         """What every result says of its start, data and input."""
@@ -113,7 +113,7 @@ def timm_crop_mode(backbone: Any) -> str:
 def evaluate(evaluator: Any, each: Each | None = None) -> list[dict[str, Any]]:
     """`evaluator` (a `vitx.evaluators.Evaluator` with its config) on every dataset or task its config names;
     `each` is called with each dataset's result as soon as it is done (a table printed before the next dataset
-    is opened)."""
+    is evaluated; every one was opened first, hub downloads included)."""
     frozen = Frozen(evaluator.cfg, f"eval {evaluator.name}")
     model = evaluator.reader(frozen)
     results = []

@@ -304,6 +304,13 @@ def _unraisable(unraisable: Any) -> None:
             return
 
 
+def continues_with(how: str) -> None:
+    """How the running command continues from what it wrote, for its stop lines (`on_disk`): a command that
+    resumes says so as it starts; the console script's others keep nothing between calls ("")."""
+    if _current is not None and _current.pid == os.getpid():
+        _current.continues = how
+
+
 @contextlib.contextmanager
 def doing(what: str) -> Iterator[None]:
     """`what` the command is doing (\"during start-up\"), for the line of a stop acted on at once meanwhile."""
@@ -427,5 +434,5 @@ class StopRequests:
 
 
 __all__ = ["CTRL_C", "REPEAT_S", "Folder", "Requests", "Stop", "StopRequests", "Waiting", "adopt", "adopted", "check",
-           "command_stops", "doing", "exiting", "on_disk", "parse_signals", "pass_on", "pending", "starting", "stopping",
+           "command_stops", "continues_with", "doing", "exiting", "on_disk", "parse_signals", "pass_on", "pending", "starting", "stopping",
            "writing"]

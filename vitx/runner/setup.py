@@ -282,7 +282,7 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
                                  **(fitted.values if fitted else {}))
     objective.fitted = fitted
     if init is not None:  # the objective's own parts where the --from source holds them (decoder, head, teacher)
-        init.restore(objective, obj_name, train_source.class_names)
+        init.restore(objective, obj_name, getattr(train_source, "class_names", None))
     preprocess = objective.configure_preprocess(preprocess)
     setup = assemble(cfg, accelerator, objective, preprocess, train_source, val_source, data_info, resume_from,
                      started(saved))  # (a resumed --from run keeps its record)

@@ -39,8 +39,9 @@ class Stepping:
         return self._batches
 
     def loader_workers(self, source: Any, training: bool = True) -> int:
-        """Loader workers for `source` (`threads.training_workers`: none for a split held in memory on a CPU, and
-        for evaluating one anywhere: its images are held at the evaluation's geometry, nothing to crop)."""
+        """Loader workers for `source` (`threads.training_workers`): none for a split held in memory without the
+        objective's crops to make, on a CPU, and when evaluating one anywhere (its images are held at the
+        evaluation's geometry: nothing to crop)."""
         return training_workers(self.workers, source, self.views,
                                 on_gpu=training and self.setup.accelerator.device.type == "cuda")
 

@@ -26,6 +26,7 @@ from ..errors import VitxError, first_line
 from .released import DINO_MEAN, DINO_STD, PICKLED, Released, build_vit, read_released, refuse_pickle
 from .rundir import weights_file
 from .start import accepted_starts, is_timm_folder, load_start, start_input
+from .trained import TrainedRun
 
 NEW = "new"
 # what a released checkpoint's other weights are, for the line that drops them (`released.py`'s names)
@@ -237,9 +238,8 @@ def _open(given: str, use_ema: bool, seed: int) -> Continuation:
                          read_weights(heads) if heads.is_file() else {})
     if weights_file(path, ema=True).is_file():
         found.ema_from = path
-    names = config.get("data", {}).get("class_names") if isinstance(config.get("data"), dict) else None
-    if isinstance(names, list) and all(isinstance(n, str) for n in names):
-        found.class_names = names
+    names, recorded = TrainedRun(path, config).class_names() if isinstance(config.get("data"), dict) else ([], False)
+    found.class_names = names if recorded else None
     return found
 
 

@@ -22,7 +22,8 @@ from ..errors import VitxError
 from .config import PROFILE_HEAD, SYNTHETIC, SYNTHETIC_CLASSES, SYNTHETIC_IMAGES, BenchConfig
 
 PROFILED_STEPS = 3
-INPUT_BOUND = 0.1  # an input wait from which `vitx bench` says the input, not the step, sets the rate
+INPUT_BOUND = 0.5  # a GPU's input wait from which `vitx bench` says the input, not the GPU, sets the rate
+# (below it, images made in the process may overlap kernels still queued: the GPU may still set it)
 
 
 @dataclass
@@ -77,13 +78,13 @@ class Measured:
         ]
 
     def _input_reading(self) -> str:
-        """What an input wait of INPUT_BOUND or more means: the step waited for its images, so the rate is the
-        loader's (on a GPU the kernels run while the process waits: the wait does not say the step's own rate)."""
-        if self.input_wait < INPUT_BOUND:
+        """What an input wait of INPUT_BOUND or more means on a GPU: the device idled for its images, so the rate
+        is the loader's (on a CPU the wait is the share of each step spent making its input, said as it is)."""
+        if self.memory_gib is None or self.input_wait < INPUT_BOUND:  # (no memory figure: a CPU)
             return ""
         made = f"more than its {self.workers} loader workers would feed it" if self.workers else \
-            "its images are cropped in this process between steps, as a CPU does for images held in memory"
-        return f": the input sets the rate, not the step; {made}"
+            "its images are made in this process between steps (--workers 0)"
+        return f": the input sets the rate, not the GPU; {made}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -123,22 +123,22 @@ class LoRA(Adapter):
         self.rank, self.alpha, self.targets, self.init, self.dropout = rank, alpha, names, init, float(dropout)
 
     def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
-        model.requires_grad_(False)
-        wrapped = 0
-        for name, module in list(model.backbone.named_modules()):
-            parent_name, _, child = name.rpartition(".")
-            if child in self.targets and type(module) is nn.Linear:
-                width = min(module.in_features, module.out_features)
-                if self.rank >= width:  # B A would then be any matrix, with more parameters than the layer's own
-                    raise VitxError(f"lora rank {self.rank} is not below the width of {name} ({module.in_features} "
-                                    f"in, {module.out_features} out): the update would not be low-rank; give "
-                                    f"rank below {width}")
-                parent = model.backbone.get_submodule(parent_name) if parent_name else model.backbone
-                setattr(parent, child, LoRALinear(module, self.rank, self.alpha, self.init, self.dropout))
-                wrapped += 1
-        if wrapped == 0:
+        targets = [(name, module) for name, module in model.backbone.named_modules()
+                   if name.rpartition(".")[2] in self.targets and type(module) is nn.Linear]
+        if not targets:
             raise VitxError(f"lora found no nn.Linear named {' or '.join(self.targets)} in the backbone; "
                             "pass targets='...' with the names of its attention projections")
+        for name, module in targets:  # all checked before any is changed
+            width = min(module.in_features, module.out_features)
+            if self.rank >= width:  # B A would then be any matrix, with more parameters than the layer's own
+                raise VitxError(f"lora rank {self.rank} is not below the width of {name} ({module.in_features} in, "
+                                f"{module.out_features} out): the update would not be low-rank; give rank below "
+                                f"{width}")
+        model.requires_grad_(False)
+        for name, module in targets:
+            parent_name, _, child = name.rpartition(".")
+            parent = model.backbone.get_submodule(parent_name) if parent_name else model.backbone
+            setattr(parent, child, LoRALinear(module, self.rank, self.alpha, self.init, self.dropout))
         model.head.requires_grad_(True)
 
 
