@@ -3,6 +3,7 @@
     bash benchmarks/gpu_acceptance.sh                        # the measurements (about 8 minutes; installs first)
     bash benchmarks/gpu_acceptance.sh --only reproduce       # the GPU reproduction, trimmed (a loan of its own)
     bash benchmarks/gpu_acceptance.sh --only engines         # FSDP and DeepSpeed resumed exactly (passed 2026-11-26)
+    bash benchmarks/gpu_acceptance.sh --only speed           # vitx bench alone, under FSDP and under DeepSpeed
     python benchmarks/gpu_acceptance.py --dry-run            # print every command and its time limit; check them
     python benchmarks/gpu_acceptance.py --dry-run --cpu-smoke   # ... and run each one CPU-sized, in seconds
 
@@ -22,6 +23,9 @@ so the work is in groups, each one command under 10 minutes, the steps of a grou
                1.5× the 680 of 2026-11-26 on an H200), MFU and the input wait
     bench      `vitx bench` as a user runs it: ViT-B/16 bf16 batch 256 eager, its torch.profiler table; and
                `--device cpu` on the GPU machine
+  speed        bench, then engine-speed: the same bench under `accelerate launch` with FSDP (bf16 parameters) and
+               DeepSpeed ZeRO-2 (bf16 weights with an fp32 master, what gave the plain loop +12%): whether an
+               engine Accelerate drives already gives vitx's step what bf16 weights gave the plain loop
   reproduce    `vitx reproduce --plan gpu` trimmed by --set to about 9 minutes: one pre-training seed (3 would
                triple the pre-trainings), 3 transfer seeds, one lr, MPP's compute curve at 0.3
   engines      FSDP (1 GPU, full state dict) and DeepSpeed ZeRO-2 through `accelerate launch --config_file
@@ -128,7 +132,7 @@ CPU_SMOKE = dict(model="vit-nano/4", image_size=16, batch_size=8, steps=2, save_
                  precision="no", workers=0)
 DETERMINISTIC = HERE / "deterministic_plugin.py"
 GROUPS = {"measure": ("mfu", "variants", "dino", "bench"), "reproduce": ("reproduce",),
-          "engines": ("fsdp", "deepspeed")}
+          "engines": ("fsdp", "deepspeed"), "speed": ("bench", "engine-speed")}
 DEADLINE_S = 560  # a group's command, under the device tool's 10 minutes with the installs before it
 
 
@@ -168,6 +172,11 @@ class Step:
     commands: list[list[str]] = field(default_factory=list)
 
 
+def launched_bench(config: Path, options: dict, output: Path) -> list[str]:
+    """`vitx bench` with these settings under `accelerate launch --config_file config`."""
+    return ["accelerate", "launch", "--config_file", str(config), *bench_command(options, output)[1:]]
+
+
 def launch(config: Path, options: dict, out: Path, resume: bool = False) -> list[str]:
     return ["accelerate", "launch", "--config_file", str(config), "-m", "vitx", "--plugin", str(DETERMINISTIC),
             "pretrain", *flags({**options, "output_dir": str(out)}), *(["--resume"] if resume else [])]
@@ -190,6 +199,12 @@ def plan(out: Path) -> list[Step]:
         Step("bench", 60, "vitx bench: vit-b/16 bf16 batch 256 with its profile; --device cpu on the GPU machine",
              [bench_command({**USER_BENCH, "profile": str(out / "profile.txt")}, out / "bench.json"),
               bench_command(CPU_BENCH, out / "bench-cpu.json")]),
+        # the user's bench under the engines Accelerate drives: FSDP (bf16 parameters for the compute, fp32 kept)
+        # and DeepSpeed ZeRO-2 (bf16 weights, an fp32 master copy in its optimiser: the plain loop's +bf16w, +12%)
+        Step("engine-speed", 150, "vitx bench: vit-b/16 bf16 batch 256 under FSDP (bf16 parameters) and DeepSpeed "
+             "ZeRO-2 (bf16 weights, fp32 master), against the bench step's one process without an engine",
+             [launched_bench(out / f"{engine}.yaml", USER_BENCH, out / f"bench-{engine}.json")
+              for engine in ("fsdp", "deepspeed")]),
         Step("reproduce", 540, "the GPU reproduction plan, trimmed",
              [[PY, "-m", "vitx", "reproduce", "--plan", "gpu", "--output-dir", str(out / "reproduce"),
                *[a for s in REPRODUCE_SETS for a in ("--set", s)]]]),
@@ -270,7 +285,10 @@ def validate(out: Path, steps: list[Step], cpu_smoke: bool) -> None:
             cmd = [PY, "-m", "vitx", "--plugin", str(DETERMINISTIC), "pretrain",
                    *flags({**RESUME_RUN, **CPU_SMOKE, "output_dir": str(smoke)}), *(["--resume"] if resume else [])]
             subprocess.run(cmd, cwd=ROOT, check=True, timeout=300)
-    print(f"cpu-smoke: {', '.join(s.name for s in steps if s.name != 'reproduce')} ran CPU-sized", flush=True)
+    if "engine-speed" in names:  # FSDP and DeepSpeed need a GPU (Accelerate refuses FSDP without one)
+        print("cpu-smoke: engine-speed needs a GPU: its bench options were checked with the bench step's", flush=True)
+    print(f"cpu-smoke: {', '.join(s.name for s in steps if s.name not in ('reproduce', 'engine-speed'))} ran "
+          "CPU-sized", flush=True)
 
 
 def in_process(argv: list[str], script: Path) -> None:
@@ -390,13 +408,18 @@ def run_step(step: Step, out: Path, limit: float) -> dict:
         result["over_eager_off"] = {name: round(result[f"dino-{name}"]["images_per_s"] /
                                                 result["dino-off"]["images_per_s"], 3)
                                     for name, _, _ in DINO_CASES[1:] if f"dino-{name}" in result}
+    if step.name == "engine-speed" and (out / "bench.json").exists():  # each engine against the plain process
+        plain = json.loads((out / "bench.json").read_text())["images_per_s"]
+        result["over_bench"] = {name: round(result[name]["images_per_s"] / plain, 3)
+                                for name in ("bench-fsdp", "bench-deepspeed") if name in result}
     if step.name == "reproduce":
         result["report"] = (out / "reproduce" / "REPORT.md").exists()
         result["output"] = [line for line in said if line.startswith(("reproduces:", "does not reproduce:", "report:"))]
     return result
 
 
-FIGURES = {"dino": tuple(f"dino-{name}.json" for name, _, _ in DINO_CASES), "bench": ("bench.json", "bench-cpu.json")}
+FIGURES = {"dino": tuple(f"dino-{name}.json" for name, _, _ in DINO_CASES), "bench": ("bench.json", "bench-cpu.json"),
+           "engine-speed": ("bench-fsdp.json", "bench-deepspeed.json")}
 SHOWN = ("device", "images_per_s", "gflop_per_image", "tflops", "mfu", "input_wait", "memory_gib", "warmup_s",
          "loss")
 

@@ -89,3 +89,22 @@ def test_gpu_acceptance_reproduction_and_engines_each_fit_one_device_command(tmp
         assert killed[-1] == str(out / engine / "killed") and resumed[-2:] == [str(out / engine / "killed"), "--resume"]
     assert "killed after step 20 and resumed" in printed
     assert not (out / "fsdp").exists() and not (out / "summary.json").exists()  # a dry run runs nothing
+
+
+def test_gpu_acceptance_speed_group_benches_the_user_run_under_each_engine(tmp_path, monkeypatch, capsys):
+    """`--only speed`: the user's `vitx bench` alone, then the same flags under `accelerate launch` with each
+    engine's generated config, each writing its own figures (the summary compares them with the run alone)."""
+    out = tmp_path / "acceptance"
+    monkeypatch.setattr(sys, "argv", ["gpu_acceptance.py", "--dry-run", "--cpu-smoke", "--only", "speed",
+                                      "--output-dir", str(out)])
+    module = _acceptance(monkeypatch)
+    module.main()
+    printed = capsys.readouterr().out
+    bench, _cpu, fsdp, deepspeed = _commands(printed)
+    alone = bench[bench.index("bench") + 1:bench.index("--profile")]
+    for engine, cmd in (("fsdp", fsdp), ("deepspeed", deepspeed)):
+        assert cmd[:6] == ["accelerate", "launch", "--config_file", str(out / f"{engine}.yaml"), "-m", "vitx"]
+        assert cmd[6] == "bench" and cmd[7:-2] == alone  # the same run as the bench alone
+        assert cmd[-2:] == ["--output", str(out / f"bench-{engine}.json")]
+    assert sum(s.budget_s for s in module.selected(module.plan(out), "speed")) <= 230  # beside the reproduction
+    assert "cpu-smoke: engine-speed needs a GPU" in printed and "cpu-smoke: bench ran CPU-sized" in printed
