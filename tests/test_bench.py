@@ -16,6 +16,8 @@ def test_bench_times_the_runners_step_and_says_img_s_tflops_mfu_and_input_wait(t
     said = dict(line.split(": ", 1) for line in result.stdout.splitlines())
     assert set(said) == {"bench", "data", "steps", "img/s", "TFLOP/s", "MFU", "input wait", "memory"}
     assert said["bench"].startswith("vit-nano/4 at 16 px, supervised, batch 16, precision no; CPU")
+    assert ", no loader workers (images made in this process; on a CPU always for images held in memory)" in \
+        said["bench"]  # (--workers is not used for them there: said, not silently)
     saved = json.loads(out.read_text())
     assert saved["images_per_s"] > 0 and float(said["img/s"]) == round(saved["images_per_s"], 1)
     assert saved["steps"] == 2 and saved["loss"] == pytest.approx(2.3, abs=0.2)  # ln 10 at the start

@@ -177,6 +177,19 @@ def test_fewshot_evaluates_several_datasets_in_one_call(tmp_path):
                     "--data", f"embedded:digits,{tmp_path / 'missing'}", "--test-samples", "50")
     assert late.returncode == 2 and "few-shot linear evaluation" not in late.stdout  # refused before the first ran
     assert len(late.stderr.strip().splitlines()) == 1 and "missing" in late.stderr, late.stderr
+    from PIL import Image
+
+    for split in ("train", "test"):  # 3 images of each of 2 classes: too few for 5 shots, said before any table
+        for name in ("cat", "dog"):
+            (tmp_path / "few" / split / name).mkdir(parents=True)
+            for i in range(3):
+                Image.new("RGB", (16, 16), (i * 40, 90 if name == "dog" else 0, 0)).save(
+                    tmp_path / "few" / split / name / f"{i}.png")
+    short = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4", "--shots", "1,5", "--seeds", "1",
+                     "--data", f"embedded:digits,{tmp_path / 'few'}", "--test-samples", "50")
+    assert short.returncode == 2 and "few-shot linear evaluation" not in short.stdout
+    assert short.stderr.strip() == (f"error: {tmp_path / 'few'}: class 0 has only 3 training images (and 1 other "
+                                    "classes); cannot take 5 shots"), short.stderr
 
 
 def test_big_vision_geometry_resizes_the_short_side_then_crops_the_centre(tmp_path):

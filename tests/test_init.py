@@ -160,6 +160,16 @@ def test_a_runs_moving_average_continues_where_this_run_keeps_one(tmp_path):
     parts = setup.record["start"]["parts"]
     assert parts["classifier"] == "new (trained on other classes: class 0 is 'circle' there, '0' here)"
     assert parts["pre-logits"] == where and not setup.objective.head.fc.weight.any()  # zero, as any new one
+    config = json.loads((source / "config.json").read_text())
+    del config["data"]["class_names"]  # (an older or edited record): kept, and said that nothing was compared
+    (source / "config.json").write_text(json.dumps(config))
+    parts = built(tmp_path / "d", start=str(source), data="embedded:digits").record["start"]["parts"]
+    assert parts["classifier"] == f"{where} (its class names unrecorded there: not compared)"
+    config["data"]["num_classes"] = "ten"  # damaged: one line, as export and predict say it
+    (source / "config.json").write_text(json.dumps(config))
+    with pytest.raises(VitxError, match=r"config.json: data.num_classes must be an integer from 0 to \d+, got "
+                                        r"\"ten\"$"):
+        built(tmp_path / "e", start=str(source), data="embedded:digits")
 
 
 def test_an_mpp_run_continues_with_its_head_and_mask_token(tmp_path):

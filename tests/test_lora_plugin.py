@@ -123,6 +123,8 @@ def test_bad_options_are_one_line_errors():
                           ("lora(alpha='x')", "alpha must be a positive finite number"),
                           ("lora(alpha=1e400)", "alpha must be a positive finite number, got inf"),
                           ("lora(targets='nothing')", "found no nn.Linear named nothing"),
+                          ("lora(targets='qvk,proj')", "lora targets: no nn.Linear of the backbone is named qvk \\(its "
+                                                       "names: qkv, proj, fc1, fc2\\)$"),
                           ("lora(rank=128)", "lora rank 128 is not below the width of blocks.0.attn.qkv "
                                              "\\(128 in, 384 out\\): the update would not be low-rank; give rank "
                                              "below 128"),

@@ -37,6 +37,10 @@ class Evaluator:
         return representation(frozen.backbone, self.cfg.start, getattr(self.cfg, "features", "auto"),
                               self.cfg.use_ema)
 
+    def check(self, item: str, train: Any, test: Any) -> None:
+        """Refuse, in one line naming `item`, a dataset this evaluation cannot run on (too few images of a class
+        for its shots, say): called for every dataset before the first is evaluated. Default: nothing to check."""
+
     def evaluate(self, frozen: Any, model: Any, train: Any, test: Any, preprocess: Any) -> dict[str, Any]:
         """One dataset's result (JSON-ready). `frozen` is the driver (`frozen.Frozen`): its `features(model,
         train, test, preprocess, n)` gives (x_train (N, D), y_train, x_test (M, D), y_test) as numpy arrays."""

@@ -116,8 +116,10 @@ def evaluate(evaluator: Any, each: Each | None = None) -> list[dict[str, Any]]:
     is evaluated; every one was opened first, hub downloads included)."""
     frozen = Frozen(evaluator.cfg, f"eval {evaluator.name}")
     model = evaluator.reader(frozen)
-    results = []
-    for item, train, test, preprocess in frozen.datasets():
+    results, opened = [], frozen.datasets()
+    for item, train, test, _ in opened:  # every dataset refused before the first result, not after it
+        evaluator.check(item, train, test)
+    for item, train, test, preprocess in opened:
         result = evaluator.evaluate(frozen, model, train, test, preprocess)
         results.append({**frozen.record(item, preprocess, getattr(model, "kind", "")), **result})
         if each is not None:

@@ -21,12 +21,12 @@ import torch.nn as nn
 
 from ..adapters.posemb import grid_of, resample_pos_embed
 from ..backbones.timm_any import timm_folder
-from ..safe_io import nonfinite, read_config, read_weights
+from ..safe_io import nonfinite, read_weights
 from ..errors import VitxError, first_line
 from .released import DINO_MEAN, DINO_STD, PICKLED, Released, build_vit, read_released, refuse_pickle
 from .rundir import weights_file
 from .start import accepted_starts, is_timm_folder, load_start, start_input
-from .trained import TrainedRun
+from .trained import resolve_run
 
 NEW = "new"
 # what a released checkpoint's other weights are, for the line that drops them (`released.py`'s names)
@@ -113,8 +113,11 @@ class Continuation:
             fitted = {k: self._fitted(part, name, k, given[k], v, objective) for k, v in own.items() if k in given}
             objective.load_state_dict(fitted, strict=False)
             resampled = [k for k in fitted if fitted[k].shape != given[k].shape and k.endswith("pos_embed")]
-            self.parts[part] = self.where + (f" ({', '.join(resampled)} resampled as the backbone's)" if resampled
-                                             else "")
+            notes = [f"{', '.join(resampled)} resampled as the backbone's"] if resampled else []
+            if part in objective.sized_by_data and None in (class_names, self.class_names):
+                notes.append("its class names unrecorded " + ("there" if self.class_names is None else "here") +
+                             ": not compared")
+            self.parts[part] = self.where + (f" ({'; '.join(notes)})" if notes else "")
         covered = tuple(p for prefixes in declared.values() for p in prefixes) + ("backbone.",)
         for rest in dict.fromkeys(k.split(".")[0] for k in own if not k.startswith(covered)):
             why = f"{name} declares no part --from restores" if source else reason
@@ -227,7 +230,8 @@ def _open(given: str, use_ema: bool, seed: int) -> Continuation:
         return Continuation(given, f"timm model folder: {architecture}", backbone, _normal(given, backbone), given,
                             classifier=classifier)
     backbone = load_start(given, None, seed, "--from", use_ema, files=True)  # (a missing path, a non-ViT: one line)
-    config = read_config(path)
+    run = resolve_run(path)  # its config.json checked as export and predict check it (an edited field: one line)
+    config = run.config
     record = config.get("objective") if isinstance(config.get("objective"), dict) else {}
     objective = record.get("name") if isinstance(record.get("name"), str) else None
     step = config.get("step") if isinstance(config.get("step"), int) else None
@@ -238,7 +242,7 @@ def _open(given: str, use_ema: bool, seed: int) -> Continuation:
                          read_weights(heads) if heads.is_file() else {})
     if weights_file(path, ema=True).is_file():
         found.ema_from = path
-    names, recorded = TrainedRun(path, config).class_names() if isinstance(config.get("data"), dict) else ([], False)
+    names, recorded = run.class_names()
     found.class_names = names if recorded else None
     return found
 

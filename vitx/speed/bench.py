@@ -58,7 +58,9 @@ class Measured:
     def lines(self) -> list[str]:
         run = (f"{self.model} at {self.image_size} px, {self.objective}, batch {self.batch_size}, precision "
                f"{self.precision}{', compiled' if self.compiled else ''}")
-        where = f"{self.device}" + (f" × {self.processes} processes" if self.processes > 1 else "")
+        where = f"{self.device}" + (f" × {self.processes} processes" if self.processes > 1 else "") + \
+            (f", {self.workers} loader worker{'' if self.workers == 1 else 's'}" if self.workers else
+             ", no loader workers (images made in this process; on a CPU always for images held in memory)")
         loss = f"; loss {self.loss:.4g}" if self.loss is not None else ""
         per_device = f" per device × {self.processes}" if self.processes > 1 else ""
         mfu = (f"{self.mfu:.1%} of {self.peak_tflops:g} TFLOP/s{per_device} ({self.peak_source})"

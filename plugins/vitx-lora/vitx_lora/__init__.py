@@ -123,11 +123,16 @@ class LoRA(Adapter):
         self.rank, self.alpha, self.targets, self.init, self.dropout = rank, alpha, names, init, float(dropout)
 
     def apply(self, model: nn.Module, ctx: AdaptContext) -> None:
-        targets = [(name, module) for name, module in model.backbone.named_modules()
-                   if name.rpartition(".")[2] in self.targets and type(module) is nn.Linear]
+        linears = {name: module for name, module in model.backbone.named_modules() if type(module) is nn.Linear}
+        targets = [(name, module) for name, module in linears.items() if name.rpartition(".")[2] in self.targets]
+        found = {name.rpartition(".")[2] for name, _ in targets}
         if not targets:
             raise VitxError(f"lora found no nn.Linear named {' or '.join(self.targets)} in the backbone; "
                             "pass targets='...' with the names of its attention projections")
+        unknown = [t for t in self.targets if t not in found]
+        if unknown:  # (a typo beside a good name would otherwise train the good one alone, unsaid)
+            names = ", ".join(dict.fromkeys(n.rpartition(".")[2] for n in linears))
+            raise VitxError(f"lora targets: no nn.Linear of the backbone is named {unknown[0]} (its names: {names})")
         for name, module in targets:  # all checked before any is changed
             width = min(module.in_features, module.out_features)
             if self.rank >= width:  # B A would then be any matrix, with more parameters than the layer's own
