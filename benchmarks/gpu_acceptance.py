@@ -409,9 +409,10 @@ def run_step(step: Step, out: Path, limit: float) -> dict:
                                                 result["dino-off"]["images_per_s"], 3)
                                     for name, _, _ in DINO_CASES[1:] if f"dino-{name}" in result}
     if step.name == "engine-speed" and (out / "bench.json").exists():  # each engine against the plain process
-        plain = json.loads((out / "bench.json").read_text())["images_per_s"]
-        result["over_bench"] = {name: round(result[name]["images_per_s"] / plain, 3)
-                                for name in ("bench-fsdp", "bench-deepspeed") if name in result}
+        plain = json.loads((out / "bench.json").read_text())  # (on this machine: a copy from another is not compared)
+        result["over_bench"] = {name: round(result[name]["images_per_s"] / plain["images_per_s"], 3)
+                                for name in ("bench-fsdp", "bench-deepspeed")
+                                if name in result and result[name].get("device") == plain.get("device")}
     if step.name == "reproduce":
         result["report"] = (out / "reproduce" / "REPORT.md").exists()
         result["output"] = [line for line in said if line.startswith(("reproduces:", "does not reproduce:", "report:"))]

@@ -122,7 +122,8 @@ def test_bad_options_are_one_line_errors():
                           ("lora(rank=100000)", "rank must be an integer from 1 to 4096, got 100000"),  # (memory)
                           ("lora(alpha='x')", "alpha must be a positive finite number"),
                           ("lora(alpha=1e400)", "alpha must be a positive finite number, got inf"),
-                          ("lora(targets='nothing')", "found no nn.Linear named nothing"),
+                          ("lora(targets='nothing')", "no nn.Linear of the backbone is named nothing \\(its "
+                                                      "names: qkv, proj, fc1, fc2\\)$"),
                           ("lora(targets='qvk,proj')", "lora targets: no nn.Linear of the backbone is named qvk \\(its "
                                                        "names: qkv, proj, fc1, fc2\\)$"),
                           ("lora(rank=128)", "lora rank 128 is not below the width of blocks.0.attn.qkv "

@@ -37,9 +37,13 @@ class Evaluator:
         return representation(frozen.backbone, self.cfg.start, getattr(self.cfg, "features", "auto"),
                               self.cfg.use_ema)
 
-    def check(self, item: str, train: Any, test: Any) -> None:
-        """Refuse, in one line naming `item`, a dataset this evaluation cannot run on (too few images of a class
-        for its shots, say): called for every dataset before the first is evaluated. Default: nothing to check."""
+    def check(self, frozen: Any, item: str, train: Any, test: Any) -> None:
+        """Refuse, in one line, a dataset `item` this evaluation cannot run on (too few images of a class for its
+        shots, a --train-samples draw that leaves a class out): called for every dataset before the first is
+        evaluated. Default: the draw of --train-samples where the config has one."""
+        samples = getattr(self.cfg, "train_samples", 0)
+        if samples:
+            frozen.train_draw(train, samples)
 
     def evaluate(self, frozen: Any, model: Any, train: Any, test: Any, preprocess: Any) -> dict[str, Any]:
         """One dataset's result (JSON-ready). `frozen` is the driver (`frozen.Frozen`): its `features(model,

@@ -30,7 +30,7 @@ class Fewshot(Evaluator):
     config = FewshotConfig
     summary = "Regularised least squares on frozen pre-logit features: accuracy at 1/5/10/25 shots over seeds."
 
-    def check(self, item: str, train: Any, test: Any) -> None:
+    def check(self, frozen: Any, item: str, train: Any, test: Any) -> None:
         """Every class has the most shots asked for (before any dataset's features are computed)."""
         from ..data.sources import source_labels
         from ..evaluation.least_squares import require_shots

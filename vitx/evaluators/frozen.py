@@ -74,14 +74,12 @@ class Frozen:
 
         return test_rows(test, self.cfg.test_samples, self.cfg.seed)
 
-    def features(self, model: Any, train: Any, test: Any, preprocess: Any,
-                 train_samples: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(train features, train labels, test features, test labels): the train images all or a seeded,
-        class-balanced draw of `train_samples`; the test images of `test_rows`."""
+    def train_draw(self, train: Any, train_samples: int) -> tuple[np.ndarray, np.ndarray]:
+        """(the train split's labels, the positions read): all, or a seeded class-balanced draw of
+        `train_samples`; a draw that leaves a class without an image is refused in one line."""
         from ..data.draws import balanced_draw, classes_left_out
         from ..data.sources import source_labels
         from ..errors import VitxError
-        from ..evaluation.features import indexed_features
 
         labels = source_labels(train)
         chosen = np.arange(len(labels)) if not train_samples or train_samples >= len(labels) else \
@@ -91,6 +89,16 @@ class Frozen:
             present = len(np.unique(labels))
             raise VitxError(f"--train-samples {train_samples} leaves {len(empty)} of the {present} classes of the "
                             f"train split without an image: pass --train-samples {present} or more (or 0: all)")
+        return labels, chosen
+
+    def features(self, model: Any, train: Any, test: Any, preprocess: Any,
+                 train_samples: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(train features, train labels, test features, test labels): the train images all or a seeded,
+        class-balanced draw of `train_samples`; the test images of `test_rows`."""
+        from ..data.sources import source_labels
+        from ..evaluation.features import indexed_features
+
+        labels, chosen = self.train_draw(train, train_samples)
         rows = self.test_rows(test)
         rows = np.arange(len(test)) if rows is None else rows
         model = model.to(self.device)
@@ -117,8 +125,8 @@ def evaluate(evaluator: Any, each: Each | None = None) -> list[dict[str, Any]]:
     frozen = Frozen(evaluator.cfg, f"eval {evaluator.name}")
     model = evaluator.reader(frozen)
     results, opened = [], frozen.datasets()
-    for item, train, test, _ in opened:  # every dataset refused before the first result, not after it
-        evaluator.check(item, train, test)
+    for item, train, test, _ in opened:  # a dataset the evaluation cannot run on is refused before any result
+        evaluator.check(frozen, item, train, test)
     for item, train, test, preprocess in opened:
         result = evaluator.evaluate(frozen, model, train, test, preprocess)
         results.append({**frozen.record(item, preprocess, getattr(model, "kind", "")), **result})

@@ -26,7 +26,7 @@ from ..errors import VitxError, first_line
 from .released import DINO_MEAN, DINO_STD, PICKLED, Released, build_vit, read_released, refuse_pickle
 from .rundir import weights_file
 from .start import accepted_starts, is_timm_folder, load_start, start_input
-from .trained import resolve_run
+from .trained import read_run
 
 NEW = "new"
 # what a released checkpoint's other weights are, for the line that drops them (`released.py`'s names)
@@ -230,7 +230,7 @@ def _open(given: str, use_ema: bool, seed: int) -> Continuation:
         return Continuation(given, f"timm model folder: {architecture}", backbone, _normal(given, backbone), given,
                             classifier=classifier)
     backbone = load_start(given, None, seed, "--from", use_ema, files=True)  # (a missing path, a non-ViT: one line)
-    run = resolve_run(path)  # its config.json checked as export and predict check it (an edited field: one line)
+    run = read_run(path)  # its config.json checked as export and predict check it (an edited field: one line)
     config = run.config
     record = config.get("objective") if isinstance(config.get("objective"), dict) else {}
     objective = record.get("name") if isinstance(record.get("name"), str) else None

@@ -173,13 +173,27 @@ def check_config(path: Path, config: dict[str, Any]) -> None:
                             "classes; this config.json does not describe its model (was it edited?)")
 
 
-def _model_dir(path: Path) -> TrainedRun:
+def _record(path: Path) -> dict[str, Any]:
+    """A run folder's config.json, with the records every reader needs, each of the right kind."""
     config = read_config(path)
     if not isinstance(config, dict) or "backbone" not in config or "preprocess" not in config:
         raise VitxError(f"{path}/config.json is not a vitx run's (no backbone or preprocess record)")
     for key in ("objective", "data", "transfer", "run"):
         if not isinstance(config.get(key, {}), dict):
             raise VitxError(f"{path}/config.json: {key} must be an object")
+    return config
+
+
+def read_run(path: Path) -> TrainedRun:
+    """A vitx run or checkpoint folder that holds weights (pre-training's --from reads it), its config.json
+    checked (`check_config`: an edited or damaged field is one line)."""
+    config = _record(path)
+    check_config(path, config)
+    return TrainedRun(path, config)
+
+
+def _model_dir(path: Path) -> TrainedRun:
+    config = _record(path)
     phase = config.get("transfer", {}).get("phase")
     if phase == "sweep":
         raise VitxError(f"{path} is a sweep point of a transfer, which keeps no weights; give the task's directory "
@@ -286,5 +300,5 @@ def load_classifier(run: TrainedRun) -> "nn.Module":
     return model.eval()
 
 
-__all__ = ["RUN_HELP", "TrainedRun", "check_config", "classifier_heads", "load_classifier", "read_result",
+__all__ = ["RUN_HELP", "TrainedRun", "check_config", "classifier_heads", "load_classifier", "read_result", "read_run",
            "resolve_run"]

@@ -53,6 +53,7 @@ class Measured:
     mfu: float | None
     input_wait: float  # share of the timed span the main process waited for its input
     workers: int  # the loader workers that made it (0: the process itself, between steps)
+    none_because: str  # why no workers made it: --workers 0, or a split held in memory on a CPU ("" with workers)
     memory_gib: float | None  # the most the main process's GPU held (None on a CPU)
 
     def lines(self) -> list[str]:
@@ -60,7 +61,7 @@ class Measured:
                f"{self.precision}{', compiled' if self.compiled else ''}")
         where = f"{self.device}" + (f" × {self.processes} processes" if self.processes > 1 else "") + \
             (f", {self.workers} loader worker{'' if self.workers == 1 else 's'}" if self.workers else
-             ", no loader workers (images made in this process; on a CPU always for images held in memory)")
+             f", no loader workers ({self.none_because}: images made in this process)")
         loss = f"; loss {self.loss:.4g}" if self.loss is not None else ""
         per_device = f" per device × {self.processes}" if self.processes > 1 else ""
         mfu = (f"{self.mfu:.1%} of {self.peak_tflops:g} TFLOP/s{per_device} ({self.peak_source})"
@@ -85,7 +86,7 @@ class Measured:
         if self.memory_gib is None or self.input_wait < INPUT_BOUND:  # (no memory figure: a CPU)
             return ""
         made = f"more than its {self.workers} loader workers would feed it" if self.workers else \
-            "its images are made in this process between steps (--workers 0)"
+            f"its images are made in this process between steps ({self.none_because})"
         return f": the input sets the rate, not the GPU; {made}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -201,7 +202,8 @@ def _timed(trainer: Any, bench: BenchConfig) -> Measured | None:
         acc.backward(out["loss"])
 
     flops = count_flops(forward_backward, device) / trainer.micro  # per image
-    setup.optimizer.zero_grad(set_to_none=True)
+    setup.optimizer.zero_grad(set_to_none=True)  # (under DeepSpeed, Accelerate's backward also stepped: the
+    # weights are then one step on, which the timing does not see)
 
     start = time.perf_counter()
     for _ in range(bench.warmup):
@@ -233,6 +235,7 @@ def _timed(trainer: Any, bench: BenchConfig) -> Measured | None:
     threads = torch.get_num_threads()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"CPU, {threads} thread{'s' if threads > 1 else ''}"
+    workers = trainer.loader_workers(setup.train_source)
     return Measured(
         model=cfg.model, objective=cfg.objective, image_size=size, batch_size=cfg.batch_size,
         precision=cfg.precision, compiled=cfg.compile, device=name, processes=world, torch=torch.__version__,
@@ -240,7 +243,9 @@ def _timed(trainer: Any, bench: BenchConfig) -> Measured | None:
         loss=metrics.get("loss"), images_per_s=images_per_s, gflop_per_image=flops / 1e9, tflops=achieved / 1e12,
         peak_tflops=peak / 1e12 if peak else None, peak_source=source,
         mfu=achieved / (peak * world) if peak else None,
-        input_wait=min(1.0, trainer.input_wait / timed_s), workers=trainer.loader_workers(setup.train_source),
+        input_wait=min(1.0, trainer.input_wait / timed_s), workers=workers,
+        none_because="" if workers else "--workers 0" if trainer.workers == 0 else
+        "a CPU crops images held in memory itself",
         memory_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None)
 
 

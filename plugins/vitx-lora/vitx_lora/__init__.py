@@ -126,9 +126,6 @@ class LoRA(Adapter):
         linears = {name: module for name, module in model.backbone.named_modules() if type(module) is nn.Linear}
         targets = [(name, module) for name, module in linears.items() if name.rpartition(".")[2] in self.targets]
         found = {name.rpartition(".")[2] for name, _ in targets}
-        if not targets:
-            raise VitxError(f"lora found no nn.Linear named {' or '.join(self.targets)} in the backbone; "
-                            "pass targets='...' with the names of its attention projections")
         unknown = [t for t in self.targets if t not in found]
         if unknown:  # (a typo beside a good name would otherwise train the good one alone, unsaid)
             names = ", ".join(dict.fromkeys(n.rpartition(".")[2] for n in linears))
