@@ -190,6 +190,10 @@ def test_fewshot_evaluates_several_datasets_in_one_call(tmp_path):
     assert short.returncode == 2 and "few-shot linear evaluation" not in short.stdout
     assert short.stderr.strip() == (f"error: {tmp_path / 'few'}: class 0 has only 3 training images (and 1 other "
                                     "classes); cannot take 5 shots"), short.stderr
+    gone = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4", "--shots", "1",
+                    "--task", f"embedded/digits,{tmp_path / 'gone'}")  # a path given as a task, not there
+    assert (gone.returncode, gone.stderr.strip()) == (2, f"error: --task {tmp_path / 'gone'}: no such file or folder "
+                                                         "(and not a registered task: see `vitx tasks`)")
 
 
 def test_big_vision_geometry_resizes_the_short_side_then_crops_the_centre(tmp_path):

@@ -2,10 +2,12 @@
 prepared as the start expects them, and the evaluator run on its features: one result per dataset."""
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import numpy as np
 
+from ..errors import VitxError
 from ..evaluation.config import FrozenConfig
 from ..spec import split_specs
 
@@ -39,6 +41,7 @@ class Frozen:
         after (sources read their images lazily, so holding them all open costs little)."""
         from ..data import Preprocess
         from ..data.opener import DataOptions, looks_like_data, open_labelled
+        from ..registry import TASKS
         from ..tasks import get_task, open_full_splits
 
         cfg, size, normal = self.cfg, self.size, self.normalisation
@@ -46,6 +49,9 @@ class Frozen:
         opened = []
         for item in items:
             if cfg.task and not looks_like_data(item):  # a registered task; your own data given as --task is --data
+                if item not in TASKS.names() and item.startswith((os.sep, ".", "~")):  # a path, not there
+                    raise VitxError(f"--task {item}: no such file or folder (and not a registered task: see "
+                                    "`vitx tasks`)")
                 train, test, _ = open_full_splits(get_task(item), cfg.data_dir)
                 preprocess = Preprocess(image_size=size, squash=True, **normal)
             else:
@@ -79,7 +85,6 @@ class Frozen:
         `train_samples`; a draw that leaves a class without an image is refused in one line."""
         from ..data.draws import balanced_draw, classes_left_out
         from ..data.sources import source_labels
-        from ..errors import VitxError
 
         labels = source_labels(train)
         chosen = np.arange(len(labels)) if not train_samples or train_samples >= len(labels) else \
