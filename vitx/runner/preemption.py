@@ -434,5 +434,5 @@ class StopRequests:
 
 
 __all__ = ["CTRL_C", "REPEAT_S", "Folder", "Requests", "Stop", "StopRequests", "Waiting", "adopt", "adopted", "check",
-           "command_stops", "continues_with", "doing", "exiting", "on_disk", "parse_signals", "pass_on", "pending", "starting", "stopping",
-           "writing"]
+           "command_stops", "continues_with", "doing", "exiting", "on_disk", "parse_signals", "pass_on", "pending",
+           "starting", "stopping", "writing"]

@@ -147,7 +147,7 @@ def build_trainer(options: dict[str, Any], synthetic: bool = False) -> Any:
     from ..runner import Trainer, build, resolve_config
     from ..runner.loop import epoch_steps
     from ..runner.reporting import make_console
-    from ..runner.threads import fit_threads, training_workers
+    from ..runner.threads import fit_threads
 
     cfg, _ = resolve_config(options, resume=False)
     setup = build(cfg)
@@ -157,8 +157,7 @@ def build_trainer(options: dict[str, Any], synthetic: bool = False) -> Any:
                                              cfg.seed)
     trainer = Trainer(setup, make_console(quiet=True))
     if synthetic:  # the threads for the stream it now trains from (held in memory: on a CPU no workers)
-        setup.record["threads"] = fit_threads(training_workers(trainer.workers, setup.train_source, trainer.views,
-                                                               on_gpu=setup.accelerator.device.type == "cuda"))
+        setup.record["threads"] = fit_threads(trainer.loader_workers(setup.train_source))
     setup.objective.epoch_steps = epoch_steps(setup.train_source, cfg.batch_size)
     setup.objective.on_fit_start(trainer.step_count, cfg.steps)
     return trainer
