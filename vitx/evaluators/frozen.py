@@ -28,8 +28,8 @@ class Frozen:
         self.size = cfg.image_size or int(backbone.patch_embed.img_size[0])
         self.given = start_input(cfg.start, backbone)  # the start's mean, std and interpolation
         self.crop_mode = timm_crop_mode(backbone) if self.given["eval_resize"] == "timm" else "center"
-        self.normalisation = dict(mean=tuple(cfg.mean or self.given["mean"]), std=tuple(cfg.std or self.given["std"]),
-                           interpolation=cfg.interpolation or self.given["interpolation"])
+        self.normalisation = dict(**cfg.mean_std(self.given),
+                                  interpolation=cfg.interpolation or self.given["interpolation"])
         if cfg.mean or cfg.std or cfg.interpolation:
             self.given["source"] = "--mean/--std/--interpolation"
         self.backbone = resize_backbone(backbone, self.size)

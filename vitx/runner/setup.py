@@ -218,10 +218,9 @@ def _backbone(cfg: PretrainConfig, saved: dict[str, Any], resume_from: Path | No
         backbone.set_grad_checkpointing(True)
     if cfg.drop_path > 0:  # (a --model spec's drop_path_rate stays when --drop-path is not given)
         set_drop_path(backbone, cfg.drop_path)
-    given = {k: tuple(v) for k, v in (("mean", cfg.mean), ("std", cfg.std)) if v is not None}  # --mean/--std win
     preprocess = Preprocess(image_size=int(backbone.patch_embed.img_size[0]), crop_scale=cfg.crop_scale,
                             hflip=cfg.hflip, randaugment=cfg.randaugment, random_erasing=cfg.random_erasing,
-                            **{**normal, **given})
+                            **cfg.mean_std(normal))  # --mean/--std win
     return backbone, preprocess
 
 

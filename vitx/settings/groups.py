@@ -90,6 +90,12 @@ class Normalisation:
     mean: list[float] | None = setting(None, "Input normalisation mean, per RGB channel, e.g. 0.485,0.456,0.406 (ImageNet's, which DINO, MAE and DeiT train with).", DATA, shown="the start's: timm's pretrained_cfg, a vitx run's preprocessing, a released DINO checkpoint's, 0.5 for scratch", example="0.5,0.5,0.5", length=3)
     std: list[float] | None = setting(None, "Input normalisation std, per RGB channel, e.g. 0.229,0.224,0.225.", DATA, above=0, shown="the start's", example="0.5,0.5,0.5", length=3)
 
+    def mean_std(self, start: dict[str, Any]) -> dict[str, tuple[float, ...]]:
+        """The input's mean and std: each as given, else the start's (`start` may hold neither: a scratch
+        start's are then Preprocess's own)."""
+        chosen = {k: getattr(self, k) if getattr(self, k) is not None else start.get(k) for k in ("mean", "std")}
+        return {k: tuple(v) for k, v in chosen.items() if v is not None}
+
 
 @dataclass
 class Input(Normalisation):

@@ -81,7 +81,7 @@ def prepare(cfg: TransferConfig, task: Task, splits: TaskSplits | None = None) -
     given = start_input(cfg.start, start)  # the start decides the input; --mean/--std/--interpolation override
     # VTAB preprocessing: the whole image resized to a square (see data/memory.py), decoded once; with --augment
     # each training step crops, flips and augments those squares, seeded per sample as pre-training does
-    preprocess = Preprocess(image_size=size, mean=tuple(cfg.mean or given["mean"]), std=tuple(cfg.std or given["std"]),
+    preprocess = Preprocess(image_size=size, **cfg.mean_std(given),
                             interpolation=cfg.interpolation or given["interpolation"], squash=True,
                             augment=cfg.augment, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
                             randaugment=cfg.randaugment, random_erasing=cfg.random_erasing)
