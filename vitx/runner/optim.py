@@ -113,9 +113,10 @@ def lr_factor(step: int, total: int, warmup: int, schedule: str, start: str = "f
     return floor + (1.0 - floor) * shape
 
 
-def weight_decay_at(step: int, total: int, start: float, end: float) -> float:
-    """The weight decay of the update at 0-based `step` of `total`: DINO's `cosine_scheduler(start, end, ...)`,
-    end + (start − end) · (1 + cos(π · step / total)) / 2, without warm-up."""
+def cosine_from(step: int, total: int, start: float, end: float) -> float:
+    """A value going from `start` to `end` on a cosine, at 0-based `step` of `total`: DINO's
+    `cosine_scheduler(start, end, ...)` without warm-up (utils.py:193-194), end + (start − end) · (1 + cos(π ·
+    step / total)) / 2, never quite `end`. The weight decay's schedule, and DINO's teacher momentum."""
     return end + 0.5 * (start - end) * (1.0 + math.cos(math.pi * step / max(1, total)))
 
 

@@ -17,7 +17,7 @@ from ..data.loader import close
 from ..data.photometry import Params, apply
 from ..errors import VitxError
 from ..runs.rundir import MARKER, step_number
-from .optim import clip_per_parameter, set_weight_decay, weight_decay_at
+from .optim import clip_per_parameter, cosine_from, set_weight_decay
 from .randomness import TRAIN, seed_position
 from .threads import training_workers
 
@@ -132,7 +132,7 @@ class Stepping:
         """The decayed groups' weight decay for the update at 0-based `step` (--weight-decay-end's schedule)."""
         cfg = self.setup.cfg
         end = cfg.weight_decay if cfg.weight_decay_end is None else cfg.weight_decay_end
-        return weight_decay_at(step, cfg.steps, cfg.weight_decay, end)
+        return cosine_from(step, cfg.steps, cfg.weight_decay, end)
 
     def _decide_and_step(self, nonfinite: torch.Tensor) -> torch.Tensor:
         """Skip or apply this update, the same on every process, and agree on stopping and saving after it

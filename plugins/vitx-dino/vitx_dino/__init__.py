@@ -43,6 +43,7 @@ from vitx.objectives.base import HeadFinding
 from vitx.backbones.droppath import set_drop_path
 from vitx.backbones.packing import forward_packed
 from vitx.backbones.stages import forward_tokens, staged
+from vitx.runner.optim import cosine_from
 
 DINO_JITTER = (0.4, 0.4, 0.2, 0.1)  # DINO's ColorJitter(brightness, contrast, saturation, hue), p = 0.8
 LOCAL_FRACTION = 96 / 224  # local crops: 96px beside 224px global crops
@@ -283,8 +284,7 @@ class DINO(Objective):
         """The EMA momentum after optimiser step `step` (0-based): `momentum` → 1 on a cosine over the run, as
         main_dino.py:250's `utils.cosine_scheduler(momentum, 1, epochs, niter_per_ep)` (utils.py:193-194: the
         iteration i of N at 1 + (momentum − 1)(1 + cos(π i / N)) / 2, never quite 1)."""
-        m = self.options["momentum"]
-        return 1.0 + 0.5 * (m - 1.0) * (1.0 + math.cos(math.pi * step / self.steps))
+        return cosine_from(step, self.steps, self.options["momentum"], 1.0)
 
     def on_after_backward(self) -> None:
         if self.step < self.frozen_steps:  # DINO keeps the last layer fixed for the first epoch (`grad = None`)
