@@ -85,20 +85,19 @@ def is_page(path: Path) -> bool:
         return False
 
 
-def replaceable(target: Path, named: str, force: bool = False, folders: list[Path] | None = None) -> None:
+def replaceable(target: Path, named: str, force: bool, folders: list[Path]) -> None:
     """Refuse to write a page over a file that is not one of vitx's pages (a user's own file) unless `force`,
     and over a run's own files (its weights, its records) even then: a page vitx wrote before is what rerunning
     `vitx report` replaces (settings/paths.py: the rule every output file follows). A page is HTML, and a run's
     own report.html is the page of that run alone (`folders`: what the page shows)."""
-    from ..errors import VitxError
     from ..runs.ownership import is_vitx_folder
     from ..settings.paths import writable_file
 
     writable_file(target, named, force, example="report.html", ours=is_page, what="a vitx page")
     if target.suffix.lower() not in (".html", ".htm"):
         raise VitxError(f"{named} {target}: a page is HTML; give a name ending in .html")
-    own = target.name == "report.html" and is_vitx_folder(target.parent)
-    if own and folders is not None and [f.resolve() for f in folders] != [target.parent.resolve()]:
+    if target.name == "report.html" and is_vitx_folder(target.parent) and \
+            [f.resolve() for f in folders] != [target.parent.resolve()]:
         raise VitxError(f"{named} {target} is the page of the run in {target.parent}; write this page elsewhere "
                         "(-o comparison.html)")
 

@@ -86,7 +86,7 @@ def _augmentation(pre: dict[str, Any], views: Any) -> str:
     transfer's VTAB protocol: resized whole), or the one random resized crop."""
     if isinstance(views, list) and views:
         crops = [v for v in views if isinstance(v, dict)]
-        counts = sum(int(v.get("count", 1)) for v in crops if isinstance(v.get("count", 1), int))
+        counts = sum(c for v in crops if isinstance(c := v.get("count", 1), int))
         return f"the objective's {counts} views of each image, each cropped from the whole image (config.json: views)"
     if pre.get("augment") is False:
         return "no augmentation (each image resized whole, as evaluation sees it)"

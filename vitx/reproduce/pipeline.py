@@ -85,8 +85,10 @@ def _pretrainings(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: C
         name, seed, folder = jobs[key]
         tick = time.perf_counter()
         settings = _pretrain_settings(plan, name, seed, folder)
-        resume = RunDir(folder).latest() is not None
-        done_before = _finished(folder, settings["steps"])  # (an earlier call's: timed from its own log below)
+        latest = RunDir(folder).latest()
+        resume = latest is not None
+        # an earlier call's finished run (timed from its own log below) is not started again
+        done_before = resume and step_number(latest) >= settings["steps"]
         if plan.jobs <= 1:
             pretrain(settings, resume=resume, console=console)
         elif not done_before:
@@ -122,12 +124,6 @@ def _start_order(plan: Plan, rows: dict[str, str]) -> list[str]:
         return -spec.steps_in(plan) * spec.cost
 
     return sorted(rows, key=cost)
-
-
-def _finished(run: Path, steps: int) -> bool:
-    """Whether pre-training `run` holds its final checkpoint (so a second call does not start it again)."""
-    latest = RunDir(run).latest()
-    return latest is not None and step_number(latest) >= steps
 
 
 def _key(name: str, seed: int) -> str:
