@@ -266,8 +266,8 @@ def _selection(t: Transfer, figures: bool) -> Html:
     points = _points(t)
     mode = (t.summary or {}).get("selection", {}).get("select") or t.settings.get("select", "")
     first = next(iter(t.results.values()), {})
-    swept = any(r.get("sweep") for r in t.results.values()) or any(_points_on_disk(t, task) for task in t.tasks)
-    if not points or not swept:  # (a suite in progress or stopped: its finished sweep points are on disk)
+    sweeps = {task: (t.results.get(task) or {}).get("sweep") or _points_on_disk(t, task) for task in t.tasks}
+    if not points or not any(sweeps.values()):  # (a suite in progress or stopped: its finished sweep points are on disk)
         how = first.get("selection") or mode
         text = ("No sweep: every final run trains the fixed lr × steps (--no-sweep)." if "fixed" in str(how) else
                 "Closed form: no sweep and no training (few-shot least squares)." if how == "closed form" else
@@ -280,9 +280,7 @@ def _selection(t: Transfer, figures: bool) -> Html:
     rows, values = [], {}
     for task in t.tasks:
         r = t.results.get(task)
-        sweep = {(p["lr"], p["steps"]): p for p in (r or {}).get("sweep") or []}
-        if not sweep:
-            sweep = {(p["lr"], p["steps"]): p for p in _points_on_disk(t, task)}
+        sweep = {(p["lr"], p["steps"]): p for p in sweeps[task]}
         if not sweep:
             continue
         vals = [p["val_top1"] for p in sweep.values()]
