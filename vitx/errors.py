@@ -42,6 +42,15 @@ def write_reason(exc: Exception) -> str:
     return _REASONS.get(code) or (os.strerror(code).lower() if code else "an input/output error")
 
 
+def in_the_way(path: Path | str, exc: OSError) -> VitxError:
+    """A run's own file that cannot be written where it goes (a folder of that name, an immutable file): one
+    line asking to move it aside. A full or read-only disk is raised as it is, for the loop's line, which says
+    what is kept."""
+    if exc.errno in DISK_STATE_ERRNOS:
+        raise exc
+    return VitxError(f"{cannot_write(path, exc)}; move it aside and run the same command again")
+
+
 def cannot_write(path: Path | str, exc: Exception) -> VitxError:
     """A failed write (full disk, read-only folder, a file where a folder should be) as one plain line: these are
     the machine's state, not a bug, and the user can fix them. A file in the way of one of the folders above

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
-from ..errors import DISK_STATE_ERRNOS, VitxError, cannot_write
+from ..errors import in_the_way
 from ..safe_io import atomic_write_text
 from .config import describe_optimisation
 from .threads import describe as describe_threads
@@ -49,9 +49,7 @@ class MetricsLog:
         try:
             self._open(resume_step)
         except OSError as exc:  # a folder of that name, an immutable file: one line, the checkpoints untouched
-            if exc.errno in DISK_STATE_ERRNOS:
-                raise  # (a full disk: the loop says so, with what is kept)
-            raise VitxError(f"{cannot_write(path, exc)}; move it aside and run the same command again") from None
+            raise in_the_way(path, exc) from None
 
     def _open(self, resume_step: int | None) -> None:
         path = self.path

@@ -36,7 +36,7 @@ from typing import Any, Iterator
 from safetensors import SafetensorError, safe_open
 
 from ..safe_io import atomic_write_text, fsync_path, fsync_tree, read_json, save_weights
-from ..errors import DISK_STATE_ERRNOS, VitxError, cannot_write
+from ..errors import VitxError, cannot_write, in_the_way
 from ..settings.paths import RUN_MARK, writable_folder
 
 PREFIX = "step_"
@@ -258,9 +258,7 @@ class RunDir:
                 else:  # the top level mirrors the latest checkpoint: an older step's file must not pass for its own
                     top.unlink()
             except OSError as exc:  # a folder of that name in the way, an immutable file (a full disk: the loop's)
-                if exc.errno in DISK_STATE_ERRNOS:
-                    raise
-                raise VitxError(f"{cannot_write(top, exc)}; move it aside and run the same command again") from None
+                raise in_the_way(top, exc) from None
         if stale:
             fsync_path(self.path)
 
