@@ -124,8 +124,8 @@ SMALL_DINO = "out_dim=256,hidden_dim=32,bottleneck_dim=16,"  # the CPU smoke's h
 # one pre-training seed (3 would triple the pre-trainings; the report's ± is then between transfer seeds only), 3
 # transfer seeds, one lr (0.1, the CPU plan's) instead of the sweep, one checkpoint part-way of MPP (DINO's and
 # MAE's curves left out for time), one seed at the higher resolution. On an H200 (2026-11-27, with DINO's curve
-# point too) it reached the inspection in 535 s and was cut there by the 540 s limit (REPORT-GPU.md); without
-# DINO's curve point (3 transfers) the inspection fits. A second call resumes where one stopped.
+# point too) it reached the inspection in 535 s and was cut there by the 540 s limit; without DINO's curve point
+# it ran to its report in 535.5 s (2026-11-28, REPORT-GPU.md). A second call resumes where one stopped.
 REPRODUCE_SETS = ["pretrain_steps=1500", "pretrain_seeds=[0]", "seeds=[0,1,2]", "transfer_lrs=[0.1]",
                   "hires_seeds=1", "compute_points=[0.3]", 'curve=["mpp"]', "jobs=8"]
 CPU_SMOKE = dict(model="vit-nano/4", image_size=16, batch_size=8, steps=2, save_every=1, warmup_steps=1,

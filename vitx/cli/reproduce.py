@@ -13,7 +13,7 @@ from .options import SET
 
 def reproduce(
     output_dir: str = typer.Option("runs/reproduce", help="Runs, figures, results.json and REPORT.md. A second call resumes."),
-    plan: Optional[str] = typer.Option(None, help="cpu (3 pre-training seeds per row, 3 transfer seeds each: 92 minutes on 2 cores), gpu (vit-ti/4 at 64px, a 16x16 grid, 8 seeds, an lr sweep, 3 pre-training seeds; trimmed to one seed and one lr it reached its last step in 8.9 minutes on one H200, cut there by its time limit: recipes/reproduction/REPORT-GPU.md) or quick (a smoke test; the numbers mean nothing). \\[default: cpu]"),
+    plan: Optional[str] = typer.Option(None, help="cpu (3 pre-training seeds per row, 3 transfer seeds each: 92 minutes on 2 cores), gpu (vit-ti/4 at 64px, a 16x16 grid, 8 seeds, an lr sweep, 3 pre-training seeds; trimmed to one seed and one lr it ran to its report in 8.8 minutes on one H200: recipes/reproduction/REPORT-GPU.md) or quick (a smoke test; the numbers mean nothing). \\[default: cpu]"),
     quick: bool = typer.Option(False, "--quick", help="Same as --plan quick."),
     set_: List[str] = SET,
 ) -> None:

@@ -6,8 +6,8 @@ pre-trainings 63 of them (DINO 17-19 minutes each, MPP 7-8, SimCLR 6-7, supervis
 23 and the 64px fine-tuning 5, and every non-DINO pre-training and transfer the same to the digit as the plan's
 run before it (recipes/reproduction/STUDY.md, "Fitting the plan to 100 minutes"); `GPU` is meant for about 10
 minutes on one H100 (a 27× larger model on a 16×16 grid, more steps at twice the batch, an lr sweep, transfers
-run side by side; trimmed to one pre-training seed and one lr it reached its inspection in 8.9 minutes on an
-H200, where the time limit cut it: REPORT-GPU.md); `QUICK` is the
+run side by side; trimmed to one pre-training seed and one lr it ran to its report in 8.8 minutes on an H200,
+REPORT-GPU.md); `QUICK` is the
 CPU plan with token budgets, for tests. Grids are at least 8×8 tokens: the smallest where masked patch
 prediction has context to predict a patch from.
 """
@@ -159,7 +159,8 @@ GPU = replace(  # run once, trimmed (benchmarks/gpu_acceptance.py), on an H200: 
         # acceptance's reproduction budget (benchmarks/gpu_acceptance.py). Its first run (K 4,096, main_dino.py's
         # optimisation) collapsed (21.4%, REPORT-GPU.md); it now trains as the CPU row, which learns on the same
         # 1,437 digits: K and the teacher temperature fitted to them (1,024 and 0.02), DINO_SMALL's optimisation.
-        # Not yet run on a GPU
+        # Its first GPU run so (H200, 2026-11-28) did not learn either: the teacher uniform by step 336, RankMe
+        # 3.7 → 5.5, transfer 29.4% against scratch's 34.5% (REPORT-GPU.md); refitting it needs GPU minutes
         "dino": Pretraining("dino(hidden_dim=512,bottleneck_dim=128,local_crops=6)", 5e-4, plugin="vitx-dino",
                             steps=500, cost=3.0, settings=dict(DINO_SMALL)),
     },
