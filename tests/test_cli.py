@@ -130,6 +130,21 @@ def test_help_texts_keep_their_square_brackets():
     assert "[class]" in shown and "[default:" in shown
 
 
+def test_a_line_for_people_is_printed_as_written():
+    """`say` (vitx/console.py), what every command's notes and results go through: a user's `[...]` in a path or
+    a name is text, not rich markup, and a line longer than the console is not broken (a path stays one piece)."""
+    import io
+
+    from rich.console import Console
+
+    from vitx.console import say
+
+    out = io.StringIO()
+    line = "start: /data/[train]/[bold]x[/] " + "y" * 150
+    say(Console(file=out, width=40), line)
+    assert out.getvalue() == line + "\n"
+
+
 def test_a_renamed_choice_keeps_its_former_name(tmp_path):
     """The feature "cls-token" was called "backbone": the former name still works wherever it is written (an
     option, --set, a recipe, an older run's transfer.json), is read as the current one when the config is checked

@@ -9,7 +9,8 @@ from .helpers import ROOT
 
 # lowest first; a room may import only rooms on floors below its own
 FLOORS = [
-    ("errors", "hub", "invocation", "lazy"),  # hub: whether the Hugging Face hub can be asked (no vitx imports)
+    ("console", "errors", "hub", "invocation", "lazy"),  # hub: whether the Hugging Face hub can be asked (no vitx
+    # imports); console: where a command's lines for people go, and one line said as written
     ("heads", "plots", "registry", "safe_io", "settings", "spec"),  # safe_io: atomic files, safetensors, no unpickling
     ("backbones", "discovery", "recipe"),
     ("data",),

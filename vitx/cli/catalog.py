@@ -14,6 +14,7 @@ from rich.table import Table
 from .. import discovery as plugin_state
 from ..backbones import BackboneSpec
 from ..registry import ADAPTERS, BACKBONES, KINDS, OBJECTIVES, TASKS
+from ..console import say
 
 
 def _wide() -> Console:
@@ -78,9 +79,9 @@ def objectives(pattern: str = typer.Argument("*", help="fnmatch filter; one name
             _options_table(name, console)
     missing = [name for name in fnmatch.filter(PLUGIN_OBJECTIVES, pattern) if name not in OBJECTIVES.names()]
     if missing:  # a new user's first listing, before `pip install -e plugins/vitx-*`
-        console.print(f"{_listed(missing)} come{'s' if len(missing) == 1 else ''} with vitx's own plugins, not "
-                      f"installed here: pip install {' '.join(f'-e plugins/{PLUGIN_OBJECTIVES[n]}' for n in missing)} "
-                      "(from a vitx checkout)", markup=False, soft_wrap=True)
+        say(console, f"{_listed(missing)} come{'s' if len(missing) == 1 else ''} with vitx's own plugins, not "
+                     f"installed here: pip install {' '.join(f'-e plugins/{PLUGIN_OBJECTIVES[n]}' for n in missing)} "
+                     "(from a vitx checkout)")
 
 
 PLUGIN_OBJECTIVES = {"mae": "vitx-mae", "simclr": "vitx-simclr", "dino": "vitx-dino"}  # plugins/: objective, package

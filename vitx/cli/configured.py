@@ -14,6 +14,7 @@ from ..runner.preemption import continues_with
 from ..runner.config import PretrainConfig
 from ..transfer.config import TransferConfig, with_protocol
 from .options import command
+from ..console import say
 
 
 def _pretrain(options: dict[str, Any], resume: bool, recipe: Optional[str], sets: list[str]) -> None:
@@ -53,7 +54,7 @@ def _evaluation(name: str) -> Any:
 
         stopped = stopped_early(evaluator.cfg.start)
         if stopped:
-            Console().print(stopped, markup=False, soft_wrap=True)
+            say(Console(), stopped)
         results = evaluate(evaluator, each=lambda result: evaluator.table(result, Console()))
         cfg = evaluator.cfg
         if cfg.output:

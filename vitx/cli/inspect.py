@@ -8,6 +8,8 @@ import typer
 from rich.console import Console
 from rich.progress import Progress
 
+from ..console import say
+
 
 def inspect(
     start: str = typer.Argument(..., metavar="CHECKPOINT", help="A vitx run or checkpoint directory, timm:<name>, or scratch (with --model)."),
@@ -47,15 +49,14 @@ def inspect(
                                   components=components, progress=progress, normal=normal)
     pos = result["position_similarity"]
     means = ", ".join(f"{d:.1f}" for d in result["attention_distance"]["layer_mean"])
-    console.print(f"{name}: {result['image_size']}px, {result['grid'][0]}×{result['grid'][1]} patches", soft_wrap=True, markup=False)
-    console.print(f"  position embeddings: same row/column {pos['same_row_or_column']:.3f} vs neither "
-                  f"{pos['neither']:.3f} (gap {pos['row_column_gap']:.3f})", soft_wrap=True, markup=False)
+    say(console, f"{name}: {result['image_size']}px, {result['grid'][0]}×{result['grid'][1]} patches")
+    say(console, f"  position embeddings: same row/column {pos['same_row_or_column']:.3f} vs neither "
+                 f"{pos['neither']:.3f} (gap {pos['row_column_gap']:.3f})")
     filters = result["embedding_filters"]
     if "components_asked" in filters:  # (the filters span no more: D filters of 3·P² pixels)
-        console.print(f"  embedding filters: {len(filters['explained_variance'])} principal components, all the "
-                      f"filters have (--components {components} asked)", soft_wrap=True, markup=False)
+        say(console, f"  embedding filters: {len(filters['explained_variance'])} principal components, all the "
+                     f"filters have (--components {components} asked)")
     fewer = f" (the data holds {result['samples']} of the {samples} asked)" if "samples_asked" in result else ""
-    console.print(f"  mean attention distance by layer (px, {result['samples']} images of {data}{fewer}): {means}",
-                  soft_wrap=True, markup=False)
+    say(console, f"  mean attention distance by layer (px, {result['samples']} images of {data}{fewer}): {means}")
     written = [f for f in FIGURES if (out / f).exists()]
-    console.print(f"wrote {', '.join(written)} and analysis.json → {out}", soft_wrap=True, markup=False)
+    say(console, f"wrote {', '.join(written)} and analysis.json → {out}")

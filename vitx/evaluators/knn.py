@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..console import say
 from ..evaluation import KNN_K, KNN_TEMPERATURE
 from ..evaluation.config import FrozenConfig, Readout
 from ..settings import EVALUATION, setting
@@ -57,13 +58,12 @@ class Knn(Evaluator):
             table.add_column(f"k = {k}", justify="right")
         table.add_row(*(f"{top1:.2%}" for top1 in result["top1"].values()))
         console.print(table)
-        console.print(f"{result['num_classes']} classes, chance {1 / result['num_classes']:.1%}; "
-                      f"{result['train_samples']} train, {result['test_samples']} test images; "
-                      f"T {result['temperature']:g}; {result['feature_dim']}-d features: {result['features']}",
-                      soft_wrap=True, markup=False)
+        say(console, f"{result['num_classes']} classes, chance {1 / result['num_classes']:.1%}; "
+                     f"{result['train_samples']} train, {result['test_samples']} test images; "
+                     f"T {result['temperature']:g}; {result['feature_dim']}-d features: {result['features']}")
         if result.get("k_capped"):  # --k above the train images: the vote used all of them, and says so
-            console.print(f"--k {', '.join(result['k_capped'])}: more than the {result['train_samples']} train "
-                          f"images, so k = {result['train_samples']} (every train image votes)", soft_wrap=True, markup=False)
+            say(console, f"--k {', '.join(result['k_capped'])}: more than the {result['train_samples']} train "
+                         f"images, so k = {result['train_samples']} (every train image votes)")
 
 
 __all__ = ["Knn", "KnnConfig"]

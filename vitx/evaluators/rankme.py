@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..console import say
 from ..evaluation.collapse import label_free  # the figures, beside the rules that read them
 from ..evaluation.config import FrozenConfig
 from . import Evaluator, register_evaluator
@@ -42,12 +43,11 @@ class RankMe(Evaluator):
         return {k: figures[k] for k in ("rankme", "rankme_fraction", "feature_std")}
 
     def table(self, result: dict[str, Any], console: Any) -> None:
-        console.print(f"label-free, {result['data']} from {self.cfg.start}: effective rank (RankMe) "
-                      f"{result['rankme']:.1f} of at most {min(result['images'], result['feature_dim'])} "
-                      f"({result['rankme_fraction']:.1%}); normalised features' s.d. per dimension "
-                      f"{result['feature_std']:.4f} (spread evenly: {result['feature_std_spread']:.4f}, collapsed: 0); "
-                      f"{result['images']} images, {result['feature_dim']}-d {result['features']}", soft_wrap=True,
-                      markup=False)
+        say(console, f"label-free, {result['data']} from {self.cfg.start}: effective rank (RankMe) "
+                     f"{result['rankme']:.1f} of at most {min(result['images'], result['feature_dim'])} "
+                     f"({result['rankme_fraction']:.1%}); normalised features' s.d. per dimension "
+                     f"{result['feature_std']:.4f} (spread evenly: {result['feature_std_spread']:.4f}, collapsed: 0); "
+                     f"{result['images']} images, {result['feature_dim']}-d {result['features']}")
 
 
 __all__ = ["RankConfig", "RankMe", "label_free"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..console import say
 from ..errors import VitxError
 from .records import REPORT
 
@@ -167,7 +168,7 @@ def write_run_page(cfg: Any, console: Any, stopped: BaseException | None = None)
         kind = "stopped" if isinstance(error, (Preempted, Interrupted, Collapsed, KeyboardInterrupt)) else "failed"
         given = (kind, said)
     write_own_page(cfg.output_dir, "run", bool(cfg.curves) and stopped is None,
-                   lambda line: console.print(line, markup=False, soft_wrap=True), given)
+                   lambda line: say(console, line), given)
 
 
 def write_transfer_page(cfg: Any, console: Any, stopped: bool = False) -> None:
@@ -178,7 +179,7 @@ def write_transfer_page(cfg: Any, console: Any, stopped: bool = False) -> None:
 
     if is_main_process():
         write_own_page(cfg.output_dir, "suite", cfg.curves and not stopped,
-                       lambda line: console.print(line, markup=False, soft_wrap=True))
+                       lambda line: say(console, line))
 
 
 __all__ = ["KINDS", "REPORT", "kind_of", "page", "write", "write_own_page", "write_run_page", "write_transfer_page"]

@@ -22,7 +22,7 @@ from ..runs.folder import load_backbone
 from ..plots.series import read_metrics
 from ..runner import pretrain
 from ..runner.launch import process_device
-from ..runner.reporting import make_console
+from ..console import make_console
 from ..runs.ownership import REPRODUCTION, check_output_dir
 from ..runs.rundir import RunDir, mark_run
 from ..transfer import TransferConfig, transfer

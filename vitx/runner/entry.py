@@ -7,7 +7,8 @@ from rich.console import Console
 
 from .loop import Trainer
 from .preemption import doing
-from .reporting import announce, finished, make_console
+from ..console import make_console, say
+from .reporting import announce, finished
 from .setup import build, resolve_config
 from .threads import kept_threads
 
@@ -28,8 +29,7 @@ def pretrain(explicit: dict[str, Any], resume: bool = False, console: Console | 
     if setup.start_step >= cfg.steps:
         if main:
             setup.run.repair()  # the top-level files a kill may have left at an older step
-            console.print(f"{cfg.output_dir} is already complete at step {setup.start_step}; nothing to do",
-                          soft_wrap=True, markup=False)
+            say(console, f"{cfg.output_dir} is already complete at step {setup.start_step}; nothing to do")
             if page and not (setup.run.path / "report.html").exists():  # a stop after its last line took it
                 page(cfg, console)
         return {"step": setup.start_step}

@@ -28,7 +28,8 @@ from .config import default_workers
 from .evaluating import Evaluating, watch_figures
 from .launch import end_run, tracker_kwargs
 from .preemption import StopRequests, Waiting, doing, parse_signals, writing
-from .reporting import MetricsLog, Progress, make_console
+from ..console import make_console
+from .reporting import MetricsLog, Progress
 from .saving import Saving
 from .setup import Setup
 from .stepping import Stepping

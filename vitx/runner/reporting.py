@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
+from ..console import say
 from ..errors import in_the_way
 from ..safe_io import atomic_write_text
 from .config import describe_optimisation
@@ -74,16 +75,6 @@ def _step(line: str) -> int | None:
         return int(json.loads(line)["step"])
     except (ValueError, KeyError, TypeError, OverflowError):
         return None  # a line torn by a kill (or a step of 1e400)
-
-
-def make_console(quiet: bool = False, log_format: str = "auto") -> Console:
-    """A run's report (its header, progress, results) goes to stdout, so `vitx pretrain > log.txt` or `| tee` keep
-    it; errors go to stderr (the CLI prints them itself). In a file or pipe the console is wide enough that a line
-    is not cut. `quiet`: it prints nothing. `log_format` json: stdout is for the JSON progress records alone (one
-    object per line, what `| jq` reads), so the lines for people (header, notes, results, tables) go to stderr."""
-    stderr = log_format == "json"
-    console = Console(quiet=quiet, stderr=stderr)
-    return console if console.is_terminal else Console(quiet=quiet, stderr=stderr, width=max(console.width, 132))
 
 
 SHOWN_FIRST = ("loss", "top1", "lr", "images_per_s", "input_wait")  # the rest of a log step's metrics follow in name order
@@ -174,36 +165,36 @@ def announce(setup: Any, resume: bool, console: Console) -> None:
     src = setup.train_source
     size = f"streamed, {src.num_shards} shard(s)" if hasattr(src, "micro_batches") else f"{len(src)} images"
     what = f"resuming {cfg.output_dir} at step {setup.start_step}" if setup.resumed_from else f"run {cfg.output_dir}"
-    console.print(f"vitx {__version__}: {what} | {cfg.objective} on {cfg.model} ({n_params / 1e6:.2f}M) "
-                  f"| {cfg.data} ({size}, {setup.preprocess.image_size}px) "
-                  f"| {acc.num_processes} process(es) on {acc.device}", soft_wrap=True, markup=False)
+    say(console, f"vitx {__version__}: {what} | {cfg.objective} on {cfg.model} ({n_params / 1e6:.2f}M) "
+                 f"| {cfg.data} ({size}, {setup.preprocess.image_size}px) "
+                 f"| {acc.num_processes} process(es) on {acc.device}")
     if "threads" in setup.record:
-        console.print(describe_threads(setup.record["threads"]), soft_wrap=True)
+        say(console, describe_threads(setup.record["threads"]))
     if getattr(setup.objective, "fitted", None) is not None:  # options chosen from the data, and by whose rule
-        console.print(setup.objective.fitted.line(setup.objective.name), soft_wrap=True)
-    console.print(describe_optimisation(cfg), soft_wrap=True)
+        say(console, setup.objective.fitted.line(setup.objective.name))
+    say(console, describe_optimisation(cfg))
     validation = setup.data_info.get("validation") or {}
     if validation:
-        console.print(f"data: {setup.data_info.get('layout', 'data')}, labels {setup.data_info.get('labels')} | "
-                      f"validation: {validation['how']}", soft_wrap=True, markup=False)
+        say(console, f"data: {setup.data_info.get('layout', 'data')}, labels {setup.data_info.get('labels')} | "
+                     f"validation: {validation['how']}")
     note = getattr(src, "sharding_note", lambda world: None)(acc.num_processes)
     if note:
-        console.print(f"note: {note}", soft_wrap=True, markup=False)
+        say(console, f"note: {note}")
     if resume and setup.resumed_from is None:
-        console.print(f"nothing to resume in {cfg.output_dir}; starting a new run", soft_wrap=True, markup=False)
+        say(console, f"nothing to resume in {cfg.output_dir}; starting a new run")
     start = setup.record.get("start") if setup.resumed_from is None else None
     if isinstance(start, dict):  # --from: where each part of the model came from (runs/continuation.py)
         step = f", step {start['step']}" if start.get("step") is not None else ""
-        console.print(f"start: {start['from']} ({start['kind']}{step})", soft_wrap=True, markup=False)
+        say(console, f"start: {start['from']} ({start['kind']}{step})")
         for part, where in start.get("parts", {}).items():
-            console.print(f"  {part}: {where}", soft_wrap=True, markup=False)
+            say(console, f"  {part}: {where}")
     changed = setup.record.get("lr_changes", [])
     if changed and changed[-1]["step"] == setup.start_step:
-        console.print(f"note: --lr {cfg.lr:g} from step {setup.start_step} (the run had {changed[-1]['from']:g}); "
-                      "the schedule goes on with the new peak (config.json: lr_changes)", soft_wrap=True, markup=False)
+        say(console, f"note: --lr {cfg.lr:g} from step {setup.start_step} (the run had {changed[-1]['from']:g}); "
+                     "the schedule goes on with the new peak (config.json: lr_changes)")
 
 
 def finished(last: dict[str, Any], output_dir: str, console: Console) -> None:
     """The run's last line: the final figures and where the weights are."""
     shown = ", ".join(f"{k} {last[k]:.4g}" for k in ("loss", "top1", "val_loss", "val_top1") if k in last)
-    console.print(f"done: step {last.get('step')}: {shown} → {output_dir}/model.safetensors", soft_wrap=True, markup=False)
+    say(console, f"done: step {last.get('step')}: {shown} → {output_dir}/model.safetensors")

@@ -14,6 +14,7 @@ import torch
 from accelerate import Accelerator
 from safetensors import SafetensorError
 
+from ..console import say
 from ..safe_io import export_state, nonfinite, save_weights, torch_write_failure
 from ..errors import VitxError, cannot_write
 from ..runs.rundir import PREFIX, RunDir, write_weights
@@ -117,7 +118,7 @@ class Saving:
         cfg = self.setup.cfg
         title = f"{Path(cfg.output_dir).name}: {cfg.objective}, {cfg.data}, step {self.step_count}"
         try_draw("curves.png", draw_run, self.setup.run.path, path, title,
-                 warn=lambda line: self.console.print(line, markup=False, soft_wrap=True))
+                 warn=lambda line: say(self.console, line))
 
 
 __all__ = ["Saving", "Together"]

@@ -146,7 +146,7 @@ def build_trainer(options: dict[str, Any], synthetic: bool = False) -> Any:
     benchmarks/train_step.py do."""
     from ..runner import Trainer, build, resolve_config
     from ..runner.loop import epoch_steps
-    from ..runner.reporting import make_console
+    from ..console import make_console
     from ..runner.threads import fit_threads
 
     cfg, _ = resolve_config(options, resume=False)

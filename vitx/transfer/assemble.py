@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from ..adapters import resolve_adapters
+from ..console import say
 from ..safe_io import read_json_object
 from ..errors import VitxError
 from ..tasks import GROUPS
@@ -77,7 +78,7 @@ class Assembler:
     def say(self, line: str) -> None:
         """A line for people, from the main process only (a launch's others assemble the same, silently)."""
         if self.main:
-            self.console.print(line, soft_wrap=True, markup=False)
+            say(self.console, line)
 
     def task_result(self, name: str) -> dict[str, Any] | None:
         """The task's result: read, or assembled and written when all its items are on disk; None before."""
@@ -106,7 +107,7 @@ class Assembler:
             from ..plots import SWEEP, draw_sweep, try_draw  # (a failure is a warning line)
 
             try_draw(SWEEP, draw_sweep, result["sweep"], best, root / SWEEP, f"{name}: sweep on train → val",
-                     warn=lambda line: self.console.print(line, markup=False, soft_wrap=True))
+                     warn=lambda line: say(self.console, line))
         if self.main:
             write_json(root / "result.json", result)
         self.said.add(name)

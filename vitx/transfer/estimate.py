@@ -14,6 +14,7 @@ from rich.table import Table
 
 from ..adapters import resolve_adapters
 from ..backbones import create_backbone
+from ..console import say
 from ..errors import VitxError, first_line
 from ..runs.start import load_start
 from ..spec import parse_spec
@@ -106,18 +107,17 @@ def dry_run(cfg: TransferConfig, tasks: list[Task], folders: dict[str, Path], co
               "tasks": len(tasks), "optimiser_steps": steps, "images": steps * cfg.batch_size}
     per_shard = [{"shard": s, "items": shards.count(s), "optimiser_steps": sum(i.steps for i, x in zip(items, shards)
                                                                              if x == s)} for s in range(ways)]
-    console.print(f"{totals['items']} items ({totals['sweep']} sweep points, {totals['final']} final runs"
-                  + (f", {totals['closed']} closed-form fits" if totals["closed"] else "") + f") on {len(tasks)} "
-                  f"task(s): {steps:,} optimiser steps of {cfg.batch_size} = {totals['images']:,} training images at "
-                  f"{size or 'the start’s'} px", soft_wrap=True)
+    say(console, f"{totals['items']} items ({totals['sweep']} sweep points, {totals['final']} final runs"
+                 + (f", {totals['closed']} closed-form fits" if totals["closed"] else "") + f") on {len(tasks)} "
+                 f"task(s): {steps:,} optimiser steps of {cfg.batch_size} = {totals['images']:,} training images at "
+                 f"{size or 'the start’s'} px")
     if ways > 1:
         label = "shard" if count > 1 else "job"
-        console.print("; ".join(f"{label} {s['shard']}: {s['items']} items, {s['optimiser_steps']:,} steps"
-                                for s in per_shard), soft_wrap=True)
+        say(console, "; ".join(f"{label} {s['shard']}: {s['items']} items, {s['optimiser_steps']:,} steps"
+                                for s in per_shard))
     estimate = _estimate(cfg, start, failed, size, tasks, totals, per_shard, ways, console)
     if count > 1:
-        console.print(f"this process (--shard {cfg.shard}) would run {per_shard[index]['items']} of them",
-                      soft_wrap=True, markup=False)
+        say(console, f"this process (--shard {cfg.shard}) would run {per_shard[index]['items']} of them")
     return {"items": rows, "totals": totals, "shards": per_shard, "estimate": estimate, "selection": mode}
 
 
@@ -136,10 +136,10 @@ def _print_items(rows: list[dict[str, Any]], ways: int, sharded: bool, console: 
 def _estimate(cfg: TransferConfig, start: nn.Module | None, failed: str, size: int | None, tasks: list[Task],
               totals: dict[str, Any], per_shard: list[dict[str, Any]], ways: int, console: Console) -> dict[str, Any]:
     if start is None or size is None:
-        console.print(f"no estimate: the start could not be built here ({failed})", soft_wrap=True, markup=False)
+        say(console, f"no estimate: the start could not be built here ({failed})")
         return {}
     if not totals["images"]:
-        console.print("no training: a closed-form fit per task costs one forward pass over its images", soft_wrap=True)
+        say(console, "no training: a closed-form fit per task costs one forward pass over its images")
         return {}
     timed = measure(cfg, start, size, tasks[0].num_classes if tasks else 10)
     per_image = timed["seconds_per_image"]
@@ -147,15 +147,14 @@ def _estimate(cfg: TransferConfig, start: nn.Module | None, failed: str, size: i
     longest = max(s["optimiser_steps"] for s in per_shard) * cfg.batch_size * per_image / 3600
     unit = "GPU-hours" if timed["gpu"] else "CPU-hours"
     shards = f"; the longest of {ways} {'shards' if cfg.shard else 'jobs'}: {longest:,.1f} h" if ways > 1 else ""
-    console.print(
-        f"estimate: {per_image * 1000:.1f} ms per training image on this machine ({timed['device']}: {timed['steps']} "
+    say(console, f"estimate: {per_image * 1000:.1f} ms per training image on this machine ({timed['device']}: {timed['steps']} "
         f"optimiser steps of {timed['batch']} images at {size} px in {timed['precision']}) → {hours:,.1f} {unit} "
-        f"for the work list{shards}", soft_wrap=True, markup=False)
-    console.print(f"assumes: the time per image measured at batch {timed['batch']} holds at --batch-size "
-                  f"{cfg.batch_size} (a GPU is usually faster per image at a larger batch; more processes on one GPU "
-                  "share it); training steps only (the validation of each sweep point and the test split of each "
-                  "final run add their forward passes); final runs counted at the longest swept steps until the "
-                  "selection chooses; data loading keeping up", soft_wrap=True, markup=False)
+        f"for the work list{shards}")
+    say(console, f"assumes: the time per image measured at batch {timed['batch']} holds at --batch-size "
+                 f"{cfg.batch_size} (a GPU is usually faster per image at a larger batch; more processes on one GPU "
+                 "share it); training steps only (the validation of each sweep point and the test split of each "
+                 "final run add their forward passes); final runs counted at the longest swept steps until the "
+                 "selection chooses; data loading keeping up")
     return {**timed, "hours": hours, "unit": unit, "longest_shard_hours": longest}
 
 

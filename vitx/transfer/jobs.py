@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 from rich.console import Console
 
+from ..console import say
 from ..safe_io import atomic_write_text
 from ..errors import Preempted, SelectionPending, VitxError
 from ..runner.preemption import adopt, pass_on, stopping
@@ -178,10 +179,10 @@ def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console)
     gpus = visible_gpus()
     journal, tally = Journal(Path(cfg.output_dir) / JOURNAL), Tally(mine, done)
     if jobs < cfg.jobs:
-        console.print(f"--jobs {cfg.jobs}: {jobs} job(s), one per item left", soft_wrap=True, markup=False)
+        say(console, f"--jobs {cfg.jobs}: {jobs} job(s), one per item left")
     if not gpus and jobs > cores():
-        console.print(f"warning: {jobs} jobs on {cores()} core(s): they share the cores, each slower than alone "
-                      f"(--jobs {cores()} or fewer runs them side by side)", soft_wrap=True, markup=False)
+        say(console, f"warning: {jobs} jobs on {cores()} core(s): they share the cores, each slower than alone "
+                     f"(--jobs {cores()} or fewer runs them side by side)")
     children: list[subprocess.Popen] = []
     job_of: dict[str, int] = {}  # "host:pid" as the journal names a holder → job
     stop: list[str] = []  # the stop signals received
@@ -193,8 +194,7 @@ def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console)
                 children.append(start_vitx("transfer", recipe, folder / f"job{i}.log", i, jobs, ("--resume",), gpus))
                 job_of[f"{socket.gethostname()}:{children[-1].pid}"] = i
             place = f"GPUs {', '.join(gpus)}" if gpus else f"{max(1, cores() // jobs)} thread(s) each"
-            console.print(f"{jobs} jobs on {len(mine)} item(s) ({place}); logs in {folder}/job<i>.log",
-                          soft_wrap=True, markup=False)
+            say(console, f"{jobs} jobs on {len(mine)} item(s) ({place}); logs in {folder}/job<i>.log")
             while any(p.poll() is None for p in children) and not stop:
                 time.sleep(TICK)  # (a stop signal is forwarded by its handler at once, not after this)
                 _show(journal, job_of, tally, console)
@@ -204,7 +204,7 @@ def run_jobs(cfg: TransferConfig, mine: list[Item], done: Any, console: Console)
     if stop:
         left = [item for item in mine if not done(item)]
         if not left:  # they finished the last items as it came: nothing is left to continue
-            console.print(f"{stop[0]}: the jobs stopped with all {len(mine)} item(s) on disk", soft_wrap=True, markup=False)
+            say(console, f"{stop[0]}: the jobs stopped with all {len(mine)} item(s) on disk")
             return []
         begun = sum(RunDir(item.folder).latest() is not None for item in left)  # (a closed form has none)
         said = {0: "none of them begun", 1: "one of them begun and checkpointed"}.get(
@@ -253,7 +253,7 @@ def _show(journal: Journal, job_of: dict[str, int], tally: Tally, console: Conso
         shown = tally.count(event, key)
         job = job_of.get(holder)
         if job is not None and event != "skipped":
-            console.print(f"{shown} job {job}: {event} {key}", soft_wrap=True, markup=False)
+            say(console, f"{shown} job {job}: {event} {key}")
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ from rich.console import Console
 from ..adapters import resolve_adapters
 from ..errors import VitxError
 from ..runner.launch import is_main_process
-from ..runner.reporting import make_console
+from ..console import make_console, say
 from ..runner.threads import kept_threads
 from ..runs.ownership import TRANSFER, check_output_dir
 from ..runs.rundir import drop_if_unused
@@ -68,7 +68,7 @@ def open_suite(cfg: TransferConfig, tasks: list[Task], folders: dict[str, Path],
                     raise
                 missing.append(f"{task.name} ({exc})")
             else:
-                console.print(f"skipping {task.name}: {exc}", soft_wrap=True, markup=False)
+                say(console, f"skipping {task.name}: {exc}")
                 skipped.append(task.name)
     if missing:
         raise VitxError(f"{len(missing)} of {len(tasks)} tasks have no data: {missing[0]}; ... "
@@ -141,7 +141,7 @@ def transfer(cfg: TransferConfig, resume: bool = False, console: Console | None 
     check_start(cfg)  # a --from that is not there or does not load: one line, before anything is written
     stopped = stopped_early(cfg.start)
     if stopped:
-        console.print(stopped, markup=False, soft_wrap=True)
+        say(console, stopped)
     made = not Path(cfg.output_dir).expanduser().exists()
     wrote = check_suite(cfg, names, joining, begun, folders=folders.values())
     try:
@@ -206,8 +206,8 @@ def _finish(suite: Suite, assembler: Assembler, console: Console) -> dict[str, A
         return summary
     left = [i.key for i in suite.items if not suite.done(i)]
     shown = ", ".join(left[:4]) + (", ..." if len(left) > 4 else "")
-    console.print(f"{len(left)} of the suite's {len(suite.items)} items are not on disk yet ({shown}): the process "
-                  "that finishes the last writes summary.json (or run the suite again with --resume)", soft_wrap=True, markup=False)
+    say(console, f"{len(left)} of the suite's {len(suite.items)} items are not on disk yet ({shown}): the process "
+                 "that finishes the last writes summary.json (or run the suite again with --resume)")
     done = [r for r in (assembler.task_result(t.name) for t in suite.runnable) if r is not None]
     return {"tasks": done, "complete": False, "missing": left}
 

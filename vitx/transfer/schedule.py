@@ -14,6 +14,7 @@ from typing import Any, Callable
 from accelerate.utils import broadcast_object_list
 from rich.console import Console
 
+from ..console import say
 from ..errors import SelectionPending, VitxError
 from ..runner.launch import process_state
 from ..runner.preemption import check
@@ -77,7 +78,7 @@ class Scheduler:
         self.ran: list[Item] = []
 
     def say(self, line: str) -> None:
-        self.console.print(line, soft_wrap=True, markup=False)
+        say(self.console, line)
 
     def run(self) -> list[Item]:
         """Run until this process's items are done or held by others; the items it ran. A lease taken and not

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from rich.console import Console
 
 from .. import __version__
+from ..console import say
 from ..safe_io import read_json_object
 from ..data.draws import classes_unseen, describe_test
 from ..runs.rundir import WEIGHTS
@@ -25,17 +26,17 @@ def open_task_run(cfg: TransferConfig, task: Task, splits: TaskSplits | None,
                   console: Console) -> tuple[Prepared, dict[str, Any]]:
     """The task's prepared splits and start, its header lines, and the settings every file of its result carries."""
     prep = prepare(cfg, task, splits)
-    console.print(f"{task.name}: {len(prep.train)} train + {len(prep.val)} val images, test {describe_test(prep.test, cfg.test_samples)} "
-                  f"({prep.splits.origin}) at {prep.preprocess.image_size}px | from {cfg.start} | "
-                  f"adapters {', '.join(a.describe() for a in prep.adapters)}", soft_wrap=True, markup=False)
+    say(console, f"{task.name}: {len(prep.train)} train + {len(prep.val)} val images, test {describe_test(prep.test, cfg.test_samples)} "
+                 f"({prep.splits.origin}) at {prep.preprocess.image_size}px | from {cfg.start} | "
+                 f"adapters {', '.join(a.describe() for a in prep.adapters)}")
     unseen = classes_unseen(prep.train, task.num_classes)
     if unseen:  # (a data task's draw is refused for it: custom.py; a registered task's N-shot split is the protocol)
-        console.print(f"warning: {task.name}: {len(unseen)} of {task.num_classes} classes have no image among the "
-                      f"{len(prep.train)} training images of --shots {cfg.shots}: the classifier never predicts them (more "
-                      "--shots gives them some)", soft_wrap=True, markup=False)
+        say(console, f"warning: {task.name}: {len(unseen)} of {task.num_classes} classes have no image among the "
+                     f"{len(prep.train)} training images of --shots {cfg.shots}: the classifier never predicts them (more "
+                     "--shots gives them some)")
     pre = prep.preprocess
-    console.print(f"{task.name}: input mean {tuple(round(v, 4) for v in pre.mean)}, std {tuple(round(v, 4) for v in pre.std)}, "
-                  f"{pre.interpolation} ({prep.input_from})", soft_wrap=True, markup=False)
+    say(console, f"{task.name}: input mean {tuple(round(v, 4) for v in pre.mean)}, std {tuple(round(v, 4) for v in pre.std)}, "
+                 f"{pre.interpolation} ({prep.input_from})")
     settings = {"task": task.name, **result_settings(cfg), "vitx_version": __version__,
                 "source": prep.splits.source, "synthetic": prep.splits.synthetic,
                 "input": {"mean": list(prep.preprocess.mean), "std": list(prep.preprocess.std),
@@ -44,14 +45,13 @@ def open_task_run(cfg: TransferConfig, task: Task, splits: TaskSplits | None,
                 **test_record(prep.test, cfg.seed),  # the same images as `vitx eval --test-samples` with that seed
                 "protocol_settings": protocol_origins(cfg)}  # the settings --protocol filled, and from where
     if settings["protocol_settings"]:
-        console.print(f"{task.name}: --protocol {cfg.protocol}: {describe_origins(settings['protocol_settings'])}",
-                      soft_wrap=True, markup=False)
+        say(console, f"{task.name}: --protocol {cfg.protocol}: {describe_origins(settings['protocol_settings'])}")
     counts = settings["parameters"]
-    console.print(f"{task.name}: trains {counts['trainable']:,} of {counts['total']:,} parameters", soft_wrap=True, markup=False)
+    say(console, f"{task.name}: trains {counts['trainable']:,} of {counts['total']:,} parameters")
     record = prep.splits.record
     if record is not None:  # how the splits were made: a data task's draw, a VTAB task's definition
         shown = describe_record(record) if task.data is not None else f"splits {record['definition']}"
-        console.print(f"{task.name}: labels {task.label}; {shown}", soft_wrap=True, markup=False)
+        say(console, f"{task.name}: labels {task.label}; {shown}")
         settings["splits"] = record
     return prep, settings
 
@@ -139,7 +139,7 @@ class Worker:
                                                  "selection": selection, "chosen": {"lr": lr, "steps": steps}},
                            curves=self.cfg.curves and item.index == 0)
         limit = len(prep.test)  # --test-samples drew them already (data/draws.py: one rule, eval's too)
-        self.console.print(f"{item.task}: evaluating on {describe_test(prep.test, self.cfg.test_samples)} test images", soft_wrap=True, markup=False)
+        say(self.console, f"{item.task}: evaluating on {describe_test(prep.test, self.cfg.test_samples)} test images")
         tested = fitted.trainer.evaluate(prep.test, limit=limit, prefix="test_")
         if fitted.trainer.setup.ema is not None:  # --ema-decay: the average of the weights, tested beside them
             tested.update(fitted.trainer.evaluate(prep.test, limit=limit, prefix="ema_test_",
@@ -159,7 +159,7 @@ class Worker:
                   "selection": "closed form", **metrics, "seconds": time.perf_counter() - began}
         confirm()
         write_json(item.marker, result)
-        self.console.print(f"{task.name}: test top-1 {result['test_top1']:.2%} (closed form)", soft_wrap=True, markup=False)
+        say(self.console, f"{task.name}: test top-1 {result['test_top1']:.2%} (closed form)")
 
 
 __all__ = ["Worker", "open_task_run"]
