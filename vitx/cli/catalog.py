@@ -13,8 +13,8 @@ from rich.table import Table
 
 from .. import discovery as plugin_state
 from ..backbones import BackboneSpec
-from ..registry import ADAPTERS, BACKBONES, KINDS, OBJECTIVES, TASKS
 from ..console import say
+from ..registry import ADAPTERS, BACKBONES, KINDS, OBJECTIVES, TASKS
 
 
 def _wide() -> Console:

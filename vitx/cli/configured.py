@@ -9,12 +9,12 @@ from typing import Any, Optional
 
 import typer
 
+from ..console import say
 from ..recipe import resolve
 from ..runner.preemption import continues_with
 from ..runner.config import PretrainConfig
 from ..transfer.config import TransferConfig, with_protocol
 from .options import command
-from ..console import say
 
 
 def _pretrain(options: dict[str, Any], resume: bool, recipe: Optional[str], sets: list[str]) -> None:
