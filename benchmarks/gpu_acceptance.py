@@ -4,6 +4,7 @@
     bash benchmarks/gpu_acceptance.sh --only reproduce       # the GPU reproduction, trimmed (a loan of its own)
     bash benchmarks/gpu_acceptance.sh --only engines         # FSDP and DeepSpeed resumed exactly (passed 2026-11-26)
     bash benchmarks/gpu_acceptance.sh --only speed           # vitx bench alone, under FSDP and under DeepSpeed
+    bash benchmarks/gpu_acceptance.sh --only dino-row        # the GPU plan's DINO row refitted (a loan's command)
     python benchmarks/gpu_acceptance.py --dry-run            # print every command and its time limit; check them
     python benchmarks/gpu_acceptance.py --dry-run --cpu-smoke   # ... and run each one CPU-sized, in seconds
 
@@ -26,6 +27,8 @@ so the work is in groups, each one command under 10 minutes, the steps of a grou
   speed        bench, then engine-speed: the same bench under `accelerate launch` with FSDP (bf16 parameters) and
                DeepSpeed ZeRO-2 (bf16 weights with an fp32 master, what gave the plain loop +12%): whether an
                engine Accelerate drives already gives vitx's step what bf16 weights gave the plain loop
+  dino-row     the GPU plan's DINO row, which did not learn on an H200, refitted three ways side by side, each
+               transferred as the reproduction transfers (benchmarks/dino_row.py: about 7 minutes)
   reproduce    `vitx reproduce --plan gpu` trimmed by --set to about 9 minutes: one pre-training seed (3 would
                triple the pre-trainings), 3 transfer seeds, one lr, MPP's compute curve at 0.3
   engines      FSDP (1 GPU, full state dict) and DeepSpeed ZeRO-2 through `accelerate launch --config_file
@@ -133,7 +136,7 @@ CPU_SMOKE = dict(model="vit-nano/4", image_size=16, batch_size=8, steps=2, save_
                  precision="no", workers=0)
 DETERMINISTIC = HERE / "deterministic_plugin.py"
 GROUPS = {"measure": ("mfu", "variants", "dino", "bench"), "reproduce": ("reproduce",),
-          "engines": ("fsdp", "deepspeed"), "speed": ("bench", "engine-speed")}
+          "engines": ("fsdp", "deepspeed"), "speed": ("bench", "engine-speed"), "dino-row": ("dino-row",)}
 DEADLINE_S = 575  # a group's command, under the device tool's 10 minutes with the installs (9 s from wheels) before it
 
 
@@ -209,6 +212,10 @@ def plan(out: Path) -> list[Step]:
         Step("reproduce", 565, "the GPU reproduction plan, trimmed",
              [[PY, "-m", "vitx", "reproduce", "--plan", "gpu", "--output-dir", str(out / "reproduce"),
                *[a for s in REPRODUCE_SETS for a in ("--set", s)]]]),
+        # the GPU plan's DINO row did not learn on an H200 (2026-11-28, REPORT-GPU.md): three refits side by side,
+        # each transferred as the reproduction transfers, beside scratch (benchmarks/dino_row.py)
+        Step("dino-row", 540, "the GPU plan's DINO row refitted: 3 variants side by side, each transferred 3 times",
+             [[PY, str(HERE / "dino_row.py"), "--output-dir", str(out / "dino-row")]]),
     ]
     for engine in ("fsdp", "deepspeed"):
         config, runs = out / f"{engine}.yaml", out / engine
@@ -286,6 +293,8 @@ def validate(out: Path, steps: list[Step], cpu_smoke: bool) -> None:
             cmd = [PY, "-m", "vitx", "--plugin", str(DETERMINISTIC), "pretrain",
                    *flags({**RESUME_RUN, **CPU_SMOKE, "output_dir": str(smoke)}), *(["--resume"] if resume else [])]
             subprocess.run(cmd, cwd=ROOT, check=True, timeout=300)
+    if "dino-row" in names:  # every variant's settings through the pipeline, CPU-sized
+        in_process(["dino_row.py", "--cpu-smoke", "--output-dir", str(out / "dino-row-smoke")], HERE / "dino_row.py")
     if "engine-speed" in names:  # FSDP and DeepSpeed need a GPU (Accelerate refuses FSDP without one)
         print("cpu-smoke: engine-speed needs a GPU: its bench options were checked with the bench step's", flush=True)
     print(f"cpu-smoke: {', '.join(s.name for s in steps if s.name not in ('reproduce', 'engine-speed'))} ran "

@@ -2,6 +2,8 @@
 would run on a GPU, the Accelerate config files it generates, its options (validated by vitx itself), and with
 --cpu-smoke the measurements run CPU-sized."""
 import importlib.util
+import json
+import math
 import shlex
 import sys
 
@@ -23,13 +25,19 @@ def _commands(printed: str) -> list[list[str]]:
     return [shlex.split(line.strip()[2:]) for line in printed.splitlines() if line.strip().startswith("$ ")]
 
 
+def _dry_run(monkeypatch, capsys, out, *args):
+    """The script's dry run (`args`: --cpu-smoke, --only ...) into `out`, in this process: the module and what it
+    printed."""
+    monkeypatch.setattr(sys, "argv", ["gpu_acceptance.py", "--dry-run", *args, "--output-dir", str(out)])
+    module = _acceptance(monkeypatch)
+    module.main()
+    return module, capsys.readouterr().out
+
+
 def test_gpu_acceptance_measurements_dry_run_and_cpu_smoke(tmp_path, monkeypatch, capsys):
     """The default group (one device command): each command printed, its options checked, and each run CPU-sized."""
     out = tmp_path / "acceptance"
-    monkeypatch.setattr(sys, "argv", ["gpu_acceptance.py", "--dry-run", "--cpu-smoke", "--output-dir", str(out)])
-    module = _acceptance(monkeypatch)
-    module.main()
-    printed = capsys.readouterr().out
+    module, printed = _dry_run(monkeypatch, capsys, out, "--cpu-smoke")
     mfu, variants, folder, *dino, bench, bench_cpu = _commands(printed)
     assert mfu[1].endswith("benchmarks/train_step.py") and mfu[mfu.index("--sides") + 1] == \
         "vitx,vitx+compile,plain,plain+compile" and mfu[mfu.index("--model") + 1] == "vit-b/16"
@@ -59,11 +67,7 @@ def test_gpu_acceptance_measurements_dry_run_and_cpu_smoke(tmp_path, monkeypatch
 
 def test_gpu_acceptance_reproduction_and_engines_each_fit_one_device_command(tmp_path, monkeypatch, capsys):
     out = tmp_path / "acceptance"
-    monkeypatch.setattr(sys, "argv", ["gpu_acceptance.py", "--dry-run", "--only", "reproduce,engines",
-                                      "--output-dir", str(out)])
-    module = _acceptance(monkeypatch)
-    module.main()
-    printed = capsys.readouterr().out
+    module, printed = _dry_run(monkeypatch, capsys, out, "--only", "reproduce,engines")
     commands = _commands(printed)
     assert len(commands) == 7  # the reproduction, 3 per engine
     assert {s.name: s.budget_s for s in module.plan(out)}["reproduce"] <= module.DEADLINE_S
@@ -95,11 +99,7 @@ def test_gpu_acceptance_speed_group_benches_the_user_run_under_each_engine(tmp_p
     """`--only speed`: the user's `vitx bench` alone, then the same flags under `accelerate launch` with each
     engine's generated config, each writing its own figures (the summary compares them with the run alone)."""
     out = tmp_path / "acceptance"
-    monkeypatch.setattr(sys, "argv", ["gpu_acceptance.py", "--dry-run", "--cpu-smoke", "--only", "speed",
-                                      "--output-dir", str(out)])
-    module = _acceptance(monkeypatch)
-    module.main()
-    printed = capsys.readouterr().out
+    module, printed = _dry_run(monkeypatch, capsys, out, "--cpu-smoke", "--only", "speed")
     bench, _cpu, fsdp, deepspeed = _commands(printed)
     alone = bench[bench.index("bench") + 1:bench.index("--profile")]
     for engine, cmd in (("fsdp", fsdp), ("deepspeed", deepspeed)):
@@ -108,3 +108,34 @@ def test_gpu_acceptance_speed_group_benches_the_user_run_under_each_engine(tmp_p
         assert cmd[-2:] == ["--output", str(out / f"bench-{engine}.json")]
     assert sum(s.budget_s for s in module.selected(module.plan(out), "speed")) <= 230  # beside the reproduction
     assert "cpu-smoke: engine-speed needs a GPU" in printed and "cpu-smoke: bench ran CPU-sized" in printed
+
+
+def test_dino_row_refit_runs_each_variant_through_the_pipeline_and_tabulates_it(tmp_path, monkeypatch, capsys):
+    """`--only dino-row`: the GPU plan's DINO row refitted three ways (benchmarks/dino_row.py), each pre-trained
+    and transferred by the reproduction's own pipeline; CPU-sized, the table has scratch and each variant with its
+    figures read from its run, and the GPU-sized variants are the ones its docstring names."""
+    out = tmp_path / "acceptance"
+    module, printed = _dry_run(monkeypatch, capsys, out, "--cpu-smoke", "--only", "dino-row")
+    (command,) = _commands(printed)
+    assert command[1].endswith("benchmarks/dino_row.py") and command[-1] == str(out / "dino-row")
+    assert module.selected(module.plan(out), "dino-row")[0].budget_s <= module.DEADLINE_S
+    rows = json.loads((out / "dino-row-smoke" / "dino-row.json").read_text())
+    assert [r["start"] for r in rows] == ["scratch", "b128x1000", "cpu-head", "lr1e-3"]
+    for row in rows[1:]:
+        assert row["steps"] == 2 and row["loss"][0] > row["loss"][1] > 0 and 0 < row["knn"][0] <= 1
+        assert row["out_dim"] == 256 and row["teacher_entropy"] < math.log(256)
+        assert len(row["seeds"]) == 1 and row["test_top1"] == row["seeds"][0] and 0 <= row["test_top1"] <= 1
+    table = (out / "dino-row-smoke" / "dino-row.md").read_text()
+    assert table.count("\n") == 2 + len(rows) and "| lr1e-3 | 2 × 8, 0.001 |" in table
+
+    spec = importlib.util.spec_from_file_location("dino_row", ROOT / "benchmarks" / "dino_row.py")
+    dino_row = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dino_row)
+    gpu = dino_row.trial_plan(cpu_smoke=False)
+    row = dino_row.ROW
+    shapes = {name: (p.steps_in(gpu), p.settings.get("batch_size", gpu.batch_size), p.lr, p.objective)
+              for name, p in gpu.pretrainings.items()}
+    assert shapes == {"b128x1000": (1000, 128, row.lr, row.objective), "lr1e-3": (500, 256, 1e-3, row.objective),
+                      "cpu-head": (1000, 128, row.lr, "dino(hidden_dim=256,bottleneck_dim=64,local_crops=4)")}
+    assert gpu.model == "vit-ti/4" and gpu.image_size == 64 and gpu.seeds == [0, 1, 2] and gpu.jobs == 8
+    assert all(p.settings["monitor_every"] == p.steps_in(gpu) // 4 for p in gpu.pretrainings.values())

@@ -76,7 +76,7 @@ def _pretrain_settings(plan: Plan, name: str, seed: int, run: Path) -> dict[str,
             "seed": seed, **monitor, **alone, **spec.settings}
 
 
-def _pretrainings(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: Console) -> dict[str, dict[str, Any]]:
+def pretrain_rows(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: Console) -> dict[str, dict[str, Any]]:
     """Run pre-trainings (key → (name, seed, run folder)): in this process one after the other (`plan.jobs` 1),
     else `plan.jobs` at a time as `vitx pretrain` processes with the cores shared out (one thread each on 2
     cores: a run on one thread repeats bit for bit, STUDY.md), the costliest first. A finished run is kept; a
@@ -158,7 +158,9 @@ def _available(plan: Plan, console: Console) -> dict[str, Pretraining]:
     return chosen
 
 
-def _transfer_settings(plan: Plan, start: str, out: Path, seed: int, **changes: Any) -> dict[str, Any]:
+def transfer_settings(plan: Plan, start: str, out: Path, seed: int, **changes: Any) -> dict[str, Any]:
+    """The plan's low-data transfer from `start` (a run folder, a checkpoint or "scratch") with `seed`, into
+    `out`, as `vitx transfer` settings; `changes` over them (the higher resolution's)."""
     settings = dict(task=plan.task, start=start, model=plan.model if start == "scratch" else None,
                     shots=plan.shots, image_size=plan.image_size, batch_size=plan.transfer_batch,
                     lrs=list(plan.transfer_lrs), sweep_steps=list(plan.transfer_steps), test_samples=plan.test_samples,
@@ -168,7 +170,7 @@ def _transfer_settings(plan: Plan, start: str, out: Path, seed: int, **changes: 
     return {**settings, **changes}
 
 
-def _transfers(jobs: dict[str, dict[str, Any]], parallel: int, console: Console) -> dict[str, dict[str, Any]]:
+def transfer_runs(jobs: dict[str, dict[str, Any]], parallel: int, console: Console) -> dict[str, dict[str, Any]]:
     """Run transfer jobs (name → TransferConfig settings): in this process one after the other, or `parallel` at
     a time as `vitx transfer` processes (small models leave most of a GPU idle; each gets its share of the cores
     and of the GPUs: transfer/jobs.py)."""
@@ -283,7 +285,7 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
                                                              for _, _, r in pretrainings.values())}
 
     console.rule("1/4 pre-training")
-    trained = _pretrainings(plan, pretrainings, console)
+    trained = pretrain_rows(plan, pretrainings, console)
     for name in chosen:
         runs = {str(seed): trained[_key(name, seed)] for seed in plan.pretrain_seeds}
         results["pretrain"][name] = {**runs[str(plan.pretrain_seeds[0])], "runs": {
@@ -303,9 +305,9 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
                 raise VitxError(f"{key}'s checkpoint at step {step} is missing ({checkpoint}), so its compute "
                                 f"curve cannot be transferred; remove {run} to pre-train it again")
             starts[f"{key}@{step}"] = (str(checkpoint), f"{name}@{step}", seed)
-    jobs = {f"{start}-seed{seed}": _transfer_settings(plan, where, out / "transfer" / f"{start}-seed{seed}", seed)
+    jobs = {f"{start}-seed{seed}": transfer_settings(plan, where, out / "transfer" / f"{start}-seed{seed}", seed)
             for start, (where, _, _) in starts.items() for seed in plan.seeds}
-    done = _transfers(jobs, plan.jobs, console)
+    done = transfer_runs(jobs, plan.jobs, console)
     for start, (_, row, pretrain_seed) in starts.items():
         table = results["compute"] if "@" in row else results["transfer"]
         table.setdefault(row, []).extend({**done[f"{start}-seed{seed}"], "seed": seed, "pretrain_seed": pretrain_seed}
@@ -318,11 +320,11 @@ def reproduce(out_dir: str | Path = "runs/reproduce", plan: Plan = CPU, console:
     first = [r for r in results["transfer"]["supervised"] if r["pretrain_seed"] == plan.pretrain_seeds[0]]
     for seed, low in list(zip(plan.seeds, first))[:plan.hires_seeds]:
         chosen_run = low["chosen"]  # the same lr and steps as the run at the pre-training resolution
-        hires[str(seed)] = _transfer_settings(plan, starts[_key("supervised", plan.pretrain_seeds[0])][0],
+        hires[str(seed)] = transfer_settings(plan, starts[_key("supervised", plan.pretrain_seeds[0])][0],
                                               out / "hires" / f"seed{seed}", seed,
                                               image_size=plan.hires, sweep=False, lr=chosen_run["lr"],
                                               steps=chosen_run["steps"])
-    results["hires"] = _transfers(hires, plan.jobs, console)
+    results["hires"] = transfer_runs(hires, plan.jobs, console)
     # a partial report now, so that a stop during the inspection (a GPU loan's time limit) still leaves one
     _write(results, out, began, plan, console, partial="stopped before step 4/4, inspecting the backbones")
 
@@ -360,4 +362,4 @@ def _write(results: dict[str, Any], out: Path, began: float, plan: Plan, console
     return results
 
 
-__all__ = ["reproduce"]
+__all__ = ["pretrain_rows", "reproduce", "transfer_runs", "transfer_settings"]

@@ -1,0 +1,159 @@
+"""The GPU plan's DINO row, refitted on a GPU (not a test): variants of the row pre-trained side by side and each
+transferred as the reproduction transfers, beside scratch, in one table.
+
+    bash benchmarks/gpu_acceptance.sh --only dino-row             # on one GPU: about 7 minutes
+    python benchmarks/dino_row.py --cpu-smoke --output-dir DIR    # every variant CPU-sized, in seconds (the suite)
+
+Why: on an H200 (2026-11-28, recipes/reproduction/REPORT-GPU.md) the GPU plan's DINO row, trained as the CPU row
+that learns (K 1,024, teacher temperature 0.02, DINO_SMALL's optimisation) but for 500 steps of batch 256 on
+vit-ti/4 at 64px, did not learn: the teacher uniform by step 336, RankMe 3.7 → 5.5 of 192, transfer 29.4%
+against scratch's 34.5%. On the CPU the row passed scratch only between 250 and 500 steps of batch 128 and was
++15 points at 1,000 (recipes/reproduction/DINO.md). The variants, each one change from the row or from the CPU
+row, cheapest question first:
+  b128x1000   the CPU row's 1,000 steps of batch 128: the same images as the row's 500 × 256, twice the updates
+  cpu-head    the same, with the CPU row's head and crops too (hidden 256, bottleneck 64, 4 local crops)
+  lr1e-3      the row's 500 × 256 at 1e-3: the CPU row's lr per image (5e-4 at batch 128)
+Each runs with the representation monitor (kNN and few-shot on the digits) at a quarter of its steps, so the
+collapse watch judges it by accuracy against step 0 as well as by RankMe. The runs, the pipeline's own
+(`vitx.reproduce.pipeline`: the same settings, side by side as the reproduction starts them), go under
+--output-dir; the table goes to dino-row.md and dino-row.json there (and to $OUT when it is set).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from vitx.console import make_console, say
+from vitx.reproduce.claims import start_stats
+from vitx.reproduce.pipeline import pretrain_rows, transfer_runs, transfer_settings
+from vitx.reproduce.plan import GPU, Plan, Pretraining
+from vitx.spec import parse_spec
+
+ROW = GPU.pretrainings["dino"]
+CPU_HEAD = "dino(hidden_dim=256,bottleneck_dim=64,local_crops=4)"  # the CPU plan's row (vitx/reproduce/plan.py)
+
+
+def monitored(steps: int) -> dict[str, Any]:
+    """The representation monitor at a quarter of the run's steps: the watch's accuracy against step 0."""
+    return {"monitor": GPU.monitor, "monitor_every": max(1, steps // 4)}
+
+
+def variants(batch_128: int = 128) -> dict[str, Pretraining]:
+    """The variants (name → pre-training), each one change from the GPU plan's DINO row or from the CPU row."""
+    small_batch = {**ROW.settings, "batch_size": batch_128}
+    return {
+        "b128x1000": replace(ROW, steps=1000, settings={**small_batch, **monitored(1000)}),
+        "cpu-head": replace(ROW, objective=CPU_HEAD, steps=1000, cost=ROW.cost * 0.8,
+                            settings={**small_batch, **monitored(1000)}),
+        "lr1e-3": replace(ROW, lr=1e-3, settings={**ROW.settings, **monitored(ROW.steps)}),
+    }
+
+
+def trial_plan(cpu_smoke: bool) -> Plan:
+    """The GPU plan with the variants as its rows, trimmed as the GPU acceptance trims it (one pre-training seed, 3
+    transfer seeds, one lr); with `cpu_smoke`, CPU-sized: every setting path runs, in seconds."""
+    if not cpu_smoke:
+        return replace(GPU, pretrainings=variants(), pretrain_seeds=[0], seeds=[0, 1, 2], transfer_lrs=[0.1],
+                       curve=[], jobs=8)
+    def small(objective: str) -> str:  # a head that costs nothing, the variant's crops
+        crops = parse_spec(objective)[1].get("local_crops", 6)
+        return f"dino(out_dim=256,hidden_dim=32,bottleneck_dim=16,local_crops={crops})"
+
+    smoke = {name: replace(p, objective=small(p.objective), steps=2,
+                           settings={**p.settings, "monitor_every": 2, "workers": 0,
+                                     **({"batch_size": 8} if "batch_size" in p.settings else {})})
+             for name, p in variants().items()}
+    return replace(GPU, model="vit-nano/4", image_size=16, batch_size=8, precision="no", pretrainings=smoke,
+                   pretrain_seeds=[0], seeds=[0], transfer_lrs=[0.1], transfer_steps=[2], transfer_batch=16,
+                   shots=40, test_samples=64, curve=[], jobs=1)
+
+
+def _records(run: Path) -> list[dict[str, Any]]:
+    """A run's metrics.jsonl lines as written (the watch's findings included)."""
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _first_last(records: list[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
+    values = [r[key] for r in records if isinstance(r.get(key), (int, float))]
+    return (values[0], values[-1]) if values else (None, None)
+
+
+def summarise(plan: Plan, runs: dict[str, Path], transfers: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per start: its pre-training's figures (loss, the teacher's entropy against log K, RankMe and the
+    monitor's kNN at step 0 and at the end, the watch's findings) and its transfer's mean ± s.e."""
+    test_samples = int(transfers["scratch"][0].get("test_samples") or plan.test_samples)
+    rows = []
+    for start, done in transfers.items():
+        stats = start_stats(done, test_samples)
+        row: dict[str, Any] = {"start": start, "test_top1": stats["mean"], "stderr": stats["stderr"],
+                               "seeds": [r["test_top1"] for r in done]}
+        if start in runs:
+            spec, records = plan.pretrainings[start], _records(runs[start])
+            config = json.loads((runs[start] / "config.json").read_text())
+            out_dim = (config.get("objective") or {}).get("options", {}).get("out_dim")  # K, fitted to the data
+            row.update(objective=spec.objective, lr=spec.lr, steps=spec.steps_in(plan),
+                       batch=spec.settings.get("batch_size", plan.batch_size),
+                       loss=_first_last(records, "loss"), rankme=_first_last(records, "rankme"),
+                       knn=_first_last(records, "monitor_knn"),
+                       teacher_entropy=_first_last(records, "teacher_entropy")[1], out_dim=out_dim,
+                       watch=[w.get("line", w.get("kind")) for r in records for w in r.get("watch", [])],
+                       images_per_s=_first_last(records, "images_per_s")[1])
+        rows.append(row)
+    return rows
+
+
+def _shown(pair: tuple[float | None, float | None], fmt: str) -> str:
+    first, last = pair
+    return "—" if first is None else f"{format(first, fmt)} → {format(last, fmt)}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a Markdown table, scratch first."""
+    lines = ["| start | steps × batch, lr | loss | teacher entropy (end) | RankMe | monitor kNN | transfer top-1 "
+             "(mean ± s.e.) | watch |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["start"] == "scratch":
+            lines.append(f"| scratch | — | — | — | — | — | {r['test_top1']:.2%} ± {r['stderr']:.2%} | — |")
+            continue
+        entropy = r["teacher_entropy"]
+        log_k = math.log(r["out_dim"]) if r.get("out_dim") else None
+        shown = "—" if entropy is None else f"{entropy:.3f}" + (f" of {log_k:.3f}" if log_k else "")
+        lines.append(f"| {r['start']} | {r['steps']} × {r['batch']}, {r['lr']:g} | {_shown(r['loss'], '.3f')} | "
+                     f"{shown} | {_shown(r['rankme'], '.1f')} | {_shown(r['knn'], '.1%')} | "
+                     f"{r['test_top1']:.2%} ± {r['stderr']:.2%} | {'; '.join(r['watch']) or 'nothing said'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--output-dir", default="runs/gpu-acceptance/dino-row")
+    ap.add_argument("--cpu-smoke", action="store_true", help="every variant CPU-sized, in seconds")
+    args = ap.parse_args(argv)
+    out, plan, console = Path(args.output_dir), trial_plan(args.cpu_smoke), make_console()
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = {name: (name, 0, out / f"pretrain-{name}") for name in plan.pretrainings}
+    pretrain_rows(plan, jobs, console)
+    starts = {"scratch": "scratch", **{name: str(run) for name, (_, _, run) in jobs.items()}}
+    settings = {f"{start}-seed{seed}": transfer_settings(plan, where, out / "transfer" / f"{start}-seed{seed}", seed)
+                for start, where in starts.items() for seed in plan.seeds}
+    done = transfer_runs(settings, plan.jobs, console)
+    transfers = {start: [done[f"{start}-seed{seed}"] for seed in plan.seeds] for start in starts}
+    rows = summarise(plan, {name: run for name, (_, _, run) in jobs.items()}, transfers)
+    (out / "dino-row.json").write_text(json.dumps(rows, indent=1))
+    (out / "dino-row.md").write_text(table(rows))
+    say(console, table(rows))
+    if os.environ.get("OUT"):
+        for name in ("dino-row.md", "dino-row.json"):
+            shutil.copy(out / name, Path(os.environ["OUT"]) / name)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
