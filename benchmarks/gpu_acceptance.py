@@ -53,6 +53,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -271,9 +272,16 @@ def validate(out: Path, steps: list[Step], cpu_smoke: bool) -> None:
     print(f"options: pretrain and bench valid; reproduce plan gpu with {' '.join(REPRODUCE_SETS)}: "
           f"{trimmed.pretrain_steps} steps, pre-training seeds {trimmed.pretrain_seeds}, seeds {trimmed.seeds}",
           flush=True)
+    names = {s.name for s in steps}
+    if "dino-row" in names:  # each GPU-sized variant's `vitx pretrain` settings, as the pipeline writes them
+        from vitx.reproduce.pipeline import pretrain_settings
+
+        trial = _script("dino_row").trial_plan(cpu_smoke=False).validate()
+        for name in trial.pretrainings:
+            resolve_config(pretrain_settings(trial, name, 0, out / "check" / name), resume=False)
+        print(f"options: dino-row's variants valid ({', '.join(trial.pretrainings)})", flush=True)
     if not cpu_smoke:
         return
-    names = {s.name for s in steps}
     if names & {"mfu", "variants"}:
         sides = [s for s in (MFU_SIDES.split(",") if "mfu" in names else []) if "compile" not in s]
         sides = ",".join(dict.fromkeys(sides + (CPU_VARIANT_SIDES.split(",") if "variants" in names else [])))
@@ -299,6 +307,16 @@ def validate(out: Path, steps: list[Step], cpu_smoke: bool) -> None:
         print("cpu-smoke: engine-speed needs a GPU: its bench options were checked with the bench step's", flush=True)
     print(f"cpu-smoke: {', '.join(s.name for s in steps if s.name not in ('reproduce', 'engine-speed'))} ran "
           "CPU-sized", flush=True)
+
+
+def _script(name: str) -> Any:
+    """A benchmark script of this folder as a module (benchmarks/ is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def in_process(argv: list[str], script: Path) -> None:
@@ -423,6 +441,9 @@ def run_step(step: Step, out: Path, limit: float) -> dict:
         result["over_bench"] = {name: round(result[name]["images_per_s"] / plain["images_per_s"], 3)
                                 for name in ("bench-fsdp", "bench-deepspeed")
                                 if name in result and result[name].get("device") == plain.get("device")}
+    if step.name == "dino-row" and (out / "dino-row" / "dino-row.json").exists():
+        result["rows"] = {r["start"]: round(r["test_top1"], 4) for r in json.loads((out / "dino-row" / "dino-row.json").read_text())
+                          if "test_top1" in r}
     if step.name == "reproduce":
         result["report"] = (out / "reproduce" / "REPORT.md").exists()
         result["output"] = [line for line in said if line.startswith(("reproduces:", "does not reproduce:", "report:"))]
@@ -459,8 +480,8 @@ def write_summary(out: Path, results: dict) -> None:
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     dest = os.environ.get("OUT")
     if dest:  # at most 8 files come back from $OUT: the summaries, then the steps' logs and reports
-        bundle = pack_reproduction(out / "reproduce", out / "reproduce.tar.gz")
-        kept = [path for path in (out / "summary.json", out / "summary.md", bundle,
+        bundles = [pack_reproduction(out / name, out / f"{name}.tar.gz") for name in ("reproduce", "dino-row")]
+        kept = [path for path in (out / "summary.json", out / "summary.md", *bundles,
                                   *(out / f"{n}.log" for n in results), out / "dino-profile.txt", out / "profile.txt")
                 if path and path.exists()]
         for path in kept[:8]:
@@ -468,9 +489,9 @@ def write_summary(out: Path, results: dict) -> None:
 
 
 def pack_reproduction(folder: Path, bundle: Path) -> Path | None:
-    """The reproduction's report, results, figures and logs in one archive (no weights: a few MB), so that
-    REPORT.md, results.json and the figures come back together through the device tool's 8 files; a run cut
-    short still sends what it finished (each run's log and result.json)."""
+    """The reproduction's (or the DINO row's refit's) report, results, figures and logs in one archive (no weights:
+    a few MB), so that REPORT.md, results.json and the figures come back together through the device tool's 8
+    files; a run cut short still sends what it finished (each run's log, metrics and result.json)."""
     import tarfile
 
     if not folder.is_dir():

@@ -295,7 +295,7 @@ def test_pretrainings_start_costliest_first_on_one_core_each_and_cost_is_not_the
     with mock.patch.object(pipeline.torch.cuda, "is_available", return_value=False):
         for cores, workers in ((2, {"workers": 0}), (8, {})):  # 8 cores, 2 jobs: the run's own default workers
             with mock.patch.object(pipeline, "cores", return_value=cores):
-                settings = pipeline._pretrain_settings(CPU, "dino", 0, Path("run"))
+                settings = pipeline.pretrain_settings(CPU, "dino", 0, Path("run"))
                 assert {k: settings[k] for k in ("workers",) if k in settings} == workers
     saved = CPU.to_dict()
     for row in saved["pretrainings"].values():

@@ -98,11 +98,11 @@ def _options_table(name: str, console: Console) -> None:
 
     declared = getattr(OBJECTIVES.get(name).obj, "Options", None)
     if declared is None:
-        console.print(f"{name}: its options are not declared (its constructor's keywords)", markup=False)
+        say(console, f"{name}: its options are not declared (its constructor's keywords)")
         return
     rows = described(declared)
     if not rows:
-        console.print(f"{name}: no options", markup=False)
+        say(console, f"{name}: no options")
         return
     table = _table(f"{name}(option=value, ...)", ("option", "type", "default", "bounds", "help"))
     for row in rows:

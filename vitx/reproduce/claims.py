@@ -142,4 +142,4 @@ def judge(results: dict[str, Any]) -> list[dict[str, Any]]:
             *([hires_claim(results)] if results.get("hires") else [])]
 
 
-__all__ = ["INSPECTION_CLAIMS", "judge"]
+__all__ = ["INSPECTION_CLAIMS", "judge", "start_stats", "test_count"]

@@ -22,7 +22,7 @@ from ..runs.folder import load_backbone
 from ..plots.series import read_metrics
 from ..runner import pretrain
 from ..runner.launch import process_device
-from ..console import make_console
+from ..console import make_console, say
 from ..runs.ownership import REPRODUCTION, check_output_dir
 from ..runs.rundir import RunDir, mark_run
 from ..transfer import TransferConfig, transfer
@@ -55,7 +55,7 @@ def _last_metrics(run: Path) -> dict[str, Any]:
                         for r in rows if "monitor_knn" in r]}
 
 
-def _pretrain_settings(plan: Plan, name: str, seed: int, run: Path) -> dict[str, Any]:
+def pretrain_settings(plan: Plan, name: str, seed: int, run: Path) -> dict[str, Any]:
     """The `vitx pretrain` settings of pre-training `name` with `seed`, into `run`. Side by side on a CPU with one
     core each (`plan.jobs` as many as the cores), a run makes its crops in its own process, with no loader
     workers: a worker would only take the core of the run beside it (DINO, two side by side on 2 cores: 130
@@ -84,7 +84,7 @@ def pretrain_rows(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: C
     def run(key: str) -> dict[str, Any]:
         name, seed, folder = jobs[key]
         tick = time.perf_counter()
-        settings = _pretrain_settings(plan, name, seed, folder)
+        settings = pretrain_settings(plan, name, seed, folder)
         latest = RunDir(folder).latest()
         resume = latest is not None
         # an earlier call's finished run (timed from its own log below) is not started again
@@ -98,7 +98,7 @@ def pretrain_rows(plan: Plan, jobs: dict[str, tuple[str, int, Path]], console: C
                               ("--resume",) if resume else (), append=resume).wait()
             if code != 0:
                 raise VitxError(f"pre-training {key} failed (exit {code}); see {log}")
-        console.print(f"pre-training {key}: done", markup=False)
+        say(console, f"pre-training {key}: done")
         found = _last_metrics(folder)
         speed = found["images_per_s"]
         seconds = settings["steps"] * settings["batch_size"] / speed if done_before and speed else \
@@ -193,7 +193,7 @@ def transfer_runs(jobs: dict[str, dict[str, Any]], parallel: int, console: Conso
                                   append=False).wait()
             if code != 0:
                 raise VitxError(f"transfer {name} failed (exit {code}); see {log}")
-        console.print(f"transfer {name}: done", markup=False)
+        say(console, f"transfer {name}: done")
         return json.loads(summary.read_text())["tasks"][0]
 
     with ThreadPoolExecutor(parallel) as pool:
@@ -362,4 +362,4 @@ def _write(results: dict[str, Any], out: Path, began: float, plan: Plan, console
     return results
 
 
-__all__ = ["pretrain_rows", "reproduce", "transfer_runs", "transfer_settings"]
+__all__ = ["pretrain_rows", "pretrain_settings", "reproduce", "transfer_runs", "transfer_settings"]
