@@ -99,6 +99,7 @@ def test_user_errors_are_one_line(tmp_path, args, needle):
     (["--crop-scale", "0"], "--crop-scale must be in (0, 1], got 0"),
     (["--augment", "--randaugment", "bogus-m9"], "randaugment 'bogus-m9' is not a timm augmentation policy"),
     (["--randaugment", "original"], "--randaugment acts on augmented training images: add --augment"),
+    (["--threads", "2", "--jobs", "2"], "--threads 2 with --jobs 2: each job computes with its share of the cores"),
 ])
 def test_transfer_settings_are_checked_in_one_line(tmp_path, args, needle):
     result = vitx_cli("transfer", "--task", "embedded/digits", "--from", "scratch", "--model", "vit-nano/4",
@@ -214,7 +215,7 @@ def test_a_shared_setting_is_declared_once_and_reaches_every_command_that_compos
                 checked += 1
     # the group settings of pretrain, transfer (with Input) and eval linear; Input's mean and std are its
     # Normalisation's, which pretrain composes alone: checked under both
-    assert checked == 32 + 37 + 15
+    assert checked == 33 + 38 + 15
     own = {f.name for f in dataclasses.fields(TransferConfig)} & {f.name for f in dataclasses.fields(PretrainConfig)}
     in_groups = {f.name for g in groups_of(TransferConfig) for f in dataclasses.fields(g)}
     # what the two commands share outside the groups means something different in each (the run's own)

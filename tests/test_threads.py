@@ -59,6 +59,9 @@ def test_threads_are_the_share_less_the_busy_workers_unless_omp_gives_them(monke
     fitted = threads.fit_threads(workers=1)
     assert fitted["threads"] == 3 and fitted["chosen_by"] == "OMP_NUM_THREADS" and torch.get_num_threads() == 3
     assert threads.describe(fitted).startswith("threads: 3 torch threads (OMP_NUM_THREADS) + 1 loader worker")
+    fitted = threads.fit_threads(workers=1, given=2)  # --threads: the user's own count, over OMP_NUM_THREADS too
+    assert fitted["threads"] == 2 and fitted["chosen_by"] == "--threads" and torch.get_num_threads() == 2
+    assert threads.describe(fitted).startswith("threads: 2 torch threads (--threads) + 1 loader worker, of 8 cores")
 
 
 def test_an_in_process_run_gives_the_caller_its_threads_back(tmp_path, monkeypatch, torch_threads):
@@ -75,6 +78,10 @@ def test_an_in_process_run_gives_the_caller_its_threads_back(tmp_path, monkeypat
     torch.set_num_threads(2)
     pretrain(tiny(tmp_path, steps=2, save_every=2, eval_samples=0))
     assert json.loads((tmp_path / "run" / "config.json").read_text())["threads"]["threads"] == 1
+    assert torch.get_num_threads() == 2
+    pretrain(tiny(tmp_path / "given", steps=2, save_every=2, eval_samples=0, threads=3))  # --threads 3
+    record = json.loads((tmp_path / "given" / "run" / "config.json").read_text())
+    assert record["threads"]["threads"] == 3 and record["threads"]["chosen_by"] == "--threads"
     assert torch.get_num_threads() == 2
 
 

@@ -128,7 +128,7 @@ def assemble(cfg: PretrainConfig, accelerator: Accelerator, objective: Objective
         view.check(f"{cfg.objective}: view {number}")
     # torch's threads: this process's share of the granted cores, less the loader workers training will keep busy
     threads = fit_threads(training_workers(default_workers() if cfg.workers < 0 else cfg.workers, train_source,
-                                           objective.views(), on_gpu=accelerator.device.type == "cuda"))
+                                           objective.views(), on_gpu=accelerator.device.type == "cuda"), cfg.threads)
     optimizer = build_optimizer(objective, cfg.optimizer, cfg.lr, cfg.weight_decay, accelerator.device,
                                 cfg.layer_decay, cfg.decay_tokens, tuple(cfg.betas))
     scheduler = build_schedule(optimizer, cfg.steps, cfg.warmup_steps, cfg.schedule, cfg.warmup_start,

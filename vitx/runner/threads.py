@@ -103,19 +103,22 @@ def training_workers(workers: int, source: Any, views: list[Any], on_gpu: bool =
     return 0 if isinstance(source, TensorSplit) and not views and not on_gpu else workers
 
 
-def fit_threads(workers: int) -> dict[str, Any]:
-    """Set torch's threads to this process's share of the granted cores less its `workers` busy loader workers
-    (at least 1), unless OMP_NUM_THREADS gives them; returns what was decided, for the header and config.json."""
+def fit_threads(workers: int, given: int = 0) -> dict[str, Any]:
+    """Set torch's threads to `given` (--threads), else leave OMP_NUM_THREADS's, else this process's share of
+    the granted cores less its `workers` busy loader workers (at least 1); returns what was decided, for the
+    header and config.json."""
     import torch  # (here: the CLI reads the settings, which read granted_cores, to print --help)
 
     cores, limited_by = granted_cores()
     local, share = local_processes(), core_share()
-    if os.environ.get("OMP_NUM_THREADS", "").strip():
+    if given:
+        threads, chosen_by = given, "--threads"
+    elif os.environ.get("OMP_NUM_THREADS", "").strip():
         threads, chosen_by = torch.get_num_threads(), "OMP_NUM_THREADS"
     else:
         threads, chosen_by = max(1, share - workers), "vitx"
-        if threads != torch.get_num_threads():
-            torch.set_num_threads(threads)
+    if threads != torch.get_num_threads():
+        torch.set_num_threads(threads)
     return {"threads": threads, "chosen_by": chosen_by, "workers": workers, "cores": cores,
             "limited_by": limited_by, "processes_here": local,
             "openmp_wait": {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ}}
@@ -139,7 +142,7 @@ def describe(fitted: dict[str, Any]) -> str:
     """The header's line: 'threads: 1 torch thread + 1 loader worker, of 2 cores (CPU affinity)'."""
     t, w = fitted["threads"], fitted["workers"]
     shared = f" shared by {fitted['processes_here']} processes" if fitted["processes_here"] > 1 else ""
-    given = " (OMP_NUM_THREADS)" if fitted["chosen_by"] == "OMP_NUM_THREADS" else ""
+    given = f" ({fitted['chosen_by']})" if fitted["chosen_by"] != "vitx" else ""
     return (f"threads: {t} torch thread{'s' if t != 1 else ''}{given} + {w} loader worker{'s' if w != 1 else ''}, "
             f"of {fitted['cores']} cores ({fitted['limited_by']}){shared}")
 

@@ -157,7 +157,7 @@ def build_trainer(options: dict[str, Any], synthetic: bool = False) -> Any:
                                              cfg.seed)
     trainer = Trainer(setup, make_console(quiet=True))
     if synthetic:  # the threads for the stream it now trains from (held in memory: on a CPU no workers)
-        setup.record["threads"] = fit_threads(trainer.loader_workers(setup.train_source))
+        setup.record["threads"] = fit_threads(trainer.loader_workers(setup.train_source), cfg.threads)
     setup.objective.epoch_steps = epoch_steps(setup.train_source, cfg.batch_size)
     setup.objective.on_fit_start(trainer.step_count, cfg.steps)
     return trainer

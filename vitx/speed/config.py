@@ -62,6 +62,7 @@ class BenchConfig:
     precision: str = _run("precision")
     compile: bool = _run("compile")
     workers: int = _run("workers")
+    threads: int = _run("threads")
     data: str = setting(SYNTHETIC, "synthetic: random images held in memory, drawn by the runner's loader without "
                         "decoding (the input wait is then the loader's and the objective's crops' alone; options an "
                         "objective fits to the data are fitted as for ImageNet-1k's 1,281,167 images; 10 "

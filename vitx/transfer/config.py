@@ -135,6 +135,9 @@ class TransferConfig(Seeded, Start, Columns, Input, Streaming, TestDraw, Augment
             raise VitxError("--sweep-steps is empty: give at least one step count, e.g. --sweep-steps 500,2500")
         if self.randaugment and not self.augment:
             raise VitxError("--randaugment acts on augmented training images: add --augment")
+        if self.threads and self.jobs > 1:
+            raise VitxError(f"--threads {self.threads} with --jobs {self.jobs}: each job computes with its share of "
+                            "the cores (set for it by --jobs); drop --threads")
         refuse_ignored(self)
         from ..tasks.published import published
 
