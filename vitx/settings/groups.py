@@ -268,7 +268,7 @@ class System:
 
     is_group = True
     workers: int = setting(-1, "Loader worker processes per process.", DATA, min=-1, limit=LIMITS["workers"], says="must be -1 (the default: as many as the cores allow) or more", shown="the cores available / local processes - 1; at most 4 when training on the CPU", affects_result=False)
-    threads: int = setting(0, "Torch threads a process computes with; 0: its share of the granted cores less one per busy loader worker (OMP_NUM_THREADS when that is set). A compute-heavy step beside a mostly idle loader worker can take every core: the CPU DINO recipe's step runs about 1.2x faster on 2 threads than on the rule's 1 on 2 cores (recipes/cpu/pretrain-dino.toml). The thread count can change float rounding: it is recorded.", SYSTEM, min=0, limit=LIMITS["workers"])
+    threads: int = setting(0, "Torch threads a process computes with; 0: its share of the granted cores less one per busy loader worker (OMP_NUM_THREADS when that is set). A compute-heavy step beside a mostly idle loader worker can take every core: the CPU DINO recipe's step runs about 1.2x faster on 2 threads than on the rule's 1 on 2 cores (recipes/cpu/pretrain-dino.toml). The thread count can change float rounding, as the rule's count does from machine to machine: it is recorded (config.json: threads), and a resumed run or a suite's other processes may use another.", SYSTEM, min=0, limit=LIMITS["workers"], affects_result=False)
     compile: bool = setting(False, "torch.compile the training step's forward and backward (minutes of compilation first; pays off on long GPU runs).", SYSTEM)
     tf32: bool = setting(True, "On GPUs that have it, float32 matmuls in TF32 (10-bit mantissa, ~8x the float32 rate).", SYSTEM)
 
