@@ -359,3 +359,31 @@ def test_a_librarys_error_that_announces_its_detail_keeps_it_in_the_one_line():
                                "copying a param with shape torch.Size([1, 5, 8]) from checkpoint, the shape in "
                                "current model is torch.Size([1, 5, 16]).")
     assert first_line(ValueError("one\ntwo")) == "one" and first_line(KeyError()) == "KeyError"
+
+
+def test_running_out_of_accelerator_memory_is_one_line_and_keeps_the_checkpoint(tmp_path, monkeypatch):
+    """A batch too large for the GPU (torch's OutOfMemoryError, here raised by the loss at step 4 of 6): one line
+    with what torch tried and what to change, exit 2, and step 3's checkpoint still there to resume from."""
+    import torch
+    import torch.nn.functional as F
+
+    calls, real = [], F.cross_entropy
+
+    def loss(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total "
+                                         "capacity of 139.72 GiB of which 3.06 GiB is free. Including non-PyTorch "
+                                         "memory, this process has 136.60 GiB memory in use. If reserved but "
+                                         "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(F, "cross_entropy", loss)
+    out = tmp_path / "run"
+    result = vitx_cli("pretrain", "--model", "vit-nano/4", "--data", "embedded:shapes", "--batch-size", "8",
+                      "--steps", "6", "--save-every", "3", "--eval-samples", "0", "--workers", "0",
+                      "--log-with", "none", "--no-curves", "--output-dir", str(out))
+    _one_line_error(result, "the accelerator ran out of memory (CUDA out of memory. Tried to allocate 20.00 GiB. "
+                            "GPU 0 has a total capacity of 139.72 GiB of which 3.06 GiB is free): lower --batch-size")
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in result.stderr
+    assert (out / "checkpoints" / "step_00000003" / "model.safetensors").is_file()

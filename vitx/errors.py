@@ -25,6 +25,16 @@ class VitxError(Exception):
         return text.strip().splitlines()[0] if text.strip() else type(self).__name__
 
 
+def out_of_memory(exc: BaseException) -> str:
+    """The line for torch's OutOfMemoryError (a batch too large for the accelerator: a size the user chose): what
+    torch says it tried and had, then what to change. torch's own advice (allocator settings) is left out."""
+    said = " ".join(str(exc).split())
+    kept = ". ".join(part for part in said.split(". ")[:3] if not part.startswith(("Including", "Of the", "If ")))
+    return (f"the accelerator ran out of memory ({kept.rstrip('.') or 'torch.OutOfMemoryError'}): lower "
+            "--batch-size (--grad-accum K keeps the batch each optimiser step sees), or use --precision bf16; a "
+            "checkpoint already written is kept")
+
+
 # why a write failed, in a few plain words, by the OS error
 _REASONS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is used up",
             errno.EROFS: "the filesystem is read-only", errno.EACCES: "permission denied",

@@ -151,6 +151,13 @@ def main(argv: list[str] | None = None) -> None:
         exc = caught.error if isinstance(caught, Stop) else caught
         print(f"{exc.label}: {exc.user_message()}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except RuntimeError as exc:
+        if type(exc).__name__ != "OutOfMemoryError":  # torch's, for CUDA and every other device (torch is loaded)
+            raise
+        from ..errors import out_of_memory
+
+        print(f"error: {out_of_memory(exc)}", file=sys.stderr)
+        sys.exit(2)
     except OSError as exc:
         if exc.errno == errno.ENAMETOOLONG:  # a path the user gave, wherever it is first used
             name = str(exc.filename or "a path")
