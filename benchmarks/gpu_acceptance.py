@@ -29,6 +29,8 @@ so the work is in groups, each one command under 10 minutes, the steps of a grou
                engine Accelerate drives already gives vitx's step what bf16 weights gave the plain loop
   dino-row     the GPU plan's DINO row, which did not learn on an H200, refitted three ways side by side, each
                transferred as the reproduction transfers (benchmarks/dino_row.py: about 7 minutes)
+  batch        `vitx bench` ViT-B/16 bf16 compiled at batch 512 and 1024: the largest batch that fits, and whether
+               it lifts the MFU past the 256 of the mfu step
   reproduce    `vitx reproduce --plan gpu` trimmed by --set to about 9 minutes: one pre-training seed (3 would
                triple the pre-trainings), 3 transfer seeds, one lr, MPP's compute curve at 0.3
   engines      FSDP (1 GPU, full state dict) and DeepSpeed ZeRO-2 through `accelerate launch --config_file
@@ -122,6 +124,10 @@ DINO_CASES = (("off", "off", False), ("off+compile", "off", True), ("local+compi
 # `vitx bench` as a user runs it, with its profile (the operators that take the GPU's time)
 USER_BENCH = dict(model="vit-b/16", batch_size=256, precision="bf16", steps=20, warmup=3)
 CPU_BENCH = dict(model="vit-nano/4", batch_size=16, precision="no", steps=2, warmup=1, device="cpu")
+# the largest B/16 batch that fits, compiled (issue 50's "the largest batch that fits"): whether a larger batch than
+# 256 lifts the compiled step's MFU (36.6% at 256 on an H200, 2026-11-28) toward the 45% goal; a batch that does
+# not fit ends its command with one line (the accelerator ran out of memory) and the step goes on to the next
+BATCHES = (512, 1024)
 SMALL_DINO = "out_dim=256,hidden_dim=32,bottleneck_dim=16,"  # the CPU smoke's head: DINO's costs seconds a step
 # The GPU plan (vitx/reproduce/plan.py: 4,000 MPP/MAE steps, 8 seeds, a 2-lr sweep, 3 pre-training seeds)
 # trimmed to one 10-minute command (a call of its own, after the measure group's in the same loan): 1,500 steps,
@@ -137,7 +143,8 @@ CPU_SMOKE = dict(model="vit-nano/4", image_size=16, batch_size=8, steps=2, save_
                  precision="no", workers=0)
 DETERMINISTIC = HERE / "deterministic_plugin.py"
 GROUPS = {"measure": ("mfu", "variants", "dino", "bench"), "reproduce": ("reproduce",),
-          "engines": ("fsdp", "deepspeed"), "speed": ("bench", "engine-speed"), "dino-row": ("dino-row",)}
+          "engines": ("fsdp", "deepspeed"), "speed": ("bench", "engine-speed"), "dino-row": ("dino-row",),
+          "batch": ("batch",)}
 DEADLINE_S = 575  # a group's command, under the device tool's 10 minutes with the installs (9 s from wheels) before it
 
 
@@ -204,6 +211,10 @@ def plan(out: Path) -> list[Step]:
         Step("bench", 60, "vitx bench: vit-b/16 bf16 batch 256 with its profile; --device cpu on the GPU machine",
              [bench_command({**USER_BENCH, "profile": str(out / "profile.txt")}, out / "bench.json"),
               bench_command(CPU_BENCH, out / "bench-cpu.json")]),
+        Step("batch", 150, f"vitx bench: vit-b/16 bf16 compiled at batch {', '.join(map(str, BATCHES))} (the "
+             "largest that fits, and whether it lifts the MFU)",
+             [bench_command({**USER_BENCH, "batch_size": b, "compile": True}, out / f"bench-b{b}.json")
+              for b in BATCHES]),
         # the user's bench under the engines Accelerate drives: FSDP (bf16 parameters for the compute, fp32 kept)
         # and DeepSpeed ZeRO-2 (bf16 weights, an fp32 master copy in its optimiser: the plain loop's +bf16w, +12%)
         Step("engine-speed", 150, "vitx bench: vit-b/16 bf16 batch 256 under FSDP (bf16 parameters) and DeepSpeed "
@@ -266,7 +277,8 @@ def validate(out: Path, steps: list[Step], cpu_smoke: bool) -> None:
     from vitx.speed.config import BenchConfig
 
     resolve_config({**RESUME_RUN, "output_dir": str(out / "check")}, resume=False)
-    for options in [USER_BENCH] + [dino_bench(p, c, out / "dino-profile.txt") for _, p, c in DINO_CASES]:
+    for options in [USER_BENCH, *({**USER_BENCH, "batch_size": b, "compile": True} for b in BATCHES)] + \
+            [dino_bench(p, c, out / "dino-profile.txt") for _, p, c in DINO_CASES]:
         BenchConfig(**{k: v for k, v in options.items()}).validate()
     trimmed = PLANS["gpu"].with_settings(parse_sets(REPRODUCE_SETS, Plan))
     print(f"options: pretrain and bench valid; reproduce plan gpu with {' '.join(REPRODUCE_SETS)}: "
@@ -303,9 +315,11 @@ def validate(out: Path, steps: list[Step], cpu_smoke: bool) -> None:
             subprocess.run(cmd, cwd=ROOT, check=True, timeout=300)
     if "dino-row" in names:  # every variant's settings through the pipeline, CPU-sized
         in_process(["dino_row.py", "--cpu-smoke", "--output-dir", str(out / "dino-row-smoke")], HERE / "dino_row.py")
+    if "batch" in names:  # inductor's C++ for a CPU would take minutes a batch: the options were checked above
+        print("cpu-smoke: batch compiles B/16 at batches a GPU holds: its bench options were checked", flush=True)
     if "engine-speed" in names:  # FSDP and DeepSpeed need a GPU (Accelerate refuses FSDP without one)
         print("cpu-smoke: engine-speed needs a GPU: its bench options were checked with the bench step's", flush=True)
-    print(f"cpu-smoke: {', '.join(s.name for s in steps if s.name not in ('reproduce', 'engine-speed'))} ran "
+    print(f"cpu-smoke: {', '.join(s.name for s in steps if s.name not in ('reproduce', 'engine-speed', 'batch'))} ran "
           "CPU-sized", flush=True)
 
 
@@ -451,6 +465,7 @@ def run_step(step: Step, out: Path, limit: float) -> dict:
 
 
 FIGURES = {"dino": tuple(f"dino-{name}.json" for name, _, _ in DINO_CASES), "bench": ("bench.json", "bench-cpu.json"),
+           "batch": tuple(f"bench-b{b}.json" for b in BATCHES),
            "engine-speed": ("bench-fsdp.json", "bench-deepspeed.json")}
 SHOWN = ("device", "images_per_s", "gflop_per_image", "tflops", "mfu", "input_wait", "memory_gib", "warmup_s",
          "loss")

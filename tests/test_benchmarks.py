@@ -140,3 +140,17 @@ def test_dino_row_refit_runs_each_variant_through_the_pipeline_and_tabulates_it(
                       "cpu-head": (1000, 128, row.lr, "dino(hidden_dim=256,bottleneck_dim=64,local_crops=4)")}
     assert gpu.model == "vit-ti/4" and gpu.image_size == 64 and gpu.seeds == [0, 1, 2] and gpu.jobs == 8
     assert all(p.settings["monitor_every"] == p.steps_in(gpu) // 4 for p in gpu.pretrainings.values())
+
+
+def test_the_batch_step_benches_b16_compiled_at_each_larger_batch(tmp_path, monkeypatch, capsys):
+    """`--only batch`: `vitx bench` B/16 bf16 compiled at 512 and 1024, each writing its own figures (a batch that
+    does not fit ends its own command in one line; the next still runs), its options checked on the CPU."""
+    out = tmp_path / "acceptance"
+    module, printed = _dry_run(monkeypatch, capsys, out, "--cpu-smoke", "--only", "batch")
+    commands = _commands(printed)
+    assert [c[c.index("--batch-size") + 1] for c in commands] == ["512", "1024"]
+    for batch, command in zip((512, 1024), commands):
+        assert command[1:4] == ["-m", "vitx", "bench"] and "--compile" in command
+        assert command[command.index("--model") + 1] == "vit-b/16" and command[-1] == str(out / f"bench-b{batch}.json")
+    assert module.FIGURES["batch"] == ("bench-b512.json", "bench-b1024.json")
+    assert "cpu-smoke: batch compiles B/16" in printed and not (out / "summary.json").exists()
