@@ -142,7 +142,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--cpu-smoke", action="store_true", help="every variant CPU-sized, in seconds")
     args = ap.parse_args(argv)
     out, plan, console = Path(args.output_dir), trial_plan(args.cpu_smoke), make_console()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where the folder should be, or above it
+        raise SystemExit(f"error: --output-dir {out}: {exc.strerror.lower()}") from None
     jobs = {name: (name, 0, out / f"pretrain-{name}") for name in plan.pretrainings}
     pretrain_rows(plan, jobs, console)
     runs = {name: run for name, (_, _, run) in jobs.items()}

@@ -539,6 +539,9 @@ def main() -> None:
         for cmd in s.commands:
             print(f"  $ {shlex.join(cmd)}")
     print(f"total limit: {total} s ({total / 60:.1f} min) within --deadline {args.deadline:.0f} s", flush=True)
+    if total > args.deadline:
+        print(f"warning: the steps' limits add up to {total} s, more than --deadline {args.deadline:.0f} s: the last "
+              "steps will be cut short or skipped; run them in a call of their own", flush=True)
     if args.dry_run:
         validate(out, steps, args.cpu_smoke)
         return

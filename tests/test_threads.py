@@ -128,3 +128,23 @@ def test_the_console_script_makes_openmp_spin_briefly_unless_a_policy_is_given(m
     with pytest.raises(SystemExit):
         main(["--version"])  # in-process (tests, notebooks): the caller's environment is left as it is
     assert "GOMP_SPINCOUNT" not in os.environ
+
+
+def test_a_transfer_and_the_bench_say_the_threads_and_who_chose_them(tmp_path, monkeypatch):
+    """A transfer's first run says its threads line (a header has it), once for the suite; the bench's device
+    says who chose the count."""
+    from .helpers import vitx_cli
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    result = vitx_cli("transfer", "--task", "embedded/digits", "--from", "scratch", "--model", "vit-nano/4",
+                      "--shots", "20", "--batch-size", "8", "--lrs", "0.1,0.01", "--sweep-steps", "2",
+                      "--test-samples", "16", "--workers", "0", "--log-with", "none", "--no-curves", "--threads", "1",
+                      "--output-dir", str(tmp_path / "t"))
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("threads:")]
+    assert lines == ["threads: 1 torch thread (--threads) + 0 loader workers, of "
+                     f"{threads.granted_cores()[0]} cores ({threads.granted_cores()[1]})"]
+    bench = vitx_cli("bench", "--model", "vit-nano/4", "--batch-size", "8", "--steps", "2", "--warmup", "1",
+                     "--device", "cpu", "--threads", "1")
+    assert bench.returncode == 0, bench.stderr
+    assert "; CPU, 1 thread (--threads), no loader workers" in bench.stdout.splitlines()[0]

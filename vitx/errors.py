@@ -25,14 +25,36 @@ class VitxError(Exception):
         return text.strip().splitlines()[0] if text.strip() else type(self).__name__
 
 
-def out_of_memory(exc: BaseException) -> str:
-    """The line for torch's OutOfMemoryError (a batch too large for the accelerator: a size the user chose): what
-    torch says it tried and had, then what to change. torch's own advice (allocator settings) is left out."""
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch's OutOfMemoryError (CUDA and the other accelerators), or its CPU allocator's refusal (a RuntimeError
+    "DefaultCPUAllocator: can't allocate memory"): a size the user chose did not fit."""
+    return type(exc).__name__ == "OutOfMemoryError" or (isinstance(exc, RuntimeError)
+                                                        and "can't allocate memory" in str(exc))
+
+
+TRAINING = ("pretrain", "transfer", "bench")  # the commands with --batch-size, --grad-accum and --precision
+
+
+def out_of_memory(exc: BaseException, command: str = "") -> str:
+    """The line for running out of memory (`is_out_of_memory`): where, what torch says it tried and had, then
+    what `command` can change. torch's own advice (allocator settings, environment variables) and a DataLoader
+    worker's traceback are left out."""
     said = " ".join(str(exc).split())
-    kept = ". ".join(part for part in said.split(". ")[:3] if not part.startswith(("Including", "Of the", "If ")))
-    return (f"the accelerator ran out of memory ({kept.rstrip('.') or 'torch.OutOfMemoryError'}): lower "
-            "--batch-size (--grad-accum K keeps the batch each optimiser step sees), or use --precision bf16; a "
-            "checkpoint already written is kept")
+    if "Original Traceback" in said:  # raised in a loader worker: its own message is the last line's
+        said = " ".join(str(exc).strip().splitlines()[-1].split(": ", 1)[-1].split())
+    said = re.sub(r"^\[enforce fail at [^]]*\] \. ", "", said)  # (the CPU allocator's source line)
+    kept = ". ".join(part for part in said.split(". ")[:3]
+                     if not part.startswith(("Including", "Of the", "If ", "Use ")) and "PYTORCH_" not in part)
+    where = "the accelerator" if type(exc).__name__ == "OutOfMemoryError" else "this machine"
+    if command in TRAINING:
+        advice = ("lower --batch-size (--grad-accum K keeps the batch each optimiser step sees)"
+                  + (", or use --precision bf16" if where == "the accelerator" else ""))
+    elif command == "predict":
+        advice = "lower --batch-size"
+    else:
+        advice = "use a smaller --image-size or model, or a device with more memory"
+    kept_line = "; a checkpoint already written is kept" if command in ("pretrain", "transfer") else ""
+    return f"{where} ran out of memory ({kept.rstrip('.') or type(exc).__name__}): {advice}{kept_line}"
 
 
 # why a write failed, in a few plain words, by the OS error

@@ -152,11 +152,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{exc.label}: {exc.user_message()}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except RuntimeError as exc:
-        if type(exc).__name__ != "OutOfMemoryError":  # torch's, for CUDA and every other device (torch is loaded)
-            raise
-        from ..errors import out_of_memory
+        from ..errors import is_out_of_memory, out_of_memory
 
-        print(f"error: {out_of_memory(exc)}", file=sys.stderr)
+        if not is_out_of_memory(exc):  # torch's, for every device, and its CPU allocator's
+            raise
+        print(f"error: {out_of_memory(exc, argv[0] if argv else '')}", file=sys.stderr)
         sys.exit(2)
     except OSError as exc:
         if exc.errno == errno.ENAMETOOLONG:  # a path the user gave, wherever it is first used

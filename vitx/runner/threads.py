@@ -113,7 +113,8 @@ def fit_threads(workers: int, given: int = 0) -> dict[str, Any]:
     local, share = local_processes(), core_share()
     if given:
         threads, chosen_by = given, "--threads"
-    elif os.environ.get("OMP_NUM_THREADS", "").strip():
+    elif os.environ.get("OMP_NUM_THREADS", "").strip().isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        # (a value OpenMP ignores, "abc" or 0, is not a choice: the rule below decides)
         threads, chosen_by = torch.get_num_threads(), "OMP_NUM_THREADS"
     else:
         threads, chosen_by = max(1, share - workers), "vitx"

@@ -232,8 +232,9 @@ def _timed(trainer: Any, bench: BenchConfig) -> Measured | None:
         peak, source = device_peak(device, cfg.precision)
     world = acc.num_processes
     threads = torch.get_num_threads()
+    chosen = setup.record.get("threads", {}).get("chosen_by", "vitx")  # (--threads, OMP_NUM_THREADS or the rule)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
-        f"CPU, {threads} thread{'s' if threads > 1 else ''}"
+        f"CPU, {threads} thread{'s' if threads > 1 else ''}" + (f" ({chosen})" if chosen != "vitx" else "")
     workers = trainer.loader_workers(setup.train_source)
     return Measured(
         model=cfg.model, objective=cfg.objective, image_size=size, batch_size=cfg.batch_size,

@@ -17,6 +17,7 @@ from rich.console import Console
 from ..adapters import AdaptContext, Adapter, resolve_adapters, trainable_parameters
 from ..backbones.droppath import set_drop_path
 from ..backbones.pooling import set_pooling
+from ..console import say
 from ..data import Preprocess, TensorSplit, decode_split
 from ..errors import VitxError
 from ..objectives.supervised import Supervised
@@ -25,6 +26,7 @@ from ..settings import shared_values
 from ..runner.launch import make_accelerator, process_device
 from ..runner.loop import Trainer
 from ..runner.setup import assemble
+from ..runner.threads import describe as describe_threads
 from ..runs.rundir import RunDir
 from ..tasks import Task, TaskSplits, open_task
 from ..tasks.splits import task_class_names
@@ -156,9 +158,9 @@ class Fitted:
 
 def train_run(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_dir: Path, train: TensorSplit,
               val: TensorSplit | None, console: Console, label: str, record: dict[str, Any],
-              curves: bool = False) -> Fitted:
+              curves: bool = False, say_threads: bool = False) -> Fitted:
     """Fine-tune a fresh copy on `train` for `steps` at `lr` (resuming `out_dir`'s checkpoint if there is one).
-    `curves`: draw curves.png."""
+    `curves`: draw curves.png; `say_threads`: say the threads it computes with first (a process's first run)."""
     run_cfg = run_config(cfg, prep, lr, steps, out_dir, len(val) if val is not None else 0, curves)
     accelerator = make_accelerator(run_cfg)
     model = build_model(prep)
@@ -169,6 +171,8 @@ def train_run(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_di
     setup = assemble(run_cfg, accelerator, model, prep.preprocess, train, val, data_info, resume_from=latest,
                      record={"transfer": record})
     trainer = Trainer(setup, console, label=label)
+    if say_threads and accelerator.is_main_process:
+        say(console, describe_threads(setup.record["threads"]))
     metrics: dict[str, float] = {"step": setup.start_step}
     if setup.start_step < steps:
         metrics = trainer.fit()

@@ -289,7 +289,8 @@ def describe_failures(failed: list[tuple[int, int, Path]]) -> VitxError:
         return SelectionPending(line.removeprefix(f"{SelectionPending.label}: ") or f"see {failed[0][2]}")
     job, code, log = next(f for f in failed if f[1] != SelectionPending.exit_code)
     more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-    return VitxError(f"job {job} failed with exit status {code}{more}: {last_line(log)[:200]}; see {log}; "
+    said = last_line(log).removeprefix(f"{VitxError.label}: ")
+    return VitxError(f"job {job} failed with exit status {code}{more}: {said[:400]}; see {log}; "
                      "--resume continues the suite")
 
 

@@ -77,6 +77,12 @@ class Worker:
                  splits: dict[str, TaskSplits], folders: dict[str, Any]) -> None:
         self.cfg, self.console, self.tasks, self.splits, self.folders = cfg, console, tasks, splits, folders
         self._open: tuple[str, Prepared, dict[str, Any]] | None = None
+        self._threads_said = False  # the threads line: said by this process's first run (`first_run`)
+
+    def first_run(self) -> bool:
+        """Whether the run about to start is this process's first (which says the threads it computes with)."""
+        first, self._threads_said = not self._threads_said, True
+        return first
 
     def prepared(self, name: str) -> tuple[Prepared, dict[str, Any]]:
         if self._open is None or self._open[0] != name:
@@ -114,7 +120,7 @@ class Worker:
         tick = time.perf_counter()
         fitted = train_run(self.cfg, prep, item.lr, item.steps, item.folder, prep.train, prep.val, self.console,
                            f"{item.task} sweep {item.index}/{points} lr {item.lr:g} × {item.steps}{shown}",
-                           {**settings, "phase": "sweep"})
+                           {**settings, "phase": "sweep"}, say_threads=self.first_run())
         last = fitted.validated()
         point = {"lr": item.lr, "steps": item.steps, "val_top1": last["val_top1"], "val_loss": last["val_loss"],
                  "train_loss": last.get("loss"), "seconds": time.perf_counter() - tick}
@@ -137,7 +143,7 @@ class Worker:
         fitted = train_run(replace(self.cfg, seed=item.seed), prep, lr, steps, item.folder, prep.train_val, None,
                            self.console, label, {**settings, "phase": "final", "seed": item.seed,
                                                  "selection": selection, "chosen": {"lr": lr, "steps": steps}},
-                           curves=self.cfg.curves and item.index == 0)
+                           curves=self.cfg.curves and item.index == 0, say_threads=self.first_run())
         limit = len(prep.test)  # --test-samples drew them already (data/draws.py: one rule, eval's too)
         say(self.console, f"{item.task}: evaluating on {describe_test(prep.test, self.cfg.test_samples)} test images")
         tested = fitted.trainer.evaluate(prep.test, limit=limit, prefix="test_")
