@@ -143,14 +143,14 @@ def test_dino_row_refit_runs_each_variant_through_the_pipeline_and_tabulates_it(
 
 
 def test_the_batch_step_benches_b16_compiled_at_each_larger_batch(tmp_path, monkeypatch, capsys):
-    """`--only batch`: `vitx bench` B/16 bf16 compiled at 512 and 1024, each writing its own figures (a batch that
-    does not fit ends its own command in one line; the next still runs), its options checked on the CPU."""
+    """`--only batch`: `vitx bench` B/16 bf16 compiled at 256, 512 and 1024, each writing its own figures (a batch
+    that does not fit ends its own command in one line; the next still runs), its options checked on the CPU."""
     out = tmp_path / "acceptance"
     module, printed = _dry_run(monkeypatch, capsys, out, "--cpu-smoke", "--only", "batch")
     commands = _commands(printed)
-    assert [c[c.index("--batch-size") + 1] for c in commands] == ["512", "1024"]
-    for batch, command in zip((512, 1024), commands):
+    assert [c[c.index("--batch-size") + 1] for c in commands] == ["256", "512", "1024"]
+    for batch, command in zip((256, 512, 1024), commands):
         assert command[1:4] == ["-m", "vitx", "bench"] and "--compile" in command
         assert command[command.index("--model") + 1] == "vit-b/16" and command[-1] == str(out / f"bench-b{batch}.json")
-    assert module.FIGURES["batch"] == ("bench-b512.json", "bench-b1024.json")
+    assert module.FIGURES["batch"] == ("bench-b256.json", "bench-b512.json", "bench-b1024.json")
     assert "cpu-smoke: batch compiles B/16" in printed and not (out / "summary.json").exists()

@@ -372,7 +372,7 @@ def test_running_out_of_accelerator_memory_is_one_line_and_keeps_the_checkpoint(
     def loss(*args, **kwargs):
         calls.append(1)
         if len(calls) == 4:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total "
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total "
                                          "capacity of 139.72 GiB of which 3.06 GiB is free. Including non-PyTorch "
                                          "memory, this process has 136.60 GiB memory in use. If reserved but "
                                          "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF")
@@ -403,7 +403,7 @@ def test_the_out_of_memory_line_fits_the_device_and_the_command():
         "this machine ran out of memory (DefaultCPUAllocator: can't allocate memory: you tried to allocate "
         "412316860416 bytes. Error code 12 (Cannot allocate memory)): lower --batch-size (--grad-accum K keeps the "
         "batch each optimiser step sees)")
-    worker = torch.OutOfMemoryError("Caught OutOfMemoryError in DataLoader worker process 0.\nOriginal Traceback "
+    worker = torch.cuda.OutOfMemoryError("Caught OutOfMemoryError in DataLoader worker process 0.\nOriginal Traceback "
                                     "(most recent call last):\n  File \"worker.py\", line 375, in _worker_loop\n"
                                     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
                                     "has a total capacity of 79.10 GiB of which 1.00 GiB is free.")
@@ -411,7 +411,7 @@ def test_the_out_of_memory_line_fits_the_device_and_the_command():
     assert said == ("the accelerator ran out of memory (CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
                     "total capacity of 79.10 GiB of which 1.00 GiB is free): use a smaller --image-size or model, "
                     "or a device with more memory")
-    mps = torch.OutOfMemoryError("MPS backend out of memory (MPS allocated: 1.2 GB). Tried to allocate 256 MB on "
+    mps = torch.cuda.OutOfMemoryError("MPS backend out of memory (MPS allocated: 1.2 GB). Tried to allocate 256 MB on "
                                  "private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit")
     assert "PYTORCH_" not in out_of_memory(mps, "predict") and out_of_memory(mps, "predict").endswith(
         "Tried to allocate 256 MB on private pool): lower --batch-size")

@@ -51,8 +51,12 @@ def out_of_memory(exc: BaseException, command: str = "") -> str:
                   + (", or use --precision bf16" if where == "the accelerator" else ""))
     elif command == "predict":
         advice = "lower --batch-size"
-    else:
+    elif command == "reproduce":
+        advice = "lower the plan's batches (--set batch_size=N --set transfer_batch=N)"
+    elif command == "eval":
         advice = "use a smaller --image-size or model, or a device with more memory"
+    else:
+        advice = "use a smaller model or input, or a device with more memory"
     kept_line = "; a checkpoint already written is kept" if command in ("pretrain", "transfer") else ""
     return f"{where} ran out of memory ({kept.rstrip('.') or type(exc).__name__}): {advice}{kept_line}"
 

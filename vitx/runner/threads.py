@@ -7,8 +7,8 @@ img/s on one thread instead of two (its loader worker needs the other core), and
 main job at once took 1.72× their fair share of time on torch's default threads, 1.02× on these
 (BENCHMARKS.md). So each run computes with
 the cores it is granted, shared among the machine's local processes, less one per busy loader worker. A thread
-count the user gives (OMP_NUM_THREADS, which `vitx transfer --jobs` and `vitx reproduce` set for their
-children) is kept. Processes the runner cannot see (other commands started beside it) are kept from harming each
+count the user gives is kept: `--threads N` first, else OMP_NUM_THREADS (which `vitx transfer --jobs` and `vitx
+reproduce` set for their children). Processes the runner cannot see (other commands started beside it) are kept from harming each
 other by OpenMP threads that spin only briefly before they sleep (`wait_briefly`).
 """
 from __future__ import annotations
@@ -103,6 +103,12 @@ def training_workers(workers: int, source: Any, views: list[Any], on_gpu: bool =
     return 0 if isinstance(source, TensorSplit) and not views and not on_gpu else workers
 
 
+def _omp_threads() -> int:
+    """The outer level of OMP_NUM_THREADS ("4" or "4,2": 4), 0 when unset or a value OpenMP ignores."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(first) if first.isdecimal() and first.isascii() else 0
+
+
 def fit_threads(workers: int, given: int = 0) -> dict[str, Any]:
     """Set torch's threads to `given` (--threads), else leave OMP_NUM_THREADS's, else this process's share of
     the granted cores less its `workers` busy loader workers (at least 1); returns what was decided, for the
@@ -113,8 +119,7 @@ def fit_threads(workers: int, given: int = 0) -> dict[str, Any]:
     local, share = local_processes(), core_share()
     if given:
         threads, chosen_by = given, "--threads"
-    elif os.environ.get("OMP_NUM_THREADS", "").strip().isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
-        # (a value OpenMP ignores, "abc" or 0, is not a choice: the rule below decides)
+    elif _omp_threads() > 0:  # (a value OpenMP ignores, "abc" or 0, is not a choice: the rule below decides)
         threads, chosen_by = torch.get_num_threads(), "OMP_NUM_THREADS"
     else:
         threads, chosen_by = max(1, share - workers), "vitx"

@@ -36,7 +36,7 @@ class Measured:
     batch_size: int
     precision: str
     compiled: bool
-    device: str  # the GPU's name, or "CPU, N threads"
+    device: str  # the GPU's name, or "CPU, N threads" (and who chose them, unless vitx's rule did)
     processes: int
     torch: str
     data: str
