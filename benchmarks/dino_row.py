@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from vitx.console import make_console, say
+from vitx.plots.series import read_metrics
 from vitx.reproduce.claims import start_stats
 from vitx.reproduce.pipeline import pretrain_rows, transfer_runs, transfer_settings
 from vitx.reproduce.plan import CPU, GPU, Plan, Pretraining
@@ -75,12 +76,6 @@ def trial_plan(cpu_smoke: bool) -> Plan:
                    shots=40, test_samples=64, curve=[], hires_seeds=0, jobs=1)
 
 
-def _records(run: Path) -> list[dict[str, Any]]:
-    """A run's metrics.jsonl lines as written (the watch's findings included)."""
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
-
-
 def _first_last(records: list[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
     values = [r[key] for r in records if isinstance(r.get(key), (int, float))]
     return (values[0], values[-1]) if values else (None, None)
@@ -98,7 +93,7 @@ def summarise(plan: Plan, runs: dict[str, Path], transfers: dict[str, list[dict[
             stats = start_stats(done, int(done[0].get("test_samples") or plan.test_samples))
             row.update(test_top1=stats["mean"], stderr=stats["stderr"], seeds=[r["test_top1"] for r in done])
         if start in runs:
-            spec, records = plan.pretrainings[start], _records(runs[start])
+            spec, records = plan.pretrainings[start], read_metrics(runs[start])  # (the watch's findings too)
             config = json.loads((runs[start] / "config.json").read_text())
             out_dim = (config.get("objective") or {}).get("options", {}).get("out_dim")  # K, fitted to the data
             row.update(objective=spec.objective, lr=spec.lr, steps=spec.steps_in(plan),

@@ -19,10 +19,16 @@ class VitxError(Exception):
     def user_message(self) -> str:
         """One line for the terminal: an error raised in a DataLoader worker comes back wrapped with the worker's
         traceback in its message, of which only the original one-line message is kept."""
-        text = str(self)
-        if "Original Traceback" in text:
-            text = [line for line in text.strip().splitlines() if line.strip()][-1].split(": ", 1)[-1]
+        text = worker_said(str(self))
         return text.strip().splitlines()[0] if text.strip() else type(self).__name__
+
+
+def worker_said(text: str) -> str:
+    """An error's text, or, for one a DataLoader worker raised (torch re-raises it with the worker's traceback in
+    its text), the worker's own message: the last line's, after the exception's name."""
+    if "Original Traceback" not in text:
+        return text
+    return [line for line in text.strip().splitlines() if line.strip()][-1].split(": ", 1)[-1]
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -39,9 +45,7 @@ def out_of_memory(exc: BaseException, command: str = "") -> str:
     """The line for running out of memory (`is_out_of_memory`): where, what torch says it tried and had, then
     what `command` can change. torch's own advice (allocator settings, environment variables) and a DataLoader
     worker's traceback are left out."""
-    said = " ".join(str(exc).split())
-    if "Original Traceback" in said:  # raised in a loader worker: its own message is the last line's
-        said = " ".join(str(exc).strip().splitlines()[-1].split(": ", 1)[-1].split())
+    said = " ".join(worker_said(str(exc)).split())
     said = re.sub(r"^\[enforce fail at [^]]*\] \. ", "", said)  # (the CPU allocator's source line)
     kept = ". ".join(part for part in said.split(". ")[:3]
                      if not part.startswith(("Including", "Of the", "If ", "Use ")) and "PYTORCH_" not in part)
