@@ -36,6 +36,14 @@ def test_recipe_is_valid_and_documents_its_command_and_the_paper(path):
         assert re.search(r"\d\d\.\d\d?%?", header), "the paper's reported numbers belong in the header"
 
 
+def test_the_cpu_dino_recipe_computes_on_both_cores_and_keeps_the_references_rule():
+    """recipes/cpu/pretrain-dino.toml: `threads = 2` (a system setting, not DINO's: its header gives the step's
+    163-185 against 138-144 img/s on 2 cores), and main_dino.py's lr rule, blr 5e-4 × batch / 256."""
+    values = load_recipe(ROOT / "recipes/cpu/pretrain-dino.toml", "pretrain", PretrainConfig)
+    cfg = PretrainConfig(**values).validate()
+    assert (cfg.threads, cfg.blr, cfg.batch_size) == (2, 5e-4, 64)
+
+
 def test_precedence_recipe_then_set_then_options(tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text('[pretrain]\nlr = 0.5\nsteps = 10\nmodel = "vit-micro/4"\n')
