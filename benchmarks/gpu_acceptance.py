@@ -31,6 +31,8 @@ so the work is in groups, each one command under 10 minutes, the steps of a grou
                transferred as the reproduction transfers (benchmarks/dino_row.py: about 7 minutes)
   batch        `vitx bench` ViT-B/16 bf16 compiled at batch 256, 512 and 1024: the largest batch that fits, and
                whether it lifts the MFU past 256's
+  drop-path    `vitx bench` ViT-B/16 bf16 compiled, batch 256, drop path 0.3: timm's mask against DINOv2's
+               skipping of the dropped samples (vitx/backbones/droppath.py), img/s side by side
   reproduce    `vitx reproduce --plan gpu` trimmed by --set to about 9 minutes: one pre-training seed (3 would
                triple the pre-trainings), 3 transfer seeds, one lr, MPP's compute curve at 0.3
   engines      FSDP (1 GPU, full state dict) and DeepSpeed ZeRO-2 through `accelerate launch --config_file
@@ -129,6 +131,12 @@ CPU_BENCH = dict(model="vit-nano/4", batch_size=16, precision="no", steps=2, war
 # 36.6% at 256 feeds the step from the device); a batch that does not fit ends its command with one line (the
 # accelerator ran out of memory), a result, and the step goes on to the next
 BATCHES = (256, 512, 1024)
+# stochastic depth that skips its dropped samples (DINOv2's Block, vitx/backbones/droppath.py) against timm's mask,
+# on the same compiled B/16 step at DINOv2's ViT-L rate 0.3 (blocks above 0.1 skip: 2/3 of them): whether the
+# saved compute (the FLOPs counted per image fall with it) turns into img/s on a GPU; CPU, 2 cores, vit-s/16 at
+# 128 px, rate 0.4: BENCHMARKS.md
+DROP_PATH = 0.3
+DROP_PATH_MODES = ("mask", "skip")
 SMALL_DINO = "out_dim=256,hidden_dim=32,bottleneck_dim=16,"  # the CPU smoke's head: DINO's costs seconds a step
 # The GPU plan (vitx/reproduce/plan.py: 4,000 MPP/MAE steps, 8 seeds, a 2-lr sweep, 3 pre-training seeds)
 # trimmed to one 10-minute command (a call of its own, after the measure group's in the same loan): 1,500 steps,
@@ -145,7 +153,7 @@ CPU_SMOKE = dict(model="vit-nano/4", image_size=16, batch_size=8, steps=2, save_
 DETERMINISTIC = HERE / "deterministic_plugin.py"
 GROUPS = {"measure": ("mfu", "variants", "dino", "bench"), "reproduce": ("reproduce",),
           "engines": ("fsdp", "deepspeed"), "speed": ("bench", "engine-speed"), "dino-row": ("dino-row",),
-          "batch": ("batch",)}
+          "batch": ("batch",), "drop-path": ("drop-path",)}
 DEADLINE_S = 575  # a group's command, under the device tool's 10 minutes with the installs (9 s from wheels) before it
 
 
@@ -164,6 +172,12 @@ def bench_command(options: dict, output: Path | None = None) -> list[str]:
 
     return [PY, "-m", "vitx", "bench", *flags(options, BenchConfig),
             *(["--output", str(output)] if output else [])]
+
+
+def drop_path_bench(mode: str, output: Path | None, base: dict | None = None) -> list[str]:
+    """`vitx bench` of the user's B/16 compiled (or `base`) at --drop-path DROP_PATH, dropping as `mode` says."""
+    return [*bench_command({**(base or {**USER_BENCH, "compile": True})}, output),
+            "--set", f"drop_path={DROP_PATH}", "--set", f"drop_path_mode={mode}"]
 
 
 def dino_objective(packed: str, head: str = "") -> str:
@@ -216,6 +230,9 @@ def plan(out: Path) -> list[Step]:
              "largest that fits, and whether it lifts the MFU)",
              [bench_command({**USER_BENCH, "batch_size": b, "compile": True}, out / f"bench-b{b}.json")
               for b in BATCHES]),
+        Step("drop-path", 130, f"vitx bench: vit-b/16 bf16 compiled batch 256 at drop path {DROP_PATH}, timm's "
+             "mask against DINOv2's skipping of the dropped samples",
+             [drop_path_bench(mode, out / f"bench-drop-{mode}.json") for mode in DROP_PATH_MODES]),
         # the user's bench under the engines Accelerate drives: FSDP (bf16 parameters for the compute, fp32 kept)
         # and DeepSpeed ZeRO-2 (bf16 weights, an fp32 master copy in its optimiser: the plain loop's +bf16w, +12%)
         Step("engine-speed", 150, "vitx bench: vit-b/16 bf16 batch 256 under FSDP (bf16 parameters) and DeepSpeed "
@@ -281,6 +298,10 @@ def validate(out: Path, steps: list[Step], cpu_smoke: bool) -> None:
     for options in [USER_BENCH, *({**USER_BENCH, "batch_size": b, "compile": True} for b in BATCHES)] + \
             [dino_bench(p, c, out / "dino-profile.txt") for _, p, c in DINO_CASES]:
         BenchConfig(**{k: v for k, v in options.items()}).validate()
+    for mode in DROP_PATH_MODES:  # the run settings the drop-path step gives by --set
+        resolve_config({**{k: v for k, v in USER_BENCH.items() if k not in ("steps", "warmup")}, "compile": True,
+                        "drop_path": DROP_PATH, "drop_path_mode": mode, "output_dir": str(out / "check")},
+                       resume=False)
     trimmed = PLANS["gpu"].with_settings(parse_sets(REPRODUCE_SETS, Plan))
     print(f"options: pretrain and bench valid; reproduce plan gpu with {' '.join(REPRODUCE_SETS)}: "
           f"{trimmed.pretrain_steps} steps, pre-training seeds {trimmed.pretrain_seeds}, seeds {trimmed.seeds}",
@@ -316,6 +337,9 @@ def validate(out: Path, steps: list[Step], cpu_smoke: bool) -> None:
             subprocess.run(cmd, cwd=ROOT, check=True, timeout=300)
     if "dino-row" in names:  # every variant's settings through the pipeline, CPU-sized
         in_process(["dino_row.py", "--cpu-smoke", "--output-dir", str(out / "dino-row-smoke")], HERE / "dino_row.py")
+    if "drop-path" in names:  # each mode, eager and CPU-sized (inductor's C++ would take minutes)
+        for mode in DROP_PATH_MODES:
+            vitx_main(drop_path_bench(mode, None, base={**USER_BENCH, **CPU_BENCH})[3:])
     if "batch" in names:  # inductor's C++ for a CPU would take minutes a batch: the options were checked above
         print("cpu-smoke: batch compiles B/16 at batches a GPU holds: its bench options were checked", flush=True)
     if "engine-speed" in names:  # FSDP and DeepSpeed need a GPU (Accelerate refuses FSDP without one)
@@ -454,6 +478,9 @@ def run_step(step: Step, out: Path, limit: float) -> dict:
         result["over_eager_off"] = {name: round(result[f"dino-{name}"]["images_per_s"] /
                                                 result["dino-off"]["images_per_s"], 3)
                                     for name, _, _ in DINO_CASES[1:] if f"dino-{name}" in result}
+    if step.name == "drop-path" and all(f"bench-drop-{m}" in result for m in DROP_PATH_MODES):
+        result["skip_over_mask"] = round(result["bench-drop-skip"]["images_per_s"] /
+                                         result["bench-drop-mask"]["images_per_s"], 3)
     if step.name == "engine-speed" and (out / "bench.json").exists():  # each engine against the plain process
         plain = json.loads((out / "bench.json").read_text())  # (on this machine: a copy from another is not compared)
         result["over_bench"] = {name: round(result[name]["images_per_s"] / plain["images_per_s"], 3)
@@ -470,6 +497,7 @@ def run_step(step: Step, out: Path, limit: float) -> dict:
 
 FIGURES = {"dino": tuple(f"dino-{name}.json" for name, _, _ in DINO_CASES), "bench": ("bench.json", "bench-cpu.json"),
            "batch": tuple(f"bench-b{b}.json" for b in BATCHES),
+           "drop-path": tuple(f"bench-drop-{mode}.json" for mode in DROP_PATH_MODES),
            "engine-speed": ("bench-fsdp.json", "bench-deepspeed.json")}
 SHOWN = ("device", "images_per_s", "gflop_per_image", "tflops", "mfu", "input_wait", "memory_gib", "warmup_s",
          "loss")

@@ -6,6 +6,7 @@ import json
 import math
 import shlex
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -154,3 +155,25 @@ def test_the_batch_step_benches_b16_compiled_at_each_larger_batch(tmp_path, monk
         assert command[command.index("--model") + 1] == "vit-b/16" and command[-1] == str(out / f"bench-b{batch}.json")
     assert module.FIGURES["batch"] == ("bench-b256.json", "bench-b512.json", "bench-b1024.json")
     assert "cpu-smoke: batch compiles B/16" in printed and not (out / "summary.json").exists()
+
+
+def test_the_drop_path_step_benches_mask_against_skip_on_the_same_run(tmp_path, monkeypatch, capsys):
+    """`--only drop-path`: the user's B/16 compiled bench twice, at drop path 0.3, timm's mask then DINOv2's skip,
+    the same flags otherwise; each mode runs CPU-sized in the smoke, and the summary's ratio reads their files."""
+    out = tmp_path / "acceptance"
+    module, printed = _dry_run(monkeypatch, capsys, out, "--cpu-smoke", "--only", "drop-path")
+    mask, skip = _commands(printed)
+    assert mask[-4:] == ["--set", "drop_path=0.3", "--set", "drop_path_mode=mask"]
+    assert skip[-4:] == ["--set", "drop_path=0.3", "--set", "drop_path_mode=skip"]
+    assert mask[:-6] == skip[:-6] and "--compile" in mask and mask[mask.index("--model") + 1] == "vit-b/16"
+    assert mask[-6:-4] == ["--output", str(out / "bench-drop-mask.json")]
+    assert printed.count("img/s:") == 2  # both modes ran CPU-sized
+
+    def measured(cmd, deadline, log):  # each command's figures, as its bench would write them
+        mode = cmd[-1].split("=")[1]
+        Path(cmd[-5]).write_text(json.dumps({"images_per_s": {"mask": 100.0, "skip": 130.0}[mode], "device": "cpu"}))
+        return 0
+
+    monkeypatch.setattr(module, "_run", measured)
+    result = module.run_step(module.selected(module.plan(out), "drop-path")[0], out, 10)
+    assert result["ok"] and result["skip_over_mask"] == 1.3

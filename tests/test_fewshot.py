@@ -222,3 +222,39 @@ def test_big_vision_geometry_resizes_the_short_side_then_crops_the_centre(tmp_pa
     assert json.loads((tmp_path / "bv.json").read_text())["input"]["eval_resize"] == "big_vision"
     bad = vitx_cli("eval", "fewshot", "--from", "scratch", "--model", "vit-nano/4", "--preprocess", "tf")
     assert bad.returncode == 2 and "--preprocess must be one of start, big_vision, got 'tf'" in bad.stderr
+
+
+def test_a_label_less_sources_labels_are_read_once_for_check_and_evaluation():
+    """A plugin's source without `labels()` gives its labels only by loading each image: few-shot's check and its
+    evaluation read them once between them (a read-only array after), and a source that cannot keep them still
+    reads them right."""
+    from vitx.data.sources import source_labels
+
+    class Loads:
+        num_classes, class_names = 3, None
+
+        def __init__(self):
+            self.loads = 0
+
+        def __len__(self):
+            return 12
+
+        def load(self, i):
+            self.loads += 1
+            return None, i % 3
+
+    source = Loads()
+    first, again = source_labels(source), source_labels(source)
+    assert source.loads == 12 and again is first and first.tolist() == [i % 3 for i in range(12)]
+    with pytest.raises(ValueError):
+        first[0] = 2  # kept read-only: no caller can change what the next one reads
+
+    class Slotted:  # no __dict__: nowhere to keep them
+        __slots__ = ("loads",)
+        num_classes, class_names = 3, None
+        __len__, load = Loads.__len__, Loads.load
+
+    slotted = Slotted()
+    slotted.loads = 0
+    assert source_labels(slotted).tolist() == first.tolist() == source_labels(slotted).tolist()
+    assert slotted.loads == 24

@@ -24,7 +24,7 @@ ROLES = ("input", "head", "method")
 # in closed form has no use for any of them (`Adapter.ignores`)
 TRAINING = ("protocol", "sweep", "select", "lrs", "sweep_steps", "lr", "steps", "seeds", "augment", "crop_scale",
             "hflip", "randaugment", "random_erasing", "mixup", "cutmix", "label_smoothing", "optimizer",
-            "weight_decay", "layer_decay", "drop_path", "ema_decay", "batch_size", "grad_accum", "warmup",
+            "weight_decay", "layer_decay", "drop_path", "drop_path_mode", "ema_decay", "batch_size", "grad_accum", "warmup",
             "grad_clip", "precision", "compile", "log_with")
 
 

@@ -22,7 +22,7 @@ class FineTune(Adapter):
 @register_adapter("linear-probe",
                   description="frozen backbone (in eval mode), only the linear head trains")
 class LinearProbe(Adapter):
-    ignores = ("drop_path", "layer_decay")  # the backbone never trains: the head alone, at the full lr
+    ignores = ("drop_path", "drop_path_mode", "layer_decay")  # the backbone never trains: the head alone, at the full lr
     ignores_because = "trains only the head, on a frozen backbone in eval mode"
 
     def apply(self, model: nn.Module, ctx: AdaptContext) -> None:

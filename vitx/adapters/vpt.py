@@ -49,7 +49,7 @@ MAX_TOKENS = 1024  # prompt tokens: each is a sequence position in every block (
 @register_adapter("vpt", description="frozen backbone; learned prompt tokens before the first block (shallow) "
                                      "or every block (deep=True); the head trains")
 class VPT(Adapter):
-    ignores = ("drop_path",)  # the frozen backbone stays in eval mode: stochastic depth is off
+    ignores = ("drop_path", "drop_path_mode")  # the frozen backbone stays in eval mode: stochastic depth is off
     ignores_because = "keeps the backbone frozen in eval mode (no stochastic depth)"
     reference = {"lr": 1e-3, "weight_decay": 1e-4, "batch_size": 64, "epochs": 100}
     reference_source = ("NOAH configs/VPT/VTAB/slurm_train_vpt_vtab.sh:12,21,34 (lr 0.001, weight decay 1e-4, batch "

@@ -85,8 +85,13 @@ def packed_block(block: nn.Module, x: torch.Tensor, mask: torch.Tensor, lengths:
     run branch by branch so that a dropped branch is dropped per crop (`_per_crop`); other blocks, only without."""
     from timm.models.vision_transformer import Block
 
+    from .droppath import SkippingBlock
+
     if not (block.training and any(_drops(getattr(block, n, None)) for n in ("drop_path1", "drop_path2"))):
         return block(x, attn_mask=mask)
+    if isinstance(block, SkippingBlock):
+        raise VitxError("packed crops cannot skip dropped samples (a row holds all of an image's crops): use "
+                        "--drop-path-mode mask, or run the crops unpacked")
     if type(block).forward is not Block.forward:
         raise VitxError(f"packed crops with stochastic depth need timm's Block; {type(block).__name__} drops paths "
                         "its own way (set drop_path 0, or run the crops unpacked)")

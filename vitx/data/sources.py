@@ -53,9 +53,25 @@ class HFImageSource:
                           dtype=np.int64)
 
 
+LABELS_READ = "_vitx_labels"  # where a source keeps the labels once read (a check and its evaluation read them)
+
+
 def source_labels(source: ImageSource) -> np.ndarray:
-    """Every label of a source, without decoding images where the source can say them directly. (N,) int64"""
+    """Every label of a source, without decoding images where the source can say them directly; read once per
+    source object (a label-less plugin source decodes every image for them), then the same read-only array.
+    (N,) int64"""
+    kept = getattr(source, LABELS_READ, None)
+    if isinstance(kept, np.ndarray):
+        return kept
     labels = getattr(source, "labels", None)
     if labels is not None:  # a method (task splits, tables) or a tensor (in-memory splits)
-        return np.asarray(labels() if callable(labels) else labels, dtype=np.int64)
-    return np.asarray([source.load(i)[1] for i in range(len(source))], dtype=np.int64)
+        read = np.asarray(labels() if callable(labels) else labels, dtype=np.int64)
+    else:
+        read = np.asarray([source.load(i)[1] for i in range(len(source))], dtype=np.int64)
+    if labels is None or callable(labels):  # (a tensor of labels is already held: nothing to keep)
+        read.setflags(write=False)
+        try:
+            setattr(source, LABELS_READ, read)
+        except (AttributeError, TypeError):  # a source with __slots__ or frozen: read again next time
+            pass
+    return read

@@ -30,6 +30,7 @@ INTERPOLATIONS = ("bicubic", "bilinear", "nearest")  # how images are resized (d
 # adamw, adam and sgd are built by vitx (runner/optim.py); the others by timm's optimizer factory
 OPTIMIZERS = ("adamw", "adam", "sgd", "lamb", "lars", "lion", "nadamw", "adopt", "adan", "rmsprop", "adafactor")
 PRECISIONS = ("no", "bf16", "fp16")
+DROP_PATH_MODES = ("mask", "skip")  # how stochastic depth drops a branch (backbones/droppath.py)
 LOG_FORMATS = ("auto", "bar", "lines", "json")  # how progress is shown (runner/reporting.py)
 # Sizes far above any real run: a slip of the keyboard (1000000 for 1000) is refused in one line instead of
 # allocating for minutes. Seeds are what numpy's generators take.
@@ -189,6 +190,7 @@ class Optimisation:
     weight_decay_end: float | None = setting(None, "Weight decay at the end of the run: from --weight-decay along a half cosine over the steps, as DINO, iBOT and DINOv2 schedule it (0.04 → 0.4); a function of the step, so a resumed run follows it exactly.", OPTIMISATION, min=0, limit=LIMITS["weight_decay"], shown="--weight-decay throughout")
     layer_decay: float = setting(1.0, "Layer-wise lr decay: block i of L learns at lr · d^(L+1−i), the embeddings least, the head at lr (BEiT/MAE fine-tuning: 0.65–0.75); 1: off.", OPTIMISATION, above=0, max=1)
     drop_path: float = setting(0.0, "Stochastic depth: the last block drops its residual branches with this probability, block i at i/(L−1) of it.", OPTIMISATION, min=0, below=1)
+    drop_path_mode: str = setting("mask", "How stochastic depth drops a branch: mask (timm's DropPath, as DINO, MAE and DeiT train: every sample's branch computed, a dropped one zeroed) or skip (DINOv2's Block: on blocks above rate 0.1 only a random max(⌊B(1−p)⌋, 1) of the samples compute the branch, scaled by B/that, so the dropped ones cost nothing; exactly that many kept; unpacked forwards only).", OPTIMISATION, choices=DROP_PATH_MODES)
     ema_decay: float = setting(0.0, "Keep a moving average of the weights (timm's ModelEmaV3) with this decay, warmed up as timm does; evaluated and monitored beside the live weights (ema_* metrics) and saved beside them (ema.safetensors); 0: off.", OPTIMISATION, min=0, below=1)
     grad_clip: float = setting(1.0, "Gradient-norm clip, of all gradients together (pre-training's --grad-clip-mode per-parameter: of each parameter's); 0 disables.", OPTIMISATION, min=0, says="must not be negative (0 disables)")
     precision: str = setting("no", "Mixed precision: no, bf16 or fp16 (GPU).", OPTIMISATION, choices=PRECISIONS)
@@ -273,6 +275,6 @@ class System:
     tf32: bool = setting(True, "On GPUs that have it, float32 matmuls in TF32 (10-bit mantissa, ~8x the float32 rate).", SYSTEM)
 
 
-__all__ = ["INTERPOLATIONS", "LIMITS", "LOG_FORMATS", "OPTIMIZERS", "PRECISIONS", "SCRATCH", "Augmentation", "Columns",
+__all__ = ["DROP_PATH_MODES", "INTERPOLATIONS", "LIMITS", "LOG_FORMATS", "OPTIMIZERS", "PRECISIONS", "SCRATCH", "Augmentation", "Columns",
            "Input", "Normalisation", "Optimisation", "Output", "Seeded", "Start", "Streaming", "System", "TestDraw",
            "TrainDraw", "new_model"]

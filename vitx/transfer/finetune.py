@@ -15,7 +15,7 @@ import torch.nn as nn
 from rich.console import Console
 
 from ..adapters import AdaptContext, Adapter, resolve_adapters, trainable_parameters
-from ..backbones.droppath import set_drop_path
+from ..backbones.droppath import set_drop_path, set_drop_path_mode
 from ..backbones.pooling import set_pooling
 from ..console import say
 from ..data import Preprocess, TensorSplit, decode_split
@@ -52,6 +52,7 @@ class Prepared:
     input_from: str = ""  # where the mean, std and interpolation came from (the start, or the flags)
     head_options: dict[str, float] = field(default_factory=dict)  # the classifier's loss: smoothing, mixup, cutmix
     drop_path: float = 0.0  # stochastic depth set on each run's copy of the start
+    drop_path_mode: str = "mask"  # how it drops a branch (backbones/droppath.py)
 
     @property
     def train_val(self) -> TensorSplit:
@@ -92,16 +93,18 @@ def prepare(cfg: TransferConfig, task: Task, splits: TaskSplits | None = None) -
     train, val = (decode_split(split, preprocess, workers=workers) for split in (splits.train, splits.val))
     head_options = {k: getattr(cfg, k) for k in ("label_smoothing", "mixup", "cutmix") if getattr(cfg, k)}
     return Prepared(task, splits, start, adapters, preprocess, train, val, splits.test, input_from, head_options,
-                    cfg.drop_path)
+                    cfg.drop_path, cfg.drop_path_mode)
 
 
 def adapted_model(start: nn.Module, num_classes: int, image_size: int, adapters: list[Adapter],
-                  head_options: dict[str, float] | None = None, drop_path: float = 0.0) -> Supervised:
+                  head_options: dict[str, float] | None = None, drop_path: float = 0.0,
+                  drop_path_mode: str = "mask") -> Supervised:
     """A copy of `start`, as a classifier with `num_classes` classes at `image_size`, with every adapter applied
     in role order."""
     model = Supervised(copy.deepcopy(start), num_classes, head="linear", **(head_options or {}))
     if drop_path > 0:
         set_drop_path(model.backbone, drop_path)
+    set_drop_path_mode(model.backbone, drop_path_mode)
     ctx = AdaptContext(image_size=image_size, num_classes=num_classes)
     for adapter in adapters:
         adapter.apply(model, ctx)
@@ -113,7 +116,7 @@ def adapted_model(start: nn.Module, num_classes: int, image_size: int, adapters:
 def build_model(prep: Prepared) -> Supervised:
     """The task's model: a copy of its start with its classes and every adapter applied."""
     return adapted_model(prep.start, prep.task.num_classes, prep.preprocess.image_size, prep.adapters,
-                         prep.head_options, prep.drop_path)
+                         prep.head_options, prep.drop_path, prep.drop_path_mode)
 
 
 def parameter_counts(prep: Prepared) -> dict[str, int]:

@@ -1,0 +1,103 @@
+"""Stochastic depth that skips its dropped samples (issue 50, DINOv2's Block): the branch computed on the kept
+subset only equals the masked computation on the same subset, the estimator is unbiased, the compute shrinks to
+the subset, only blocks above rate 0.1 skip, and the option runs end to end (recorded, said, refused where
+packed crops or a frozen backbone make it meaningless)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from vitx import create_backbone
+from vitx.backbones.droppath import SkippingBlock, set_drop_path, set_drop_path_mode, skip_dropped
+
+from .helpers import tiny, vitx_cli, as_flags
+
+
+def _branch(block):
+    return lambda t: block.ls2(block.mlp(block.norm2(t)))
+
+
+def test_skipping_equals_masking_on_the_same_subset_forward_and_backward():
+    torch.manual_seed(0)
+    block = create_backbone("vit-nano/4", depth=2).blocks[1].train()
+    x = torch.randn(10, 17, 64, requires_grad=True)  # (B, N, D)
+    keep = torch.tensor([7, 0, 3, 9, 4, 1])  # 6 of 10 kept: scale 10/6
+    skipped = skip_dropped(x, _branch(block), rate=0.4, keep=keep)
+    mask = torch.zeros(10)
+    mask[keep] = 10 / 6
+    masked = x + _branch(block)(x) * mask[:, None, None]  # timm's DropPath with this draw
+    # the same rows through the same layers (a sub-batch of the same matmuls: equal to float rounding)
+    torch.testing.assert_close(skipped, masked, rtol=0, atol=1e-6)
+    dropped = [i for i in range(10) if i not in keep.tolist()]
+    assert torch.equal(skipped[dropped], x[dropped])  # a dropped sample passes through untouched
+    g_skip = torch.autograd.grad(skipped.square().sum(), [x, block.mlp.fc1.weight])
+    g_mask = torch.autograd.grad(masked.square().sum(), [x, block.mlp.fc1.weight])
+    for a, b in zip(g_skip, g_mask):  # sums over fewer rows in another order: equal to fp32 rounding of the norm
+        assert float((a - b).norm() / b.norm()) < 1e-6
+
+
+def test_the_subset_has_dinov2s_size_and_the_mean_is_the_undropped_output():
+    calls = []
+
+    def branch(t):  # (S, N, D): counts the rows it is given
+        calls.append(t.shape[0])
+        return t * 2.0
+
+    x = torch.arange(10.0).reshape(10, 1, 1).expand(10, 3, 2).contiguous()
+    torch.manual_seed(1)
+    outs = torch.stack([skip_dropped(x, branch, rate=0.35) for _ in range(3000)])
+    assert set(calls) == {6}  # max(⌊10 · 0.65⌋, 1): the dropped 4 are never computed
+    mean = outs.mean(0)
+    torch.testing.assert_close(mean, x + 2 * x, rtol=0.05, atol=0.05)  # unbiased: B/S × P(kept) = 1
+    assert skip_dropped(torch.ones(4, 1, 1), branch, rate=0.99).sum() == 4 + 4 * 2  # at least one sample, × 4/1
+    assert calls[-1] == 1
+
+
+def test_only_blocks_above_a_tenth_skip_with_the_same_weights_and_evaluation():
+    from timm.models.vision_transformer import Block
+
+    backbone = create_backbone("vit-nano/4", depth=5)
+    keys = list(backbone.state_dict())
+    set_drop_path(backbone, 0.3, mode="skip")  # rates 0, .075, .15, .225, .3
+    assert [type(b) for b in backbone.blocks] == [Block, Block, SkippingBlock, SkippingBlock, SkippingBlock]
+    assert list(backbone.state_dict()) == keys
+    x = torch.randn(3, 3, 16, 16)
+    backbone.eval()
+    skipped_eval = backbone.forward_features(x)
+    set_drop_path_mode(backbone, "mask")
+    assert all(type(b) is Block for b in backbone.blocks)
+    assert torch.equal(backbone.forward_features(x), skipped_eval)  # evaluation never drops
+    with pytest.raises(Exception, match="unknown drop-path mode"):
+        set_drop_path_mode(backbone, "fast")
+
+
+def test_packed_crops_refuse_skipping_in_one_line():
+    from vitx.backbones.packing import forward_packed
+    from vitx.errors import VitxError
+
+    backbone = create_backbone("vit-nano/4", depth=3, img_size=16)
+    backbone.patch_embed.strict_img_size = False  # (local crops at 8px, as tests/test_packing.py)
+    set_drop_path(backbone, 0.4, mode="skip")
+    backbone.train()
+    with pytest.raises(VitxError, match="packed crops cannot skip dropped samples"):
+        forward_packed(backbone, [torch.randn(4, 3, 16, 16), torch.randn(4, 3, 8, 8)], batch=2)
+
+
+def test_pretraining_with_skip_runs_records_and_says_it(tmp_path):
+    options = tiny(tmp_path, steps=2, save_every=2, eval_samples=16, drop_path=0.3, drop_path_mode="skip")
+    result = vitx_cli("pretrain", *as_flags(options))
+    assert result.returncode == 0, result.stderr
+    assert "drop path 0.3 (skip: the dropped samples of blocks above 0.1 not computed)" in result.stdout
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["run"]["drop_path_mode"] == "skip" and config["run"]["drop_path"] == 0.3
+    low = vitx_cli("pretrain", *as_flags(tiny(tmp_path / "low", steps=1, drop_path=0.1, drop_path_mode="skip",
+                                              eval_samples=16)))
+    assert low.returncode == 0 and "skip asked, but no block is above 0.1" in low.stdout
+
+
+def test_a_frozen_backbones_adapter_refuses_the_mode():
+    result = vitx_cli("transfer", "--task", "embedded/digits", "--from", "scratch", "--model", "vit-nano/4",
+                      "--adapter", "linear-probe", "--drop-path-mode", "skip", "--output-dir", "unused")
+    assert result.returncode != 0 and "--drop-path-mode" in result.stderr and "Traceback" not in result.stderr
