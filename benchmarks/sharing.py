@@ -3,7 +3,7 @@ vitx now chooses them (runner/threads.py: the granted cores less the busy loader
 briefly) against torch's own default (one thread per core, which `OMP_NUM_THREADS=<cores>` reproduces, and GNU
 OpenMP's default spin: what vitx did before).
 
-    python benchmarks/sharing.py [--copies 4] [--steps 300] [--only main,transfer,dino]
+    python benchmarks/sharing.py [--copies 4] [--steps 300] [--only main,transfer,dino] [--after-only]
 
   main      the README's main job (`vitx pretrain`, its defaults) cut to --steps: one alone, then --copies at
             once; the figure is wall time at once ÷ (copies × alone): 1.0 is a fair share, above it the
@@ -12,7 +12,8 @@ OpenMP's default spin: what vitx did before).
             main job's run: one alone, then --copies at once, started as separate commands
   dino      the CPU DINO recipe (recipes/cpu/pretrain-dino.toml) alone for 60 steps: img/s over its last 40
 Every run is a separate `python -m vitx` process; each job runs before, then after (one pass: the machine's
-drift is not averaged out, so repeat a figure that matters).
+drift is not averaged out, so repeat a figure that matters); --after-only runs vitx's rule alone (a check of the
+acceptance figures in a third of the time: the "before" side's copies are the slowest runs).
 """
 from __future__ import annotations
 
@@ -67,9 +68,9 @@ def transfer_job(start: Path, out: Path) -> list[str]:
                 "--lr", "0.1", "--steps", "200", "--output-dir", str(out), "--no-curves")
 
 
-def measure(name: str, make: callable, copies: int, tmp: Path) -> None:
+def measure(name: str, make: callable, copies: int, tmp: Path, sides: dict[str, dict[str, str]]) -> None:
     """One alone, then `copies` at once, on each side; a table row each."""
-    for label, side in SIDES.items():
+    for label, side in sides.items():
         alone = run_at_once([make(tmp / f"{name}-{len(label)}-alone")], side)
         together = run_at_once([make(tmp / f"{name}-{len(label)}-{i}") for i in range(copies)], side)
         print(f"| {name} | {label} | {alone:.1f} s | {copies} at once: {together:.1f} s | "
@@ -97,8 +98,12 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=4)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--only", default="main,transfer,dino")
+    ap.add_argument("--after-only", action="store_true", help="vitx's rule only (not torch's default before it)")
     args = ap.parse_args()
     only = set(args.only.split(","))
+    after = "after (vitx's rule)"
+    sides = {after: SIDES[after]} if args.after_only else SIDES
+    dino_sides = {k: v for k, v in DINO_SIDES.items() if not args.after_only or not k.startswith("before")}
     print(f"{os.cpu_count()} cores; load {os.getloadavg()[0]:.2f}", flush=True)
     print("| job | threads | one alone | several at once | at once ÷ (copies × alone) |\n|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as name:
@@ -107,11 +112,11 @@ def main() -> None:
             start = tmp / "start"
             run_at_once([main_job(start, args.steps)], {})
         if "main" in only:
-            measure("main job", lambda out: main_job(out, args.steps), args.copies, tmp)
+            measure("main job", lambda out: main_job(out, args.steps), args.copies, tmp, sides)
         if "transfer" in only:
-            measure("transfer", lambda out: transfer_job(start, out), args.copies, tmp)
+            measure("transfer", lambda out: transfer_job(start, out), args.copies, tmp, sides)
         if "dino" in only:
-            for label, (side, extra) in DINO_SIDES.items():
+            for label, (side, extra) in dino_sides.items():
                 rate = dino_rate(tmp, side, label, extra)
                 print(f"| CPU DINO recipe | {label} | {rate:.1f} img/s (steps 21-60) | | |", flush=True)
 

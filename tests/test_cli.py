@@ -215,7 +215,7 @@ def test_a_shared_setting_is_declared_once_and_reaches_every_command_that_compos
                 checked += 1
     # the group settings of pretrain, transfer (with Input) and eval linear; Input's mean and std are its
     # Normalisation's, which pretrain composes alone: checked under both
-    assert checked == 33 + 38 + 15
+    assert checked == 34 + 39 + 15
     own = {f.name for f in dataclasses.fields(TransferConfig)} & {f.name for f in dataclasses.fields(PretrainConfig)}
     in_groups = {f.name for g in groups_of(TransferConfig) for f in dataclasses.fields(g)}
     # what the two commands share outside the groups means something different in each (the run's own)

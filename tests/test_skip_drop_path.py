@@ -12,7 +12,7 @@ import torch
 from vitx import create_backbone
 from vitx.backbones.droppath import SkippingBlock, set_drop_path, set_drop_path_mode, skip_dropped
 
-from .helpers import tiny, vitx_cli, as_flags
+from .helpers import as_flags, tiny, vitx_cli
 
 
 def _branch(block):
@@ -38,6 +38,34 @@ def test_skipping_equals_masking_on_the_same_subset_forward_and_backward():
         assert float((a - b).norm() / b.norm()) < 1e-6
 
 
+def test_a_skipping_blocks_training_forward_computes_the_kept_rows_only_and_equals_the_masked_block(monkeypatch):
+    """The block itself, in training: its branches' layers see the subset's S rows (hooks), and its output is
+    timm's Block with DropPath drawing the same samples (the permutation fixed)."""
+    from timm.models.vision_transformer import Block
+
+    torch.manual_seed(0)
+    backbone = create_backbone("vit-nano/4", depth=2)
+    set_drop_path(backbone, 0.4, mode="skip")  # block 1 at 0.4: skips
+    block = backbone.blocks[1].train()
+    assert type(block) is SkippingBlock
+    seen = []
+    for layer in (block.attn.qkv, block.mlp.fc1):
+        layer.register_forward_hook(lambda m, args, out: seen.append(args[0].shape[0]))
+    order = torch.tensor([4, 1, 7, 0, 9, 2, 3, 5, 6, 8])
+    monkeypatch.setattr(torch, "randperm", lambda n, device=None: order[:n].clone())
+    x = torch.randn(10, 17, 64)  # (B, N, D)
+    skipped = block(x)
+    assert seen == [6, 6]  # max(⌊10 · 0.6⌋, 1) rows through attention and the MLP
+    keep = torch.zeros(10)
+    keep[order[:6]] = 10 / 6  # DropPath's mask for the same samples, scaled as the subset is
+    block.__class__ = Block
+    with torch.no_grad():
+        attn = block.ls1(block.attn(block.norm1(x)))
+        mid = x + attn * keep[:, None, None]
+        masked = mid + block.ls2(block.mlp(block.norm2(mid))) * keep[:, None, None]
+    torch.testing.assert_close(skipped.detach(), masked, rtol=0, atol=1e-5)
+
+
 def test_the_subset_has_dinov2s_size_and_the_mean_is_the_undropped_output():
     calls = []
 
@@ -49,6 +77,11 @@ def test_the_subset_has_dinov2s_size_and_the_mean_is_the_undropped_output():
     torch.manual_seed(1)
     outs = torch.stack([skip_dropped(x, branch, rate=0.35) for _ in range(3000)])
     assert set(calls) == {6}  # max(⌊10 · 0.65⌋, 1): the dropped 4 are never computed
+    kept = (outs[:, 1:, 0, 0] != x[1:, 0, 0]).float()  # (draws, B − 1): whose branch was added (sample 0 is 0)
+    frequency = kept.mean(0)  # each sample kept 6 times in 10: binomial s.d. over 3000 draws ≈ 0.009
+    assert bool(((frequency - 0.6).abs() < 0.04).all()), frequency
+    ratios = torch.unique((outs[:, 1:, 0, 0] / x[1:, 0, 0]).round(decimals=4))  # x, or x + (10/6) · 2x: B/S
+    torch.testing.assert_close(ratios, torch.tensor([1.0, 1 + 2 * 10 / 6]), rtol=0, atol=1e-4)
     mean = outs.mean(0)
     torch.testing.assert_close(mean, x + 2 * x, rtol=0.05, atol=0.05)  # unbiased: B/S × P(kept) = 1
     assert skip_dropped(torch.ones(4, 1, 1), branch, rate=0.99).sum() == 4 + 4 * 2  # at least one sample, × 4/1
@@ -85,19 +118,47 @@ def test_packed_crops_refuse_skipping_in_one_line():
         forward_packed(backbone, [torch.randn(4, 3, 16, 16), torch.randn(4, 3, 8, 8)], batch=2)
 
 
+def test_dino_refuses_packed_crops_with_skipping_blocks_when_built_and_its_teacher_never_skips():
+    import vitx
+    from vitx.errors import VitxError
+
+    backbone = create_backbone("vit-micro/4", img_size=16, drop_path_rate=0.3)
+    set_drop_path_mode(backbone, "skip")
+    with pytest.raises(VitxError, match="packed=local cannot skip dropped samples"):
+        vitx.create_objective("dino", backbone, None, out_dim=64, hidden_dim=32, bottleneck_dim=16, local_crops=4,
+                              packed="local")
+    dino = vitx.create_objective("dino", backbone, None, out_dim=64, hidden_dim=32, bottleneck_dim=16,
+                                 local_crops=4)
+    assert any(type(b) is SkippingBlock for b in dino.backbone.blocks)
+    teacher = [m for name, m in dino.named_modules() if "teacher" in name and hasattr(m, "blocks")]
+    assert teacher and not any(type(b) is SkippingBlock for t in teacher for b in t.blocks)
+
+
 def test_pretraining_with_skip_runs_records_and_says_it(tmp_path):
     options = tiny(tmp_path, steps=2, save_every=2, eval_samples=16, drop_path=0.3, drop_path_mode="skip")
     result = vitx_cli("pretrain", *as_flags(options))
     assert result.returncode == 0, result.stderr
-    assert "drop path 0.3 (skip: the dropped samples of blocks above 0.1 not computed)" in result.stdout
+    # vit-nano/4: 4 blocks at 0, 0.1, 0.2, 0.3
+    assert "stochastic depth: rates 0 → 0.3 over 4 blocks, the dropped samples skipped on blocks 2-3" in result.stdout
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["run"]["drop_path_mode"] == "skip" and config["run"]["drop_path"] == 0.3
     low = vitx_cli("pretrain", *as_flags(tiny(tmp_path / "low", steps=1, drop_path=0.1, drop_path_mode="skip",
                                               eval_samples=16)))
     assert low.returncode == 0 and "skip asked, but no block is above 0.1" in low.stdout
+    none = vitx_cli("pretrain", *as_flags(tiny(tmp_path / "none", steps=1, drop_path_mode="skip")))
+    assert none.returncode != 0 and "the model drops no path" in none.stderr and "Traceback" not in none.stderr
+    assert not (tmp_path / "none" / "run" / "config.json").exists()
 
 
-def test_a_frozen_backbones_adapter_refuses_the_mode():
+def test_a_frozen_backbones_adapter_refuses_the_mode(tmp_path):
     result = vitx_cli("transfer", "--task", "embedded/digits", "--from", "scratch", "--model", "vit-nano/4",
-                      "--adapter", "linear-probe", "--drop-path-mode", "skip", "--output-dir", "unused")
-    assert result.returncode != 0 and "--drop-path-mode" in result.stderr and "Traceback" not in result.stderr
+                      "--adapter", "linear-probe", "--drop-path-mode", "skip", "--output-dir", str(tmp_path / "t"))
+    assert result.returncode != 0 and "--drop-path-mode skip would have no effect" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_transfer_recorded_before_the_mode_existed_ran_masked():
+    from vitx.transfer.folders import _changed
+
+    assert _changed({"lr": 0.1}, {"lr": 0.1, "drop_path_mode": "skip"}) == ["drop_path_mode"]
+    assert _changed({"lr": 0.1}, {"lr": 0.1, "drop_path_mode": "mask"}) == []

@@ -15,16 +15,25 @@ from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
+from timm.models.vision_transformer import Block
 
 from ..errors import VitxError
 from ..settings.groups import DROP_PATH_MODES
+
 SKIP_ABOVE = 0.1  # DINOv2's Block: "the overhead is compensated only for a drop path rate larger than 0.1"
 
 
-def set_drop_path(backbone: nn.Module, rate: float, mode: str = "mask") -> None:
+def skips(rate: float) -> bool:
+    """Whether a branch at `rate` skips: above 0.1, a rate within float rounding of it counting as 0.1 (the last
+    block of --drop-path 0.1 gets 0.1 · 3 / 3 = 0.10000000000000002)."""
+    return rate > SKIP_ABOVE + 1e-9
+MODE = "vitx_drop_path_mode"  # the backbone's attribute that keeps its mode (kept by deepcopy, not a weight)
+
+
+def set_drop_path(backbone: nn.Module, rate: float, mode: str | None = None) -> None:
     """Block i of L drops its residual branches with probability rate · i / (L − 1) (timm's linear rule, as its
     `drop_path_rate` gives): block 0 never, the last block at `rate`. 0 removes drop-path. `mode`: as the module
-    says (`set_drop_path_mode`)."""
+    says (`set_drop_path_mode`); None keeps the backbone's (a copy keeps its original's)."""
     from timm.layers import DropPath
 
     blocks = list(getattr(backbone, "blocks", ()))
@@ -36,7 +45,7 @@ def set_drop_path(backbone: nn.Module, rate: float, mode: str = "mask") -> None:
         p = rate * i / max(1, len(blocks) - 1)
         block.drop_path1 = DropPath(p) if p > 0 else nn.Identity()
         block.drop_path2 = DropPath(p) if p > 0 else nn.Identity()
-    set_drop_path_mode(backbone, mode)
+    set_drop_path_mode(backbone, mode or getattr(backbone, MODE, "mask"))
 
 
 def drop_rate(module: nn.Module | None) -> float:
@@ -44,24 +53,53 @@ def drop_rate(module: nn.Module | None) -> float:
     return float(getattr(module, "drop_prob", 0.0) or 0.0) if module is not None else 0.0
 
 
-def set_drop_path_mode(backbone: nn.Module, mode: str) -> None:
-    """Drop the backbone's dropped branches as `mode` says, at the rates its blocks already have (a --model spec's
-    drop_path_rate, or --drop-path's). skip: each timm Block with a rate above 0.1 becomes a `SkippingBlock`
-    (the same parameters and state-dict keys; only its training forward differs); mask: back to timm's Block."""
-    from timm.models.vision_transformer import Block
+def block_rates(backbone: nn.Module) -> list[float]:
+    """Each block's drop probability (the larger of its two branches'), in order."""
+    return [max(drop_rate(getattr(b, "drop_path1", None)), drop_rate(getattr(b, "drop_path2", None)))
+            for b in getattr(backbone, "blocks", ())]
 
+
+def set_drop_path_mode(backbone: nn.Module, mode: str) -> list[int]:
+    """Drop the backbone's dropped branches as `mode` says, at the rates its blocks have (a --model spec's
+    drop_path_rate, or --drop-path's); kept on the backbone for a later `set_drop_path`. skip: each timm Block
+    whose rate is above 0.1 becomes a `SkippingBlock` (the same parameters and state-dict keys; only its training
+    forward differs), the others are timm's Block. Returns the skipping blocks' indices."""
     if mode not in DROP_PATH_MODES:
         raise VitxError(f"unknown drop-path mode '{mode}': choose {' or '.join(DROP_PATH_MODES)}")
-    for block in getattr(backbone, "blocks", ()):
-        if mode == "mask" and type(block) is SkippingBlock:
-            block.__class__ = Block
-        elif mode == "skip" and type(block) is Block and max(drop_rate(block.drop_path1),
-                                                                drop_rate(block.drop_path2)) > SKIP_ABOVE:
-            block.__class__ = SkippingBlock
-        elif mode == "skip" and type(block) not in (Block, SkippingBlock) and drop_rate(
-                getattr(block, "drop_path1", None)) > SKIP_ABOVE:
+    setattr(backbone, MODE, mode)
+    skipping = []
+    for i, (block, rate) in enumerate(zip(getattr(backbone, "blocks", ()), block_rates(backbone))):
+        skipped = mode == "skip" and skips(rate)
+        if type(block) in (Block, SkippingBlock):
+            block.__class__ = SkippingBlock if skipped else Block
+        elif skipped:
             raise VitxError(f"--drop-path-mode skip needs timm's Block; {type(block).__name__} has its own forward "
                             "(use --drop-path-mode mask)")
+        skipping += [i] if skipped else []
+    return skipping
+
+
+def check_skip(backbone: nn.Module, mode: str) -> None:
+    """Refuse --drop-path-mode skip on a model without stochastic depth: it would be recorded and do nothing."""
+    if mode == "skip" and not any(block_rates(backbone)):
+        raise VitxError("--drop-path-mode skip: the model drops no path (no --drop-path, nor a drop_path_rate in "
+                        "--model); give --drop-path above 0.1, or leave --drop-path-mode out")
+
+
+def describe(backbone: nn.Module) -> str | None:
+    """The header's line on stochastic depth (None without it): the rates and how a dropped branch is dropped."""
+    rates = block_rates(backbone)
+    if not any(rates):
+        return None
+    mode = getattr(backbone, MODE, "mask")
+    line = f"stochastic depth: rates {min(rates):.3g} → {max(rates):.3g} over {len(rates)} blocks, "
+    skipping = [i for i, b in enumerate(getattr(backbone, "blocks", ())) if isinstance(b, SkippingBlock)]
+    if mode == "mask":
+        return line + "timm's mask (every branch computed, the dropped ones zeroed)"
+    if not skipping:
+        return line + "skip asked, but no block is above 0.1: all masked, as DINOv2's Block does"
+    where = f"block {skipping[0]}" if len(skipping) == 1 else f"blocks {skipping[0]}-{skipping[-1]}"
+    return line + f"the dropped samples skipped on {where} (above 0.1: DINOv2's Block), masked below"
 
 
 def skip_dropped(x: torch.Tensor, branch: Callable[[torch.Tensor], torch.Tensor], rate: float,
@@ -78,13 +116,7 @@ def skip_dropped(x: torch.Tensor, branch: Callable[[torch.Tensor], torch.Tensor]
     return added.view_as(x)  # (B, ...)
 
 
-def _block_type() -> type:
-    from timm.models.vision_transformer import Block
-
-    return Block
-
-
-class SkippingBlock(_block_type()):  # type: ignore[misc]
+class SkippingBlock(Block):
     """timm's Block whose training forward skips its dropped samples (`skip_dropped`) on branches above rate 0.1;
     evaluation, and branches at or below 0.1, run as timm's Block does."""
 
@@ -104,9 +136,9 @@ class SkippingBlock(_block_type()):  # type: ignore[misc]
 
         for branch, drop in ((attention, self.drop_path1), (mlp, self.drop_path2)):
             rate = drop_rate(drop)
-            x = skip_dropped(x, branch, rate) if rate > SKIP_ABOVE else x + drop(branch(x))
+            x = skip_dropped(x, branch, rate) if skips(rate) else x + drop(branch(x))
         return x
 
 
-__all__ = ["DROP_PATH_MODES", "SKIP_ABOVE", "SkippingBlock", "drop_rate", "set_drop_path", "set_drop_path_mode",
-           "skip_dropped"]
+__all__ = ["SKIP_ABOVE", "SkippingBlock", "block_rates", "check_skip", "describe", "drop_rate", "set_drop_path",
+           "set_drop_path_mode", "skip_dropped", "skips"]

@@ -57,9 +57,9 @@ LABELS_READ = "_vitx_labels"  # where a source keeps the labels once read (a che
 
 
 def source_labels(source: ImageSource) -> np.ndarray:
-    """Every label of a source, without decoding images where the source can say them directly; read once per
-    source object (a label-less plugin source decodes every image for them), then the same read-only array.
-    (N,) int64"""
+    """Every label of a source, without decoding images where the source can say them directly. Read once per
+    source object where they are not held already (a label-less plugin source decodes every image for them),
+    then the same read-only view; a source's tensor of labels is read as it is. (N,) int64"""
     kept = getattr(source, LABELS_READ, None)
     if isinstance(kept, np.ndarray):
         return kept
@@ -69,6 +69,7 @@ def source_labels(source: ImageSource) -> np.ndarray:
     else:
         read = np.asarray([source.load(i)[1] for i in range(len(source))], dtype=np.int64)
     if labels is None or callable(labels):  # (a tensor of labels is already held: nothing to keep)
+        read = read.view()  # (the source's own array stays writable)
         read.setflags(write=False)
         try:
             setattr(source, LABELS_READ, read)

@@ -173,10 +173,6 @@ def describe_optimisation(cfg: PretrainConfig) -> str:
     clip = f"clip {cfg.grad_clip:g} {cfg.grad_clip_mode}" if cfg.grad_clip > 0 else "no clip"
     line = (f"optimisation: {cfg.optimizer}{betas}, {lr}, {warm}, {cfg.schedule} to {cfg.min_lr:g}; weight decay "
             f"{wd} (not on {spared}); {clip}")
-    if cfg.drop_path > 0:
-        line += f"; drop path {cfg.drop_path:g}" + (
-            "" if cfg.drop_path_mode == "mask" else " (skip: the dropped samples of blocks above 0.1 not computed)"
-            if cfg.drop_path > 0.1 else " (skip asked, but no block is above 0.1: all masked, as DINOv2's Block)")
     base = defaults(PretrainConfig)
     given = [k for k in cfg.from_objective if getattr(cfg, k) != base[k]]  # (those equal to vitx's go unsaid)
     if given:

@@ -17,6 +17,7 @@ from ..console import say
 from ..errors import in_the_way
 from ..safe_io import atomic_write_text
 from .config import describe_optimisation
+from ..backbones.droppath import describe as describe_drop_path
 from .threads import describe as describe_threads
 
 
@@ -173,6 +174,9 @@ def announce(setup: Any, resume: bool, console: Console) -> None:
     if getattr(setup.objective, "fitted", None) is not None:  # options chosen from the data, and by whose rule
         say(console, setup.objective.fitted.line(setup.objective.name))
     say(console, describe_optimisation(cfg))
+    depth = describe_drop_path(setup.objective.backbone)
+    if depth:
+        say(console, depth)
     validation = setup.data_info.get("validation") or {}
     if validation:
         say(console, f"data: {setup.data_info.get('layout', 'data')}, labels {setup.data_info.get('labels')} | "

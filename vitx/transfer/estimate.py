@@ -38,7 +38,8 @@ def measure(cfg: TransferConfig, start: nn.Module, size: int, num_classes: int) 
     to warm up."""
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
-    model = adapted_model(start, num_classes, size, resolve_adapters(cfg.adapters)).to(device).train()
+    model = adapted_model(start, num_classes, size, resolve_adapters(cfg.adapters), drop_path=cfg.drop_path,
+                          drop_path_mode=cfg.drop_path_mode).to(device).train()  # (skipping changes the time)
     params = [p for p in model.parameters() if p.requires_grad]
     optimiser = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
     # on a CPU in float32: its bf16 is emulated on most, hours for what the GPU the estimate is for does in ms

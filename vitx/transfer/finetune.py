@@ -15,7 +15,7 @@ import torch.nn as nn
 from rich.console import Console
 
 from ..adapters import AdaptContext, Adapter, resolve_adapters, trainable_parameters
-from ..backbones.droppath import set_drop_path, set_drop_path_mode
+from ..backbones.droppath import check_skip, set_drop_path, set_drop_path_mode
 from ..backbones.pooling import set_pooling
 from ..console import say
 from ..data import Preprocess, TensorSplit, decode_split
@@ -105,6 +105,7 @@ def adapted_model(start: nn.Module, num_classes: int, image_size: int, adapters:
     if drop_path > 0:
         set_drop_path(model.backbone, drop_path)
     set_drop_path_mode(model.backbone, drop_path_mode)
+    check_skip(model.backbone, drop_path_mode)
     ctx = AdaptContext(image_size=image_size, num_classes=num_classes)
     for adapter in adapters:
         adapter.apply(model, ctx)

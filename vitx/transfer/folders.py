@@ -94,9 +94,14 @@ def forget_task(root: Path) -> None:
         root.rmdir()
 
 
+# Settings added since transfers were first recorded, as the transfers made before them ran
+BEFORE_RECORDED = {"drop_path_mode": "mask"}
+
+
 def _changed(saved: dict[str, Any], settings: dict[str, Any]) -> list[str]:
-    """The settings whose recorded value differs (a setting newer than the record counts as the same)."""
-    return [k for k, v in settings.items() if saved.get(k, v) != v]
+    """The settings whose recorded value differs (a setting newer than the record counts as what the recorded
+    transfer ran with: BEFORE_RECORDED's value, else the same)."""
+    return [k for k, v in settings.items() if saved.get(k, BEFORE_RECORDED.get(k, v)) != v]
 
 
 def _shown(value: Any) -> str:

@@ -40,7 +40,7 @@ import torch.nn as nn
 from vitx import Objective, View, VitxError, option, register_objective
 from vitx.objectives import Fitted
 from vitx.objectives.base import HeadFinding
-from vitx.backbones.droppath import set_drop_path
+from vitx.backbones.droppath import SkippingBlock, set_drop_path
 from vitx.backbones.packing import forward_packed
 from vitx.backbones.stages import forward_tokens, staged
 from vitx.runner.optim import cosine_from
@@ -190,6 +190,9 @@ class DINO(Objective):
         if o.packed != "off" and not staged(backbone):
             raise VitxError(f"dino packed={o.packed} needs timm's VisionTransformer stages; "
                             f"{type(backbone).__name__} has another forward: use packed=off")
+        if o.packed != "off" and any(isinstance(b, SkippingBlock) for b in getattr(backbone, "blocks", ())):
+            raise VitxError(f"dino packed={o.packed} cannot skip dropped samples (a packed row holds all of an "
+                            "image's crops): use --drop-path-mode mask, or packed=off")
         if ibot > 0 and round(mask_ratio * backbone.patch_embed.num_patches) < 1:
             raise VitxError(f"dino mask_ratio {mask_ratio} masks no patch of {backbone.patch_embed.num_patches}; raise it")
         # lightly (and torchvision through it) takes seconds to import: only when a DINO is built
