@@ -106,6 +106,49 @@ def test_only_blocks_above_a_tenth_skip_with_the_same_weights_and_evaluation():
         set_drop_path_mode(backbone, "fast")
 
 
+def test_a_specs_float32_rates_and_drop_paths_skip_the_same_blocks():
+    """timm keeps a --model spec's drop_path_rate as float32 (0.3 over 4 blocks: 0.10000000149 for block 1):
+    within rounding of 0.1 it counts as 0.1, as --drop-path's float64 rates do."""
+    from vitx.backbones.droppath import block_rates, skips
+
+    spec = create_backbone("vit-nano/4", drop_path_rate=0.3)
+    given = create_backbone("vit-nano/4")
+    set_drop_path(given, 0.3)
+    assert block_rates(spec)[1] != 0.1 and block_rates(spec)[1] == pytest.approx(0.1)
+    assert set_drop_path_mode(spec, "skip") == set_drop_path_mode(given, "skip") == [2, 3]
+    assert skips(0.1 * 3 / 3) is False and skips(0.1001) is True
+
+
+def test_the_header_says_how_many_a_forward_computes_and_when_nothing_is_dropped():
+    from vitx.backbones.droppath import describe
+
+    backbone = create_backbone("vit-nano/4")
+    assert describe(backbone) is None  # no stochastic depth: no line
+    set_drop_path(backbone, 0.3, mode="skip")
+    assert describe(backbone, micro=16).endswith("a forward of 16 images computes 11 of them at rate 0.3")
+    assert describe(backbone, micro=1).endswith("(nothing dropped: DINOv2 keeps at least one; a larger micro-batch, "
+                                                "or --drop-path-mode mask)")
+    set_drop_path_mode(backbone, "mask")
+    assert describe(backbone, micro=1) == ("stochastic depth: rates 0 → 0.3 over 4 blocks, timm's mask (every "
+                                           "branch computed, the dropped ones zeroed)")
+
+
+def test_skip_on_blocks_that_are_not_timms_says_so():
+    from vitx.backbones.droppath import check_skip
+    from vitx.errors import VitxError
+
+    backbone = create_backbone("vit-nano/4")
+
+    class Own(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    backbone.blocks[1] = Own()
+    with pytest.raises(VitxError, match="needs timm's Block; Own has its own forward"):
+        check_skip(backbone, "skip")
+    check_skip(backbone, "mask")  # (nothing to say: mask is timm's own)
+
+
 def test_packed_crops_refuse_skipping_in_one_line():
     from vitx.backbones.packing import forward_packed
     from vitx.errors import VitxError
@@ -140,6 +183,7 @@ def test_pretraining_with_skip_runs_records_and_says_it(tmp_path):
     assert result.returncode == 0, result.stderr
     # vit-nano/4: 4 blocks at 0, 0.1, 0.2, 0.3
     assert "stochastic depth: rates 0 → 0.3 over 4 blocks, the dropped samples skipped on blocks 2-3" in result.stdout
+    assert "a forward of 16 images computes 11 of them at rate 0.3" in result.stdout
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["run"]["drop_path_mode"] == "skip" and config["run"]["drop_path"] == 0.3
     low = vitx_cli("pretrain", *as_flags(tiny(tmp_path / "low", steps=1, drop_path=0.1, drop_path_mode="skip",
@@ -155,6 +199,21 @@ def test_a_frozen_backbones_adapter_refuses_the_mode(tmp_path):
                       "--adapter", "linear-probe", "--drop-path-mode", "skip", "--output-dir", str(tmp_path / "t"))
     assert result.returncode != 0 and "--drop-path-mode skip would have no effect" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_transfer_and_bench_say_their_stochastic_depth(tmp_path):
+    result = vitx_cli("transfer", "--task", "embedded/digits", "--from", "scratch", "--model", "vit-nano/4",
+                      "--drop-path", "0.3", "--drop-path-mode", "skip", "--no-sweep", "--steps", "2", "--seeds", "0",
+                      "--batch-size", "8", "--output-dir", str(tmp_path / "t"))
+    assert result.returncode == 0, result.stderr
+    assert ("embedded/digits: stochastic depth: rates 0 → 0.3 over 4 blocks, the dropped samples skipped on blocks "
+            "2-3 (above 0.1: DINOv2's Block), masked below; a forward of 8 images computes 5 of them") in result.stdout
+    bench = vitx_cli("bench", "--device", "cpu", "--model", "vit-nano/4", "--batch-size", "8", "--steps", "1",
+                     "--warmup", "1", "--set", "drop_path=0.3", "--set", "drop_path_mode=skip",
+                     "--output", str(tmp_path / "bench.json"))
+    assert bench.returncode == 0, bench.stderr
+    said = json.loads((tmp_path / "bench.json").read_text())["stochastic_depth"]
+    assert said.startswith("stochastic depth: rates 0 → 0.3") and said in bench.stdout
 
 
 def test_a_transfer_recorded_before_the_mode_existed_ran_masked():

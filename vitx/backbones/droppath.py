@@ -24,9 +24,15 @@ SKIP_ABOVE = 0.1  # DINOv2's Block: "the overhead is compensated only for a drop
 
 
 def skips(rate: float) -> bool:
-    """Whether a branch at `rate` skips: above 0.1, a rate within float rounding of it counting as 0.1 (the last
-    block of --drop-path 0.1 gets 0.1 · 3 / 3 = 0.10000000000000002)."""
-    return rate > SKIP_ABOVE + 1e-9
+    """Whether a branch at `rate` skips: above 0.1, a rate within float32 rounding of it counting as 0.1 (the last
+    block of --drop-path 0.1 gets 0.1 · 3 / 3 = 0.10000000000000002; timm's float32 rates of a --model spec's
+    drop_path_rate 0.3 over 4 blocks give 0.10000000149 for the second)."""
+    return rate > SKIP_ABOVE * (1 + 1e-6)
+
+
+def kept(batch: int, rate: float) -> int:
+    """How many of a forward's `batch` samples compute a skipping branch at `rate` (DINOv2: at least one)."""
+    return max(int(batch * (1 - rate)), 1)
 MODE = "vitx_drop_path_mode"  # the backbone's attribute that keeps its mode (kept by deepcopy, not a weight)
 
 
@@ -80,14 +86,22 @@ def set_drop_path_mode(backbone: nn.Module, mode: str) -> list[int]:
 
 
 def check_skip(backbone: nn.Module, mode: str) -> None:
-    """Refuse --drop-path-mode skip on a model without stochastic depth: it would be recorded and do nothing."""
-    if mode == "skip" and not any(block_rates(backbone)):
-        raise VitxError("--drop-path-mode skip: the model drops no path (no --drop-path, nor a drop_path_rate in "
-                        "--model); give --drop-path above 0.1, or leave --drop-path-mode out")
+    """Refuse --drop-path-mode skip on a model without stochastic depth (it would be recorded and do nothing), or
+    whose blocks are not timm's Block (their drop rates are not where skipping reads them)."""
+    if mode != "skip" or any(block_rates(backbone)):
+        return
+    other = next((type(b).__name__ for b in getattr(backbone, "blocks", ()) if type(b) not in (Block, SkippingBlock)),
+                 None)
+    if other is not None:
+        raise VitxError(f"--drop-path-mode skip needs timm's Block; {other} has its own forward (use --drop-path-mode "
+                        "mask)")
+    raise VitxError("--drop-path-mode skip: the model drops no path (no --drop-path, nor a drop_path_rate in "
+                    "--model); give --drop-path above 0.1, or leave --drop-path-mode out")
 
 
-def describe(backbone: nn.Module) -> str | None:
-    """The header's line on stochastic depth (None without it): the rates and how a dropped branch is dropped."""
+def describe(backbone: nn.Module, micro: int | None = None) -> str | None:
+    """The header's line on stochastic depth (None without it): the rates and how a dropped branch is dropped; with
+    `micro` (images in a forward), how many of them the most dropped block computes when skipping."""
     rates = block_rates(backbone)
     if not any(rates):
         return None
@@ -99,7 +113,13 @@ def describe(backbone: nn.Module) -> str | None:
     if not skipping:
         return line + "skip asked, but no block is above 0.1: all masked, as DINOv2's Block does"
     where = f"block {skipping[0]}" if len(skipping) == 1 else f"blocks {skipping[0]}-{skipping[-1]}"
-    return line + f"the dropped samples skipped on {where} (above 0.1: DINOv2's Block), masked below"
+    line += f"the dropped samples skipped on {where} (above 0.1: DINOv2's Block), masked below"
+    if micro is not None:
+        most = kept(micro, max(rates))
+        line += f"; a forward of {micro} images computes {most} of them at rate {max(rates):.3g}" + (
+            " (nothing dropped: DINOv2 keeps at least one; a larger micro-batch, or --drop-path-mode mask)"
+            if most == micro else "")
+    return line
 
 
 def skip_dropped(x: torch.Tensor, branch: Callable[[torch.Tensor], torch.Tensor], rate: float,
@@ -109,8 +129,7 @@ def skip_dropped(x: torch.Tensor, branch: Callable[[torch.Tensor], torch.Tensor]
     first max(⌊B(1 − rate)⌋, 1) of a random permutation, on x's device, no wait for the host)."""
     b = x.shape[0]
     if keep is None:
-        size = max(int(b * (1 - rate)), 1)
-        keep = torch.randperm(b, device=x.device)[:size]  # (S,)
+        keep = torch.randperm(b, device=x.device)[:kept(b, rate)]  # (S,)
     residual = branch(x[keep])  # (S, ...): the dropped samples' branch never computed
     added = torch.index_add(x.flatten(1), 0, keep, residual.flatten(1).to(x.dtype), alpha=b / keep.shape[0])
     return added.view_as(x)  # (B, ...)
@@ -140,5 +159,5 @@ class SkippingBlock(Block):
         return x
 
 
-__all__ = ["SKIP_ABOVE", "SkippingBlock", "block_rates", "check_skip", "describe", "drop_rate", "set_drop_path",
-           "set_drop_path_mode", "skip_dropped", "skips"]
+__all__ = ["SKIP_ABOVE", "SkippingBlock", "block_rates", "check_skip", "describe", "drop_rate", "kept",
+           "set_drop_path", "set_drop_path_mode", "skip_dropped", "skips"]

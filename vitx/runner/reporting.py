@@ -174,7 +174,7 @@ def announce(setup: Any, resume: bool, console: Console) -> None:
     if getattr(setup.objective, "fitted", None) is not None:  # options chosen from the data, and by whose rule
         say(console, setup.objective.fitted.line(setup.objective.name))
     say(console, describe_optimisation(cfg))
-    depth = describe_drop_path(setup.objective.backbone)
+    depth = describe_drop_path(setup.objective.backbone, cfg.batch_size // (acc.num_processes * cfg.grad_accum))
     if depth:
         say(console, depth)
     validation = setup.data_info.get("validation") or {}

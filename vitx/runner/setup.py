@@ -219,7 +219,6 @@ def _backbone(cfg: PretrainConfig, saved: dict[str, Any], resume_from: Path | No
     if cfg.drop_path > 0:  # (a --model spec's drop_path_rate stays when --drop-path is not given)
         set_drop_path(backbone, cfg.drop_path)
     set_drop_path_mode(backbone, cfg.drop_path_mode)  # (at the rates set, --drop-path's or the spec's)
-    check_skip(backbone, cfg.drop_path_mode)
     preprocess = Preprocess(image_size=int(backbone.patch_embed.img_size[0]), crop_scale=cfg.crop_scale,
                             hflip=cfg.hflip, randaugment=cfg.randaugment, random_erasing=cfg.random_erasing,
                             **cfg.mean_std(normal))  # --mean/--std win
@@ -274,6 +273,7 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
         require_labels(train_source, f"--objective {obj_name}")
     fewest = getattr(OBJECTIVES.get(obj_name).obj, "min_batch", 1)
     micro = cfg.batch_size // (accelerator.num_processes * cfg.grad_accum)
+    check_skip(backbone, cfg.drop_path_mode)
     if micro < fewest:
         raise VitxError(f"--objective {obj_name} needs at least {fewest} images in each process's micro-batch; "
                         f"--batch-size {cfg.batch_size} gives {micro} (over {accelerator.num_processes} process(es) × "

@@ -55,6 +55,7 @@ class Measured:
     workers: int  # the loader workers that made it (0: the process itself, between steps)
     none_because: str  # why no workers made it: --workers 0, or a split held in memory on a CPU ("" with workers)
     memory_gib: float | None  # the most the main process's GPU held (None on a CPU)
+    stochastic_depth: str | None = None  # the run's drop-path line (its rates and mode; None without)
 
     def lines(self) -> list[str]:
         run = (f"{self.model} at {self.image_size} px, {self.objective}, batch {self.batch_size}, precision "
@@ -78,7 +79,7 @@ class Measured:
             f"input wait: {self.input_wait:.1%} of the timed steps' time{self._input_reading()}",
             "memory: " + (f"{self.memory_gib:.1f} GiB at most on the device" if self.memory_gib is not None
                           else "not measured on a CPU"),
-        ]
+        ] + ([self.stochastic_depth] if self.stochastic_depth else [])
 
     def _input_reading(self) -> str:
         """What an input wait of INPUT_BOUND or more means on a GPU: the device idled for its images, so the rate
@@ -179,6 +180,7 @@ def measure(given: dict[str, Any], bench: BenchConfig) -> Measured | None:
 def _timed(trainer: Any, bench: BenchConfig) -> Measured | None:
     import torch
 
+    from ..backbones.droppath import describe as describe_drop_path
     from .flops import count_flops, device_peak, synchronize
 
     setup = trainer.setup
@@ -246,7 +248,8 @@ def _timed(trainer: Any, bench: BenchConfig) -> Measured | None:
         input_wait=min(1.0, trainer.input_wait / timed_s), workers=workers,
         none_because="" if workers else "--workers 0" if trainer.workers == 0 else
         "a CPU crops images held in memory itself",
-        memory_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None)
+        memory_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+        stochastic_depth=describe_drop_path(setup.objective.backbone, cfg.batch_size // (world * cfg.grad_accum)))
 
 
 def profile(trainer: Any, path: Path) -> None:

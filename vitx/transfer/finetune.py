@@ -15,7 +15,7 @@ import torch.nn as nn
 from rich.console import Console
 
 from ..adapters import AdaptContext, Adapter, resolve_adapters, trainable_parameters
-from ..backbones.droppath import check_skip, set_drop_path, set_drop_path_mode
+from ..backbones.droppath import check_skip, describe as describe_drop_path, set_drop_path, set_drop_path_mode
 from ..backbones.pooling import set_pooling
 from ..console import say
 from ..data import Preprocess, TensorSplit, decode_split
@@ -120,11 +120,13 @@ def build_model(prep: Prepared) -> Supervised:
                          prep.head_options, prep.drop_path, prep.drop_path_mode)
 
 
-def parameter_counts(prep: Prepared) -> dict[str, int]:
+def model_summary(prep: Prepared, micro: int) -> tuple[dict[str, int], str | None]:
     """Trainable and total parameters of the task's model (adapters applied, head included): what a PEFT table
-    reports beside accuracy."""
+    reports beside accuracy; and its stochastic depth's header line (`droppath.describe`, a forward of `micro`
+    images), from one build of it."""
     model = build_model(prep)
-    return {"trainable": trainable_parameters(model), "total": sum(p.numel() for p in model.parameters())}
+    counts = {"trainable": trainable_parameters(model), "total": sum(p.numel() for p in model.parameters())}
+    return counts, describe_drop_path(model.backbone, micro)
 
 
 def run_config(cfg: TransferConfig, prep: Prepared, lr: float, steps: int, out_dir: Path, eval_samples: int,
@@ -199,4 +201,4 @@ def closed_form(prep: Prepared, start: str, use_ema: bool = False) -> dict[str, 
             "test_samples": float(len(labels)), "features": features.kind}
 
 
-__all__ = ["Fitted", "Prepared", "adapted_model", "build_model", "closed_form", "parameter_counts", "prepare", "run_config", "train_run"]
+__all__ = ["Fitted", "Prepared", "adapted_model", "build_model", "closed_form", "model_summary", "prepare", "run_config", "train_run"]

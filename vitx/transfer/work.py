@@ -17,7 +17,7 @@ from ..runs.rundir import WEIGHTS
 from ..tasks import Task, TaskSplits
 from ..tasks.custom import describe_record
 from .config import TransferConfig, describe_origins, protocol_origins, result_settings
-from .finetune import Prepared, closed_form, parameter_counts, prepare, train_run
+from .finetune import Prepared, closed_form, model_summary, prepare, train_run
 from .folders import forget_task, point_dir, record_task, write_json
 from .items import CLOSED, FINAL, SWEEP, Item
 
@@ -37,17 +37,19 @@ def open_task_run(cfg: TransferConfig, task: Task, splits: TaskSplits | None,
     pre = prep.preprocess
     say(console, f"{task.name}: input mean {tuple(round(v, 4) for v in pre.mean)}, std {tuple(round(v, 4) for v in pre.std)}, "
                  f"{pre.interpolation} ({prep.input_from})")
+    counts, depth = model_summary(prep, max(1, cfg.batch_size // cfg.grad_accum))  # (one process's at most)
     settings = {"task": task.name, **result_settings(cfg), "vitx_version": __version__,
                 "source": prep.splits.source, "synthetic": prep.splits.synthetic,
                 "input": {"mean": list(prep.preprocess.mean), "std": list(prep.preprocess.std),
                           "interpolation": prep.preprocess.interpolation, "from": prep.input_from},
-                "parameters": parameter_counts(prep),  # what the method trains, of the whole model
+                "parameters": counts,  # what the method trains, of the whole model
                 **test_record(prep.test, cfg.seed),  # the same images as `vitx eval --test-samples` with that seed
                 "protocol_settings": protocol_origins(cfg)}  # the settings --protocol filled, and from where
     if settings["protocol_settings"]:
         say(console, f"{task.name}: --protocol {cfg.protocol}: {describe_origins(settings['protocol_settings'])}")
-    counts = settings["parameters"]
     say(console, f"{task.name}: trains {counts['trainable']:,} of {counts['total']:,} parameters")
+    if depth:
+        say(console, f"{task.name}: {depth}")
     record = prep.splits.record
     if record is not None:  # how the splits were made: a data task's draw, a VTAB task's definition
         shown = describe_record(record) if task.data is not None else f"splits {record['definition']}"
