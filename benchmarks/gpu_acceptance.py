@@ -136,7 +136,7 @@ BATCHES = (256, 512, 1024)
 # saved compute (the FLOPs counted per image fall with it) turns into img/s on a GPU; CPU, 2 cores, vit-s/16 at
 # 128 px, rate 0.4: BENCHMARKS.md
 DROP_PATH = 0.3
-DROP_PATH_MODES = ("mask", "skip")
+DROP_PATH_SIDES = ("mask", "skip")
 SMALL_DINO = "out_dim=256,hidden_dim=32,bottleneck_dim=16,"  # the CPU smoke's head: DINO's costs seconds a step
 # The GPU plan (vitx/reproduce/plan.py: 4,000 MPP/MAE steps, 8 seeds, a 2-lr sweep, 3 pre-training seeds)
 # trimmed to one 10-minute command (a call of its own, after the measure group's in the same loan): 1,500 steps,
@@ -232,7 +232,7 @@ def plan(out: Path) -> list[Step]:
               for b in BATCHES]),
         Step("drop-path", 130, f"vitx bench: vit-b/16 bf16 compiled batch 256 at drop path {DROP_PATH}, timm's "
              "mask against DINOv2's skipping of the dropped samples",
-             [drop_path_bench(mode, out / f"bench-drop-{mode}.json") for mode in DROP_PATH_MODES]),
+             [drop_path_bench(mode, out / f"bench-drop-{mode}.json") for mode in DROP_PATH_SIDES]),
         # the user's bench under the engines Accelerate drives: FSDP (bf16 parameters for the compute, fp32 kept)
         # and DeepSpeed ZeRO-2 (bf16 weights, an fp32 master copy in its optimiser: the plain loop's +bf16w, +12%)
         Step("engine-speed", 150, "vitx bench: vit-b/16 bf16 batch 256 under FSDP (bf16 parameters) and DeepSpeed "
@@ -298,7 +298,7 @@ def validate(out: Path, steps: list[Step], cpu_smoke: bool) -> None:
     for options in [USER_BENCH, *({**USER_BENCH, "batch_size": b, "compile": True} for b in BATCHES)] + \
             [dino_bench(p, c, out / "dino-profile.txt") for _, p, c in DINO_CASES]:
         BenchConfig(**{k: v for k, v in options.items()}).validate()
-    for mode in DROP_PATH_MODES:  # the run settings the drop-path step gives by --set
+    for mode in DROP_PATH_SIDES:  # the run settings the drop-path step gives by --set
         resolve_config({**{k: v for k, v in USER_BENCH.items() if k not in ("steps", "warmup")}, "compile": True,
                         "drop_path": DROP_PATH, "drop_path_mode": mode, "output_dir": str(out / "check")},
                        resume=False)
@@ -338,7 +338,7 @@ def validate(out: Path, steps: list[Step], cpu_smoke: bool) -> None:
     if "dino-row" in names:  # every variant's settings through the pipeline, CPU-sized
         in_process(["dino_row.py", "--cpu-smoke", "--output-dir", str(out / "dino-row-smoke")], HERE / "dino_row.py")
     if "drop-path" in names:  # each mode, eager and CPU-sized (inductor's C++ would take minutes)
-        for mode in DROP_PATH_MODES:
+        for mode in DROP_PATH_SIDES:
             vitx_main(drop_path_bench(mode, None, base={**USER_BENCH, **CPU_BENCH})[3:])
     if "batch" in names:  # inductor's C++ for a CPU would take minutes a batch: the options were checked above
         print("cpu-smoke: batch compiles B/16 at batches a GPU holds: its bench options were checked", flush=True)
@@ -478,7 +478,7 @@ def run_step(step: Step, out: Path, limit: float) -> dict:
         result["over_eager_off"] = {name: round(result[f"dino-{name}"]["images_per_s"] /
                                                 result["dino-off"]["images_per_s"], 3)
                                     for name, _, _ in DINO_CASES[1:] if f"dino-{name}" in result}
-    if step.name == "drop-path" and all(f"bench-drop-{m}" in result for m in DROP_PATH_MODES):
+    if step.name == "drop-path" and all(f"bench-drop-{m}" in result for m in DROP_PATH_SIDES):
         result["skip_over_mask"] = round(result["bench-drop-skip"]["images_per_s"] /
                                          result["bench-drop-mask"]["images_per_s"], 3)
     if step.name == "engine-speed" and (out / "bench.json").exists():  # each engine against the plain process
@@ -497,7 +497,7 @@ def run_step(step: Step, out: Path, limit: float) -> dict:
 
 FIGURES = {"dino": tuple(f"dino-{name}.json" for name, _, _ in DINO_CASES), "bench": ("bench.json", "bench-cpu.json"),
            "batch": tuple(f"bench-b{b}.json" for b in BATCHES),
-           "drop-path": tuple(f"bench-drop-{mode}.json" for mode in DROP_PATH_MODES),
+           "drop-path": tuple(f"bench-drop-{mode}.json" for mode in DROP_PATH_SIDES),
            "engine-speed": ("bench-fsdp.json", "bench-deepspeed.json")}
 SHOWN = ("device", "images_per_s", "gflop_per_image", "tflops", "mfu", "input_wait", "memory_gib", "warmup_s",
          "loss")

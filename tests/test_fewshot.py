@@ -224,10 +224,10 @@ def test_big_vision_geometry_resizes_the_short_side_then_crops_the_centre(tmp_pa
     assert bad.returncode == 2 and "--preprocess must be one of start, big_vision, got 'tf'" in bad.stderr
 
 
-def test_a_label_less_sources_labels_are_read_once_for_check_and_evaluation():
-    """A plugin's source without `labels()` gives its labels only by loading each image: few-shot's check and its
-    evaluation read them once between them (a read-only array after), and a source that cannot keep them still
-    reads them right."""
+def test_a_label_less_sources_labels_are_read_once_however_often_asked():
+    """A plugin's source without `labels()` gives its labels only by loading each image: `source_labels`, which
+    few-shot's check and its evaluation both call, loads them once (a read-only array after), and a source that
+    cannot keep them still reads them right."""
     from vitx.data.sources import source_labels
 
     class Loads:

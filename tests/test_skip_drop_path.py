@@ -58,11 +58,15 @@ def test_a_skipping_blocks_training_forward_computes_the_kept_rows_only_and_equa
     assert seen == [6, 6]  # max(⌊10 · 0.6⌋, 1) rows through attention and the MLP
     keep = torch.zeros(10)
     keep[order[:6]] = 10 / 6  # DropPath's mask for the same samples, scaled as the subset is
+
+    class Drawn(torch.nn.Module):  # timm's DropPath with this draw: the branch × the kept samples' scale
+        def forward(self, branch):
+            return branch * keep[:, None, None]
+
     block.__class__ = Block
+    block.drop_path1, block.drop_path2 = Drawn(), Drawn()
     with torch.no_grad():
-        attn = block.ls1(block.attn(block.norm1(x)))
-        mid = x + attn * keep[:, None, None]
-        masked = mid + block.ls2(block.mlp(block.norm2(mid))) * keep[:, None, None]
+        masked = block(x)  # timm's own Block.forward
     torch.testing.assert_close(skipped.detach(), masked, rtol=0, atol=1e-5)
 
 
@@ -99,6 +103,11 @@ def test_only_blocks_above_a_tenth_skip_with_the_same_weights_and_evaluation():
     x = torch.randn(3, 3, 16, 16)
     backbone.eval()
     skipped_eval = backbone.forward_features(x)
+    copy = __import__("copy").deepcopy(backbone)
+    set_drop_path(copy, 0.4)  # a copy keeps its original's mode: no mode given, still skipping
+    assert [type(b) for b in copy.blocks][-1] is SkippingBlock
+    set_drop_path(copy, 0.0)  # (DINO's teacher: no stochastic depth, so timm's Block again)
+    assert all(type(b) is Block for b in copy.blocks)
     set_drop_path_mode(backbone, "mask")
     assert all(type(b) is Block for b in backbone.blocks)
     assert torch.equal(backbone.forward_features(x), skipped_eval)  # evaluation never drops
@@ -125,7 +134,7 @@ def test_the_header_says_how_many_a_forward_computes_and_when_nothing_is_dropped
     backbone = create_backbone("vit-nano/4")
     assert describe(backbone) is None  # no stochastic depth: no line
     set_drop_path(backbone, 0.3, mode="skip")
-    assert describe(backbone, micro=16).endswith("a forward of 16 images computes 11 of them at rate 0.3")
+    assert describe(backbone, micro=16).endswith("a forward of 16 samples computes 11 of them at rate 0.3")
     assert describe(backbone, micro=1).endswith("(nothing dropped: DINOv2 keeps at least one; a larger micro-batch, "
                                                 "or --drop-path-mode mask)")
     set_drop_path_mode(backbone, "mask")
@@ -183,7 +192,7 @@ def test_pretraining_with_skip_runs_records_and_says_it(tmp_path):
     assert result.returncode == 0, result.stderr
     # vit-nano/4: 4 blocks at 0, 0.1, 0.2, 0.3
     assert "stochastic depth: rates 0 → 0.3 over 4 blocks, the dropped samples skipped on blocks 2-3" in result.stdout
-    assert "a forward of 16 images computes 11 of them at rate 0.3" in result.stdout
+    assert "a forward of 16 samples computes 11 of them at rate 0.3" in result.stdout
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["run"]["drop_path_mode"] == "skip" and config["run"]["drop_path"] == 0.3
     low = vitx_cli("pretrain", *as_flags(tiny(tmp_path / "low", steps=1, drop_path=0.1, drop_path_mode="skip",
@@ -207,7 +216,7 @@ def test_transfer_and_bench_say_their_stochastic_depth(tmp_path):
                       "--batch-size", "8", "--output-dir", str(tmp_path / "t"))
     assert result.returncode == 0, result.stderr
     assert ("embedded/digits: stochastic depth: rates 0 → 0.3 over 4 blocks, the dropped samples skipped on blocks "
-            "2-3 (above 0.1: DINOv2's Block), masked below; a forward of 8 images computes 5 of them") in result.stdout
+            "2-3 (above 0.1: DINOv2's Block), masked below; a forward of 8 samples computes 5 of them") in result.stdout
     bench = vitx_cli("bench", "--device", "cpu", "--model", "vit-nano/4", "--batch-size", "8", "--steps", "1",
                      "--warmup", "1", "--set", "drop_path=0.3", "--set", "drop_path_mode=skip",
                      "--output", str(tmp_path / "bench.json"))
@@ -216,8 +225,25 @@ def test_transfer_and_bench_say_their_stochastic_depth(tmp_path):
     assert said.startswith("stochastic depth: rates 0 → 0.3") and said in bench.stdout
 
 
-def test_a_transfer_recorded_before_the_mode_existed_ran_masked():
+def test_a_transfer_recorded_before_the_mode_existed_ran_masked_and_a_skip_resume_is_one_line(tmp_path):
+    import dataclasses
+
+    from vitx.transfer.config import TransferConfig
     from vitx.transfer.folders import _changed
 
     assert _changed({"lr": 0.1}, {"lr": 0.1, "drop_path_mode": "skip"}) == ["drop_path_mode"]
     assert _changed({"lr": 0.1}, {"lr": 0.1, "drop_path_mode": "mask"}) == []
+    options = ("transfer", "--task", "embedded/digits", "--from", "scratch", "--model", "vit-nano/4", "--no-sweep",
+               "--steps", "2", "--seeds", "0", "--batch-size", "8", "--drop-path", "0.3",
+               "--output-dir", str(tmp_path / "t"))
+    assert vitx_cli(*options).returncode == 0
+    for record in (tmp_path / "t").glob("**/*.json"):  # as a transfer recorded before the setting existed
+        data = json.loads(record.read_text())
+        if isinstance(data, dict) and "drop_path_mode" in json.dumps(data):
+            data.pop("drop_path_mode", None)
+            data.get("settings", {}).pop("drop_path_mode", None)
+            record.write_text(json.dumps(data))
+    assert "drop_path_mode" in {f.name for f in dataclasses.fields(TransferConfig)}
+    resumed = vitx_cli(*options, "--drop-path-mode", "skip", "--resume")
+    assert resumed.returncode != 0 and "Traceback" not in resumed.stderr, resumed.stderr
+    assert "--drop-path-mode mask there, skip here" in resumed.stderr

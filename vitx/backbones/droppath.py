@@ -1,5 +1,6 @@
-"""Stochastic depth (drop-path) set on a built backbone: for a start whose weights are loaded, at transfer and
-for `--from`, as timm's `drop_path_rate` sets it at construction; and how a dropped branch is dropped.
+"""Stochastic depth (drop-path) set on a built backbone (--drop-path: a new model, a start whose weights are
+loaded at transfer and for `--from`), as timm's `drop_path_rate` sets it at construction; and how a dropped branch
+is dropped (--drop-path-mode).
 
 Two ways, one distribution of kept branches each, the same expectation:
 - mask (timm's DropPath, as DINO, MAE and DeiT train): every sample's branch is computed, then a dropped
@@ -33,6 +34,8 @@ def skips(rate: float) -> bool:
 def kept(batch: int, rate: float) -> int:
     """How many of a forward's `batch` samples compute a skipping branch at `rate` (DINOv2: at least one)."""
     return max(int(batch * (1 - rate)), 1)
+
+
 MODE = "vitx_drop_path_mode"  # the backbone's attribute that keeps its mode (kept by deepcopy, not a weight)
 
 
@@ -101,7 +104,8 @@ def check_skip(backbone: nn.Module, mode: str) -> None:
 
 def describe(backbone: nn.Module, micro: int | None = None) -> str | None:
     """The header's line on stochastic depth (None without it): the rates and how a dropped branch is dropped; with
-    `micro` (images in a forward), how many of them the most dropped block computes when skipping."""
+    `micro` (the samples of each forward: a micro-batch's images, for an objective that runs them once), how many of
+    them the most dropped block computes when skipping."""
     rates = block_rates(backbone)
     if not any(rates):
         return None
@@ -116,7 +120,7 @@ def describe(backbone: nn.Module, micro: int | None = None) -> str | None:
     line += f"the dropped samples skipped on {where} (above 0.1: DINOv2's Block), masked below"
     if micro is not None:
         most = kept(micro, max(rates))
-        line += f"; a forward of {micro} images computes {most} of them at rate {max(rates):.3g}" + (
+        line += f"; a forward of {micro} samples computes {most} of them at rate {max(rates):.3g}" + (
             " (nothing dropped: DINOv2 keeps at least one; a larger micro-batch, or --drop-path-mode mask)"
             if most == micro else "")
     return line
@@ -141,14 +145,17 @@ class SkippingBlock(Block):
 
     def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
                 is_causal: bool = False) -> torch.Tensor:
+        # the attention's keywords only when given: timm before 1.0.26 takes no is_causal (before 1.0.16 neither)
+        given = {**({"attn_mask": attn_mask} if attn_mask is not None else {}),
+                 **({"is_causal": True} if is_causal else {})}
         if not self.training:
-            return super().forward(x, attn_mask=attn_mask, is_causal=is_causal)
+            return super().forward(x, **given)
         if attn_mask is not None and attn_mask.ndim > 2:
             raise VitxError("--drop-path-mode skip takes one attention mask shared by every sample (packed crops "
                             "hold several samples in a row: use --drop-path-mode mask)")
 
         def attention(t: torch.Tensor) -> torch.Tensor:  # (S, N, D) → (S, N, D)
-            return self.ls1(self.attn(self.norm1(t), attn_mask=attn_mask, is_causal=is_causal))
+            return self.ls1(self.attn(self.norm1(t), **given))
 
         def mlp(t: torch.Tensor) -> torch.Tensor:
             return self.ls2(self.mlp(self.norm2(t)))

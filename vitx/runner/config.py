@@ -161,6 +161,11 @@ def configured(explicit: dict[str, Any]) -> PretrainConfig:
     return cfg.validate()
 
 
+def micro_batch(cfg: PretrainConfig, processes: int) -> int:
+    """Images in each process's micro-batch: --batch-size over the processes and the accumulation steps."""
+    return cfg.batch_size // (processes * cfg.grad_accum)
+
+
 def describe_optimisation(cfg: PretrainConfig) -> str:
     """The header's optimisation line: the optimiser, the effective lr and where it came from, the schedule, the
     weight decay and what it spares, the clip; and the settings the objective's reference recipe gave."""

@@ -16,8 +16,8 @@ from rich.progress import Progress as RichProgress
 from ..console import say
 from ..errors import in_the_way
 from ..safe_io import atomic_write_text
-from .config import describe_optimisation
 from ..backbones.droppath import describe as describe_drop_path
+from .config import describe_optimisation, micro_batch
 from .threads import describe as describe_threads
 
 
@@ -174,7 +174,8 @@ def announce(setup: Any, resume: bool, console: Console) -> None:
     if getattr(setup.objective, "fitted", None) is not None:  # options chosen from the data, and by whose rule
         say(console, setup.objective.fitted.line(setup.objective.name))
     say(console, describe_optimisation(cfg))
-    depth = describe_drop_path(setup.objective.backbone, cfg.batch_size // (acc.num_processes * cfg.grad_accum))
+    forwards = None if setup.objective.views() else micro_batch(cfg, acc.num_processes)  # (multi-crop: crops × it)
+    depth = describe_drop_path(setup.objective.backbone, forwards)
     if depth:
         say(console, depth)
     validation = setup.data_info.get("validation") or {}

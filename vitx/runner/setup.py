@@ -26,7 +26,8 @@ from ..objectives import Fitted, Objective, create_objective, fit_to_data
 from ..registry import OBJECTIVES
 from ..settings.groups import SCRATCH, new_model
 from ..spec import parse_spec
-from .config import BEFORE_RECORDED, PretrainConfig, configured, default_workers, merge_for_resume, recorded_now
+from .config import (BEFORE_RECORDED, PretrainConfig, configured, default_workers, merge_for_resume, micro_batch,
+                     recorded_now)
 from .ema import load_ema, make_ema
 from .launch import configure_deepspeed, make_accelerator
 from .optim import build_optimizer, build_schedule
@@ -219,6 +220,7 @@ def _backbone(cfg: PretrainConfig, saved: dict[str, Any], resume_from: Path | No
     if cfg.drop_path > 0:  # (a --model spec's drop_path_rate stays when --drop-path is not given)
         set_drop_path(backbone, cfg.drop_path)
     set_drop_path_mode(backbone, cfg.drop_path_mode)  # (at the rates set, --drop-path's or the spec's)
+    check_skip(backbone, cfg.drop_path_mode)
     preprocess = Preprocess(image_size=int(backbone.patch_embed.img_size[0]), crop_scale=cfg.crop_scale,
                             hflip=cfg.hflip, randaugment=cfg.randaugment, random_erasing=cfg.random_erasing,
                             **cfg.mean_std(normal))  # --mean/--std win
@@ -272,8 +274,7 @@ def build(cfg: PretrainConfig, resume_from: Path | None = None) -> Setup:
     if getattr(OBJECTIVES.get(obj_name).obj, "needs_labels", False):
         require_labels(train_source, f"--objective {obj_name}")
     fewest = getattr(OBJECTIVES.get(obj_name).obj, "min_batch", 1)
-    micro = cfg.batch_size // (accelerator.num_processes * cfg.grad_accum)
-    check_skip(backbone, cfg.drop_path_mode)
+    micro = micro_batch(cfg, accelerator.num_processes)
     if micro < fewest:
         raise VitxError(f"--objective {obj_name} needs at least {fewest} images in each process's micro-batch; "
                         f"--batch-size {cfg.batch_size} gives {micro} (over {accelerator.num_processes} process(es) × "

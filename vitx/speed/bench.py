@@ -249,7 +249,8 @@ def _timed(trainer: Any, bench: BenchConfig) -> Measured | None:
         none_because="" if workers else "--workers 0" if trainer.workers == 0 else
         "a CPU crops images held in memory itself",
         memory_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
-        stochastic_depth=describe_drop_path(setup.objective.backbone, cfg.batch_size // (world * cfg.grad_accum)))
+        stochastic_depth=describe_drop_path(setup.objective.backbone,
+                                            None if setup.objective.views() else trainer.micro))
 
 
 def profile(trainer: Any, path: Path) -> None:

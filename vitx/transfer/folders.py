@@ -111,7 +111,7 @@ def _shown(value: Any) -> str:
 def _differences(saved: dict[str, Any], settings: dict[str, Any]) -> str:
     """`--lrs 0.01,0.1 there, 0.01,0.3 here; --seed 0 there, 1 here`."""
     named = flags(TransferConfig)
-    return "; ".join(f"{named.get(k, k)} {_shown(saved[k])} there, {_shown(settings[k])} here"
+    return "; ".join(f"{named.get(k, k)} {_shown(saved.get(k, BEFORE_RECORDED.get(k)))} there, {_shown(settings[k])} here"
                      for k in _changed(saved, settings))
 
 
