@@ -310,7 +310,8 @@ def validate(out: Path, steps: list[Step], cpu_smoke: bool) -> None:
     if "dino-row" in names:  # each GPU-sized variant's `vitx pretrain` settings, as the pipeline writes them
         from vitx.reproduce.pipeline import pretrain_settings
 
-        trial = _script("dino_row").trial_plan(cpu_smoke=False).validate()
+        dino_row = _script("dino_row")
+        trial = dino_row.trial_plan(cpu_smoke=False).validate()
         for name in trial.pretrainings:
             resolve_config(pretrain_settings(trial, name, 0, out / "check" / name), resume=False)
         print(f"options: dino-row's variants valid ({', '.join(trial.pretrainings)})", flush=True)
@@ -336,7 +337,7 @@ def validate(out: Path, steps: list[Step], cpu_smoke: bool) -> None:
                    *flags({**RESUME_RUN, **CPU_SMOKE, "output_dir": str(smoke)}), *(["--resume"] if resume else [])]
             subprocess.run(cmd, cwd=ROOT, check=True, timeout=300)
     if "dino-row" in names:  # every variant's settings through the pipeline, CPU-sized
-        in_process(["dino_row.py", "--cpu-smoke", "--output-dir", str(out / "dino-row-smoke")], HERE / "dino_row.py")
+        dino_row.main(["--cpu-smoke", "--output-dir", str(out / "dino-row-smoke")])  # (loaded above)
     if "drop-path" in names:  # each mode, eager and CPU-sized (inductor's C++ would take minutes)
         for mode in DROP_PATH_SIDES:
             vitx_main(drop_path_bench(mode, None, base={**USER_BENCH, **CPU_BENCH})[3:])

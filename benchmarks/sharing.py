@@ -101,9 +101,8 @@ def main() -> None:
     ap.add_argument("--after-only", action="store_true", help="vitx's rule only (not torch's default before it)")
     args = ap.parse_args()
     only = set(args.only.split(","))
-    after = "after (vitx's rule)"
-    sides = {after: SIDES[after]} if args.after_only else SIDES
-    dino_sides = {k: v for k, v in DINO_SIDES.items() if not args.after_only or not k.startswith("before")}
+    sides, dino_sides = ({k: v for k, v in table.items() if not (args.after_only and k.startswith("before"))}
+                         for table in (SIDES, DINO_SIDES))
     print(f"{os.cpu_count()} cores; load {os.getloadavg()[0]:.2f}", flush=True)
     print("| job | threads | one alone | several at once | at once ÷ (copies × alone) |\n|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as name:

@@ -57,6 +57,16 @@ def set_drop_path(backbone: nn.Module, rate: float, mode: str | None = None) -> 
     set_drop_path_mode(backbone, mode or getattr(backbone, MODE, "mask"))
 
 
+def configure(backbone: nn.Module, rate: float, mode: str) -> None:
+    """--drop-path and --drop-path-mode on a built backbone: `rate` set when given (> 0; else a --model spec's
+    drop_path_rate stays), its branches dropped as `mode` says, and skip refused where it would do nothing."""
+    if rate > 0:
+        set_drop_path(backbone, rate, mode)
+    else:
+        set_drop_path_mode(backbone, mode)
+    check_skip(backbone, mode)
+
+
 def drop_rate(module: nn.Module | None) -> float:
     """A branch's drop probability (timm's DropPath's `drop_prob`; 0 for nn.Identity or none)."""
     return float(getattr(module, "drop_prob", 0.0) or 0.0) if module is not None else 0.0
@@ -166,5 +176,5 @@ class SkippingBlock(Block):
         return x
 
 
-__all__ = ["SKIP_ABOVE", "SkippingBlock", "block_rates", "check_skip", "describe", "drop_rate", "kept",
+__all__ = ["SKIP_ABOVE", "SkippingBlock", "block_rates", "check_skip", "configure", "describe", "drop_rate", "kept",
            "set_drop_path", "set_drop_path_mode", "skip_dropped", "skips"]

@@ -28,10 +28,7 @@ class Frozen:
         self.size = cfg.image_size or int(backbone.patch_embed.img_size[0])
         self.given = start_input(cfg.start, backbone)  # the start's mean, std and interpolation
         self.crop_mode = timm_crop_mode(backbone) if self.given["eval_resize"] == "timm" else "center"
-        self.normalisation = dict(**cfg.mean_std(self.given),
-                                  interpolation=cfg.interpolation or self.given["interpolation"])
-        if cfg.mean or cfg.std or cfg.interpolation:
-            self.given["source"] = "--mean/--std/--interpolation"
+        self.normalisation, self.given["source"] = cfg.input_for(self.given)
         self.backbone = resize_backbone(backbone, self.size)
         self.workers, self.device = default_workers(), process_device()
 

@@ -14,7 +14,7 @@ from accelerate.utils import ProjectConfiguration, set_seed
 
 from ..errors import VitxError
 from ..settings.groups import trackers
-from .config import PretrainConfig
+from .config import PretrainConfig, micro_batch
 
 
 def _trackers(name: str) -> list[str] | None:
@@ -77,7 +77,7 @@ def configure_deepspeed(accelerator: Accelerator, cfg: PretrainConfig) -> None:
     if plugin is None:
         return
     ds = plugin.deepspeed_config
-    ds["train_micro_batch_size_per_gpu"] = cfg.batch_size // (accelerator.num_processes * cfg.grad_accum)
+    ds["train_micro_batch_size_per_gpu"] = micro_batch(cfg, accelerator.num_processes)
     ds["gradient_accumulation_steps"] = cfg.grad_accum
     clip = ds.get("gradient_clipping", "auto")
     if clip not in ("auto", None) and float(clip) != float(cfg.grad_clip):

@@ -24,7 +24,7 @@ from ..data.views import expand
 from ..errors import Collapsed, DISK_STATE_ERRNOS, Preempted, VitxError, cannot_write
 from ..evaluation.monitor import Probe
 from .agreement import Agreement
-from .config import default_workers
+from .config import default_workers, micro_batch
 from .evaluating import Evaluating, watch_figures
 from .launch import end_run, tracker_kwargs
 from .preemption import StopRequests, Waiting, doing, parse_signals, writing
@@ -67,7 +67,7 @@ class Trainer(Stepping, Evaluating, Saving):
         self.label = label
         self.console = console or make_console(setup.cfg.quiet, setup.cfg.log_format)
         cfg, acc = setup.cfg, setup.accelerator
-        self.micro = cfg.batch_size // (acc.num_processes * cfg.grad_accum)  # per process, per micro-step
+        self.micro = micro_batch(cfg, acc.num_processes)  # per process, per micro-step
         self.workers = default_workers() if cfg.workers < 0 else cfg.workers
         self.step_count = setup.start_step
         self._batches: Iterator[dict[str, Any]] | None = None

@@ -174,8 +174,7 @@ def announce(setup: Any, resume: bool, console: Console) -> None:
     if getattr(setup.objective, "fitted", None) is not None:  # options chosen from the data, and by whose rule
         say(console, setup.objective.fitted.line(setup.objective.name))
     say(console, describe_optimisation(cfg))
-    forwards = None if setup.objective.views() else micro_batch(cfg, acc.num_processes)  # (multi-crop: crops × it)
-    depth = describe_drop_path(setup.objective.backbone, forwards)
+    depth = describe_stochastic_depth(setup)
     if depth:
         say(console, depth)
     validation = setup.data_info.get("validation") or {}
@@ -197,6 +196,13 @@ def announce(setup: Any, resume: bool, console: Console) -> None:
     if changed and changed[-1]["step"] == setup.start_step:
         say(console, f"note: --lr {cfg.lr:g} from step {setup.start_step} (the run had {changed[-1]['from']:g}); "
                      "the schedule goes on with the new peak (config.json: lr_changes)")
+
+
+def describe_stochastic_depth(setup: Any) -> str | None:
+    """The run's stochastic-depth line (`droppath.describe`), with the samples of each forward where the objective
+    runs its micro-batch once (a multi-crop objective's forwards carry its crops × the micro-batch)."""
+    forwards = None if setup.objective.views() else micro_batch(setup.cfg, setup.accelerator.num_processes)
+    return describe_drop_path(setup.objective.backbone, forwards)
 
 
 def finished(last: dict[str, Any], output_dir: str, console: Console) -> None:

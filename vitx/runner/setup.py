@@ -16,7 +16,7 @@ from safetensors import SafetensorError
 
 from .. import __version__
 from ..backbones import backbone_record, create_backbone
-from ..backbones.droppath import check_skip, set_drop_path, set_drop_path_mode
+from ..backbones import droppath
 from ..safe_io import read_config
 from ..data import DataOptions, Preprocess, open_data
 from ..data.columns import require_labels
@@ -217,10 +217,7 @@ def _backbone(cfg: PretrainConfig, saved: dict[str, Any], resume_from: Path | No
         normal = _normalisation(model_name, backbone) if pretrained else {}
     if cfg.grad_checkpointing:
         backbone.set_grad_checkpointing(True)
-    if cfg.drop_path > 0:  # (a --model spec's drop_path_rate stays when --drop-path is not given)
-        set_drop_path(backbone, cfg.drop_path)
-    set_drop_path_mode(backbone, cfg.drop_path_mode)  # (at the rates set, --drop-path's or the spec's)
-    check_skip(backbone, cfg.drop_path_mode)
+    droppath.configure(backbone, cfg.drop_path, cfg.drop_path_mode)  # (or a --model spec's drop_path_rate)
     preprocess = Preprocess(image_size=int(backbone.patch_embed.img_size[0]), crop_scale=cfg.crop_scale,
                             hflip=cfg.hflip, randaugment=cfg.randaugment, random_erasing=cfg.random_erasing,
                             **cfg.mean_std(normal))  # --mean/--std win

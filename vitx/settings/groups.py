@@ -107,6 +107,13 @@ class Input(Normalisation):
     data_dir: str | None = setting(None, "A local copy of the task's data: the VTAB-1k folder release, the hub's WebDataset layout, or save_to_disk; for a suite, their root.", DATA)
     interpolation: str | None = setting(None, "Resize interpolation: bicubic, bilinear or nearest.", DATA, choices=INTERPOLATIONS, shown="the start's")
 
+    def input_for(self, start: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """The input's mean, std and interpolation (each as given, else the start's `start_input`) and where they
+        came from: the flags when any is given, else the start's source."""
+        chosen = {**self.mean_std(start), "interpolation": self.interpolation or start["interpolation"]}
+        given = self.mean or self.std or self.interpolation
+        return chosen, "--mean/--std/--interpolation" if given else start["source"]
+
 
 @dataclass
 class Streaming:

@@ -146,6 +146,7 @@ def build_trainer(options: dict[str, Any], synthetic: bool = False) -> Any:
     in memory (`synthetic_split`) instead of its data's. Stepped by hand (`step()`), as `vitx bench` and
     benchmarks/train_step.py do."""
     from ..runner import Trainer, build, resolve_config
+    from ..runner.config import micro_batch
     from ..runner.loop import epoch_steps
     from ..console import make_console
     from ..runner.threads import fit_threads
@@ -153,7 +154,7 @@ def build_trainer(options: dict[str, Any], synthetic: bool = False) -> Any:
     cfg, _ = resolve_config(options, resume=False)
     setup = build(cfg)
     if synthetic:
-        micro = cfg.batch_size // (setup.accelerator.num_processes * cfg.grad_accum)
+        micro = micro_batch(cfg, setup.accelerator.num_processes)
         setup.train_source = synthetic_split(max(256, 2 * micro), setup.preprocess.image_size, SYNTHETIC_CLASSES,
                                              cfg.seed)
     trainer = Trainer(setup, make_console(quiet=True))
@@ -180,7 +181,7 @@ def measure(given: dict[str, Any], bench: BenchConfig) -> Measured | None:
 def _timed(trainer: Any, bench: BenchConfig) -> Measured | None:
     import torch
 
-    from ..backbones.droppath import describe as describe_drop_path
+    from ..runner.reporting import describe_stochastic_depth
     from .flops import count_flops, device_peak, synchronize
 
     setup = trainer.setup
@@ -249,8 +250,7 @@ def _timed(trainer: Any, bench: BenchConfig) -> Measured | None:
         none_because="" if workers else "--workers 0" if trainer.workers == 0 else
         "a CPU crops images held in memory itself",
         memory_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
-        stochastic_depth=describe_drop_path(setup.objective.backbone,
-                                            None if setup.objective.views() else trainer.micro))
+        stochastic_depth=describe_stochastic_depth(setup))
 
 
 def profile(trainer: Any, path: Path) -> None:

@@ -15,7 +15,7 @@ import torch.nn as nn
 from rich.console import Console
 
 from ..adapters import AdaptContext, Adapter, resolve_adapters, trainable_parameters
-from ..backbones.droppath import check_skip, describe as describe_drop_path, set_drop_path, set_drop_path_mode
+from ..backbones.droppath import configure as configure_drop_path, describe as describe_drop_path
 from ..backbones.pooling import set_pooling
 from ..console import say
 from ..data import Preprocess, TensorSplit, decode_split
@@ -84,11 +84,9 @@ def prepare(cfg: TransferConfig, task: Task, splits: TaskSplits | None = None) -
     given = start_input(cfg.start, start)  # the start decides the input; --mean/--std/--interpolation override
     # VTAB preprocessing: the whole image resized to a square (see data/memory.py), decoded once; with --augment
     # each training step crops, flips and augments those squares, seeded per sample as pre-training does
-    preprocess = Preprocess(image_size=size, **cfg.mean_std(given),
-                            interpolation=cfg.interpolation or given["interpolation"], squash=True,
-                            augment=cfg.augment, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
-                            randaugment=cfg.randaugment, random_erasing=cfg.random_erasing)
-    input_from = "--mean/--std/--interpolation" if (cfg.mean or cfg.std or cfg.interpolation) else given["source"]
+    normal, input_from = cfg.input_for(given)
+    preprocess = Preprocess(image_size=size, **normal, squash=True, augment=cfg.augment, crop_scale=cfg.crop_scale,
+                            hflip=cfg.hflip, randaugment=cfg.randaugment, random_erasing=cfg.random_erasing)
     workers = default_workers() if cfg.workers < 0 else cfg.workers
     train, val = (decode_split(split, preprocess, workers=workers) for split in (splits.train, splits.val))
     head_options = {k: getattr(cfg, k) for k in ("label_smoothing", "mixup", "cutmix") if getattr(cfg, k)}
@@ -102,10 +100,7 @@ def adapted_model(start: nn.Module, num_classes: int, image_size: int, adapters:
     """A copy of `start`, as a classifier with `num_classes` classes at `image_size`, with every adapter applied
     in role order."""
     model = Supervised(copy.deepcopy(start), num_classes, head="linear", **(head_options or {}))
-    if drop_path > 0:
-        set_drop_path(model.backbone, drop_path)
-    set_drop_path_mode(model.backbone, drop_path_mode)
-    check_skip(model.backbone, drop_path_mode)
+    configure_drop_path(model.backbone, drop_path, drop_path_mode)
     ctx = AdaptContext(image_size=image_size, num_classes=num_classes)
     for adapter in adapters:
         adapter.apply(model, ctx)
